@@ -1,0 +1,89 @@
+"""MARS decoding with a block-level KV cache, the paper's strategy for batches.
+
+Generation is cut into blocks of B slots, aligned across the batch. The cache holds the prompt and
+every finished block. Each inner forward runs the whole current block (filled slots as real tokens,
+the rest as masks) against that cache:
+    prediction for slot s = logits of slot s-1 (slot 0: the last token before the block)
+The first unfilled slot is always accepted (its left neighbour is real: the exact AR prediction),
+later ones left to right while confident. A sample that filled its block waits for the slowest.
+A finished block's keys/values enter the cache in the first forward of the next block, which feeds
+[previous block | new block]: no extra pass, and the block's entries are cropped after every forward
+(crop(-B)), never copied. Shapes are fixed at B (2B at block starts) and positions stay aligned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+
+import torch
+
+from .control import DecodeControl
+from .decoding import DecodeSpec, Step, cache_mask, forward, left_pad, new_cache, write_out
+from .sampling import accept_prefix, cap_at_stop, select
+
+
+@torch.inference_mode()
+def block_decode(
+    model: torch.nn.Module, prompts: list[list[int]], spec: DecodeSpec, control: DecodeControl
+) -> Generator[Step, torch.Tensor | None, None]:
+    """Yield one Step per forward. send() a bool [b] tensor to stop samples (stop strings)."""
+    dev, B, b = model.device, spec.block_size, len(prompts)
+    uncached, uncached_valid = left_pad(prompts, spec.pad_id, dev)  # enters the cache with block 0's first forward
+    uncached_pos = (uncached_valid.long().cumsum(1) - 1).clamp_min(0)
+    base = uncached_valid.sum(1)  # position of the current block's slot 0, per sample
+    slots = torch.arange(B, device=dev)
+    mask_id = spec.mask_id if B > 1 else spec.pad_id
+    block = torch.full((b, B), mask_id, dtype=torch.long, device=dev)
+    filled = torch.zeros(b, dtype=torch.long, device=dev)  # filled slots form a prefix of the block
+    valid = torch.zeros((b, 0), dtype=torch.bool, device=dev)
+    block_ok = torch.ones((b, B), dtype=torch.bool, device=dev)
+    out = torch.full((b, spec.max_new_tokens + B), spec.pad_id, dtype=torch.long, device=dev)
+    generated = torch.zeros(b, dtype=torch.long, device=dev)
+    done = torch.zeros(b, dtype=torch.bool, device=dev)
+    cache = new_cache(model)
+    while True:
+        ctl = control.snapshot()
+        if ctl.stopped:
+            return
+        U = uncached.shape[1]
+        ids = torch.cat([uncached, block], 1)
+        positions = torch.cat([uncached_pos, base[:, None] + slots], 1)
+        mask = cache_mask(torch.cat([valid, uncached_valid, block_ok], 1), U + B)
+        if U > 0:  # logits of slots U-1 .. U+B-2 predict block slots 0 .. B-1
+            logits = forward(model, ids, positions, mask, cache, keep=B + 1)[:, :B]
+            tokens, conf = select(logits, ctl, spec.generator)
+        else:  # slot 0 is filled already: slots 0 .. B-2 predict slots 1 .. B-1
+            logits = forward(model, ids, positions, mask, cache, keep=B)[:, : B - 1]
+            tokens, conf = select(logits, ctl, spec.generator)
+            tokens = torch.cat([block[:, :1], tokens], 1)
+            conf = torch.cat([torch.ones_like(conf[:, :1]), conf], 1)
+        cache.crop(-B)  # keep the previous block / prompt, drop this block's entries
+        valid = torch.cat([valid, uncached_valid], 1)
+
+        waiting = done | (filled >= B)
+        end = accept_prefix(conf, filled, ctl.threshold).clamp_max(B)
+        end = torch.minimum(end, filled + spec.max_new_tokens - generated)
+        end, hit = cap_at_stop(tokens, filled, end, spec.stop_ids)
+        end = torch.where(waiting, filled, end)
+        done = done | hit | (generated + end - filled >= spec.max_new_tokens)
+        block = torch.where((slots >= filled[:, None]) & (slots < end[:, None]), tokens, block)
+        start = filled
+        write_out(out, generated, tokens, start, end)
+        filled = end
+        block_done = (filled >= B) | done
+        host = torch.stack([end - start, done.long(), block_done.long()]).tolist()  # one host sync
+        stop = yield Step(tokens, conf, start, end, host[0], [bool(d) for d in host[1]], ctl.threshold, out, generated)
+        if stop is not None:
+            done = done | stop.to(dev)
+        if bool(done.all()):
+            return
+        if all(host[2]) or stop is not None and bool((done | (filled >= B)).all()):
+            # next block: this one's tokens enter the cache with the next forward
+            uncached, uncached_valid, uncached_pos = block, block_ok, base[:, None] + slots
+            base = base + B
+            block = torch.full((b, B), mask_id, dtype=torch.long, device=dev)
+            filled = torch.zeros(b, dtype=torch.long, device=dev)
+        else:
+            uncached = uncached[:, :0]
+            uncached_valid = uncached_valid[:, :0]
+            uncached_pos = uncached_pos[:, :0]

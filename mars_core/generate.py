@@ -1,0 +1,276 @@
+"""The public decoding API: generate() returns texts and stats, stream() yields one event per forward."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .block import block_decode
+from .control import DecodeControl
+from .decoding import DecodeSpec, Step
+from .sliding import sliding_decode
+
+STRATEGIES = ("ar", "sliding", "block")
+Message = dict[str, str]
+Prompts = str | Sequence[str] | Sequence[Message] | Sequence[Sequence[Message]]
+
+
+@dataclass
+class StreamEvent:
+    """What one forward committed, per sample (lists are indexed by prompt)."""
+
+    forward: int  # index of this forward, from 0
+    elapsed: float  # seconds since generation started
+    threshold: float  # the threshold this forward used
+    token_ids: list[list[int]]  # tokens committed by this forward
+    confidences: list[list[float]]  # their confidences (the first of a step is the AR prediction)
+    texts: list[str]  # text those tokens added (held back while a multi-byte character is incomplete)
+    done: list[bool]  # the sample has finished
+    proposed_ids: list[list[int]]  # every slot's prediction in this forward (sliding: slot j = j tokens ahead)
+    proposed_confidences: list[list[float]]  # and their confidences; token_ids is an accepted run of these
+    accepted_from: list[int]  # slot of proposed_ids where token_ids starts (sliding: 0; block: the first unfilled)
+
+
+@dataclass
+class GenerationResult:
+    texts: list[str]  # decoded continuations, special tokens skipped, cut at a stop string
+    token_ids: list[list[int]]  # committed tokens (a stop token included)
+    forwards: int  # model forwards run (prefill included)
+    generated_tokens: int  # over all samples
+    seconds: float
+    sample_forwards: list[int] = field(default_factory=list)  # forwards in which each sample committed tokens
+
+    @property
+    def tokens_per_forward(self) -> float:
+        """Committed tokens per forward, counting for each sample the forwards in which it advanced."""
+        return self.generated_tokens / max(sum(self.sample_forwards), 1)
+
+    @property
+    def text(self) -> str:
+        return self.texts[0]
+
+
+def as_prompt_list(prompts: Prompts) -> list[str | list[Message]]:
+    """A string, a list of strings, one chat (list of messages) or a list of chats -> list of prompts."""
+    if isinstance(prompts, str):
+        return [prompts]
+    if isinstance(prompts, Sequence) and len(prompts) > 0 and isinstance(prompts[0], dict):
+        return [list(prompts)]
+    if isinstance(prompts, Sequence) and len(prompts) > 0:
+        return list(prompts)
+    raise ValueError("prompts must be a non-empty string, list of strings, chat, or list of chats")
+
+
+def encode_prompt(tokenizer: Any, prompt: str | list[Message], chat: bool = True) -> list[int]:
+    """Token ids of one prompt; a string becomes a user turn under the chat template when there is one."""
+    if isinstance(prompt, str):
+        if not prompt.strip():
+            raise ValueError("empty prompt: type something to generate from")
+        if not (chat and tokenizer.chat_template):
+            return list(tokenizer(prompt)["input_ids"])
+        prompt = [{"role": "user", "content": prompt}]
+    if not prompt or not any(str(m.get("content", "")).strip() for m in prompt):
+        raise ValueError("empty prompt: the chat has no message with content")
+    ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
+def stop_token_ids(model: torch.nn.Module, tokenizer: Any) -> list[int]:
+    """EOS ids of the tokenizer and of the model's generation config (often the chat end token)."""
+    ids = {tokenizer.eos_token_id}
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
+    return sorted(i for i in ids if i is not None)
+
+
+def context_length(model: torch.nn.Module) -> int | None:
+    return getattr(model.config, "max_position_embeddings", None)
+
+
+def check_request(
+    model: torch.nn.Module, tokenizer: Any, prompt_ids: list[list[int]], strategy: str, block_size: int,
+    max_new_tokens: int,
+) -> None:
+    """Raise a clear ValueError for settings no decoder can honour."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be an integer >= 1, got {block_size!r}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    if block_size > 1 and tokenizer.mask_token_id is None:
+        raise ValueError(
+            "MARS decoding (block_size > 1) needs a mask token, and this tokenizer has none: "
+            "load the model with mars_core.load(), which picks one, or set tokenizer.mask_token"
+        )
+    ctx = context_length(model)
+    longest = max(len(p) for p in prompt_ids)
+    if ctx is not None and longest + max_new_tokens + block_size - 1 > ctx:
+        raise ValueError(
+            f"prompt too long: {longest} prompt tokens + max_new_tokens {max_new_tokens} + {block_size - 1} mask "
+            f"slots exceed the model's context of {ctx} tokens; shorten the prompt or lower max_new_tokens"
+        )
+
+
+def _start(
+    model, tokenizer, prompts, strategy, block_size, max_new_tokens, control, seed, chat
+) -> tuple[Iterator[Step], list[list[int]]]:
+    """Validate, encode, and start the chosen decoder (a generator of Steps)."""
+    prompt_ids = [encode_prompt(tokenizer, p, chat) for p in as_prompt_list(prompts)]
+    block_size = 1 if strategy == "ar" else block_size
+    check_request(model, tokenizer, prompt_ids, strategy, block_size, max_new_tokens)
+    generator = None
+    if seed is not None:
+        generator = torch.Generator(model.device).manual_seed(seed)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_token_ids(model, tokenizer)[0]
+    spec = DecodeSpec(
+        block_size=block_size,
+        max_new_tokens=max_new_tokens,
+        stop_ids=torch.tensor(stop_token_ids(model, tokenizer), dtype=torch.long, device=model.device),
+        pad_id=pad,
+        mask_id=tokenizer.mask_token_id,
+        generator=generator,
+    )
+    decode = block_decode if strategy == "block" else sliding_decode
+    return decode(model, prompt_ids, spec, control), prompt_ids
+
+
+def _control(control, threshold, temperature, top_p, confidence) -> DecodeControl:
+    if control is not None:
+        control.snapshot()  # validates
+        return control
+    return DecodeControl(threshold=threshold, temperature=temperature, top_p=top_p, confidence=confidence)
+
+
+class TextTracker:
+    """Incremental detokenisation per sample, and the stop-string check that needs the text."""
+
+    def __init__(self, tokenizer: Any, n: int, stop_strings: Sequence[str] = ()):
+        self.tokenizer, self.stop_strings = tokenizer, [s for s in stop_strings if s]
+        self.ids: list[list[int]] = [[] for _ in range(n)]
+        self.texts = [""] * n
+        self.cut = [False] * n
+
+    def update(self, i: int, new_ids: list[int]) -> str:
+        """Add sample i's new tokens; return the text they add (empty while a character is incomplete)."""
+        if self.cut[i] or not new_ids:
+            return ""
+        self.ids[i].extend(new_ids)
+        text = self.tokenizer.decode(self.ids[i], skip_special_tokens=True)
+        if text.endswith("\ufffd"):
+            return ""
+        hits = [text.find(s, max(len(self.texts[i]) - len(s), 0)) for s in self.stop_strings]
+        hits = [h for h in hits if h >= 0]
+        if hits:
+            text, self.cut[i] = text[: min(hits)], True
+        added, self.texts[i] = text[len(self.texts[i]) :], text
+        return added
+
+    def final_texts(self) -> list[str]:
+        return [
+            t if c else self.tokenizer.decode(ids, skip_special_tokens=True)
+            for t, c, ids in zip(self.texts, self.cut, self.ids)
+        ]
+
+
+def stream(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    prompts: Prompts,
+    *,
+    strategy: str = "sliding",
+    block_size: int = 4,
+    max_new_tokens: int = 256,
+    control: DecodeControl | None = None,
+    threshold: float = 0.9,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    confidence: str = "prob",
+    seed: int | None = None,
+    stop_strings: Sequence[str] = (),
+    chat: bool = True,
+) -> Iterator[StreamEvent]:
+    """Yield a StreamEvent per forward. Settings are read from `control` at every forward, so a change
+    made while streaming (threshold, temperature, stop()) acts from the next forward on."""
+    control = _control(control, threshold, temperature, top_p, confidence)
+    steps, prompt_ids = _start(model, tokenizer, prompts, strategy, block_size, max_new_tokens, control, seed, chat)
+    tracker = TextTracker(tokenizer, len(prompt_ids), stop_strings)
+    t0, stop = time.perf_counter(), None
+    for index in range(10**12):
+        try:
+            step = steps.send(stop) if index else next(steps)
+        except StopIteration:
+            return
+        tokens, conf = step.tokens.tolist(), step.confidence.tolist()
+        starts, ends = step.start.tolist(), step.end.tolist()
+        ids = [row[s:e] for row, s, e in zip(tokens, starts, ends)]
+        texts = [tracker.update(i, row) for i, row in enumerate(ids)]
+        cut = [c and not d for c, d in zip(tracker.cut, step.done)]
+        stop = torch.tensor(cut) if any(cut) else None
+        yield StreamEvent(
+            forward=index,
+            elapsed=time.perf_counter() - t0,
+            threshold=step.threshold,
+            token_ids=ids,
+            confidences=[row[s:e] for row, s, e in zip(conf, starts, ends)],
+            texts=texts,
+            done=[d or c for d, c in zip(step.done, tracker.cut)],
+            proposed_ids=tokens,
+            proposed_confidences=conf,
+            accepted_from=starts,
+        )
+
+
+def generate(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    prompts: Prompts,
+    *,
+    strategy: str = "sliding",
+    block_size: int = 4,
+    max_new_tokens: int = 256,
+    threshold: float = 0.9,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    confidence: str = "prob",
+    seed: int | None = None,
+    stop_strings: Sequence[str] = (),
+    chat: bool = True,
+    control: DecodeControl | None = None,
+) -> GenerationResult:
+    """Decode prompts with one of the strategies ("ar", "sliding", "block") and return texts, ids and stats."""
+    t0 = time.perf_counter()
+    if stop_strings:  # the stop-string check needs the text, which the streaming path keeps
+        events = list(
+            stream(
+                model, tokenizer, prompts, strategy=strategy, block_size=block_size, max_new_tokens=max_new_tokens,
+                control=control, threshold=threshold, temperature=temperature, top_p=top_p,
+                confidence=confidence, seed=seed, stop_strings=stop_strings, chat=chat,
+            )
+        )
+        n = len(events[0].token_ids) if events else len(as_prompt_list(prompts))
+        ids = [[t for e in events for t in e.token_ids[i]] for i in range(n)]
+        texts = ["".join(e.texts[i] for e in events) for i in range(n)]
+        per_sample = [sum(1 for e in events if e.token_ids[i]) for i in range(n)]
+        return GenerationResult(
+            texts, ids, len(events), sum(map(len, ids)), time.perf_counter() - t0, per_sample
+        )
+    control = _control(control, threshold, temperature, top_p, confidence)
+    steps, prompt_ids = _start(model, tokenizer, prompts, strategy, block_size, max_new_tokens, control, seed, chat)
+    forwards, active, last = 0, None, None
+    for step in steps:  # the fast path: no per-sample Python work per forward
+        forwards += 1
+        advanced = (step.end > step.start).long()
+        active = advanced if active is None else active + advanced
+        last = step
+    if last is None:  # stopped before the first forward
+        return GenerationResult([""] * len(prompt_ids), [[] for _ in prompt_ids], 0, 0, time.perf_counter() - t0,
+                                [0] * len(prompt_ids))
+    lengths = last.lengths.tolist()
+    ids = [row[:n] for row, n in zip(last.out.tolist(), lengths)]
+    texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
+    return GenerationResult(texts, ids, forwards, sum(lengths), time.perf_counter() - t0, active.tolist())

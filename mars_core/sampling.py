@@ -1,0 +1,72 @@
+"""From logits to committed tokens: choose a token per slot, score its confidence, accept a prefix."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .control import DecodeControl
+
+
+def top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the smallest set of most likely tokens whose mass reaches top_p, renormalised."""
+    if top_p >= 1.0:
+        return probs
+    sorted_p, order = probs.sort(dim=-1, descending=True)
+    drop = sorted_p.cumsum(-1) - sorted_p > top_p  # mass before this token already reaches top_p
+    sorted_p = sorted_p.masked_fill(drop, 0.0)
+    kept = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
+    return kept / kept.sum(-1, keepdim=True)
+
+
+def confidence_of(probs: torch.Tensor, tokens: torch.Tensor, kind: str) -> torch.Tensor:
+    """Confidence in [0, 1] per slot: p(token), 1 - H(p)/log V, or the top-1 minus top-2 margin."""
+    if kind == "prob":
+        return probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    if kind == "entropy":
+        entropy = -(probs * probs.clamp_min(1e-30).log()).sum(-1)
+        return (1.0 - entropy / math.log(probs.shape[-1])).clamp(0.0, 1.0)
+    top2 = probs.topk(2, dim=-1).values
+    return top2[..., 0] - top2[..., 1]
+
+
+def select(
+    logits: torch.Tensor, ctl: DecodeControl, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokens [..., k] and their confidences for logits [..., k, V]: argmax when greedy, else sampled."""
+    logits = logits.float()
+    if ctl.temperature == 0:
+        tokens = logits.argmax(-1)  # argmax on logits, as transformers does, so ties break the same way
+        probs = logits.softmax(-1)
+    else:
+        probs = top_p_filter((logits / ctl.temperature).softmax(-1), ctl.top_p)
+        flat = probs.reshape(-1, probs.shape[-1])
+        tokens = torch.multinomial(flat, 1, generator=generator).view(probs.shape[:-1])
+    return tokens, confidence_of(probs, tokens, ctl.confidence)
+
+
+def accept_prefix(confidence: torch.Tensor, first: torch.Tensor, threshold: float) -> torch.Tensor:
+    """End (exclusive) of the accepted run per row of confidence [b, k].
+
+    Slot first[i] is always accepted (its prediction is the exact AR one); slots after it are accepted
+    left to right while confidence >= threshold. threshold >= 1 accepts exactly one slot, even where a
+    softmax rounds to 1.0.
+    """
+    slots = torch.arange(confidence.shape[1], device=confidence.device)
+    if threshold >= 1.0:
+        return first + 1
+    ok = (slots <= first[:, None]) | (confidence >= threshold)  # earlier slots count as already filled
+    return ok.long().cumprod(-1).sum(-1).clamp_min(first + 1)
+
+
+def cap_at_stop(tokens: torch.Tensor, start: torch.Tensor, end: torch.Tensor, stop_ids: torch.Tensor) -> tuple[
+    torch.Tensor, torch.Tensor
+]:
+    """Cut each accepted run [start, end) just after its first stop token; also say which rows hit one."""
+    slots = torch.arange(tokens.shape[1], device=tokens.device)
+    in_run = (slots >= start[:, None]) & (slots < end[:, None])
+    is_stop = torch.isin(tokens, stop_ids) & in_run
+    hit = is_stop.any(-1)
+    first_stop = torch.where(is_stop, slots, tokens.shape[1]).min(-1).values
+    return torch.where(hit, first_stop + 1, end), hit

@@ -1,0 +1,20 @@
+import pytest
+import torch
+
+from tiny import tiny_llama, tiny_qwen2, tiny_tokenizer
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    return tiny_tokenizer(mask_token=True)
+
+
+@pytest.fixture(scope="session", params=["qwen2", "llama"])
+def model(request, tokenizer):
+    build = tiny_qwen2 if request.param == "qwen2" else tiny_llama
+    return build(len(tokenizer))
+
+
+@pytest.fixture(autouse=True)
+def _threads():
+    torch.set_num_threads(2)

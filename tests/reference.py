@@ -1,0 +1,60 @@
+"""No-cache reference decoders: recompute the whole sequence every step, one prompt, plain loops.
+
+They spell out the method as simply as possible, so the cached decoders can be checked against them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _predict(model, seq: list[int], from_slots: list[int], threshold: float):
+    """Greedy token and its probability at each given slot of a plain causal forward over seq."""
+    logits = model(torch.tensor([seq])).logits[0].float()
+    probs = logits.softmax(-1)
+    toks = [int(logits[s].argmax()) for s in from_slots]
+    return toks, [float(probs[s, t]) for s, t in zip(from_slots, toks)]
+
+
+@torch.no_grad()
+def reference_sliding(model, prompt: list[int], block_size: int, threshold: float, max_new: int, mask_id: int,
+                      stop_ids: set[int]) -> tuple[list[int], int]:
+    """Committed tokens + B-1 masks each step; returns (generated tokens, forwards)."""
+    out, forwards = [], 0
+    while len(out) < max_new:
+        seq = prompt + out
+        slots = [len(seq) - 1] + [len(seq) + j for j in range(block_size - 1)]
+        toks, conf = _predict(model, seq + [mask_id] * (block_size - 1), slots, threshold)
+        forwards += 1
+        take = 1
+        while threshold < 1 and take < block_size and conf[take] >= threshold:
+            take += 1
+        for t in toks[:take]:
+            if len(out) < max_new:
+                out.append(t)
+                if t in stop_ids:
+                    return out, forwards
+    return out, forwards
+
+
+@torch.no_grad()
+def reference_block(model, prompt: list[int], block_size: int, threshold: float, max_new: int, mask_id: int,
+                    stop_ids: set[int]) -> tuple[list[int], int]:
+    """Blocks of B slots over prompt + finished blocks; returns (generated tokens, forwards)."""
+    out, forwards = [], 0
+    while True:
+        block: list[int] = []
+        while len(block) < block_size:
+            seq = prompt + out + block + [mask_id] * (block_size - len(block))
+            start = len(prompt) + len(out)  # slot s of the block is predicted from position start + s - 1
+            slots = [start + s - 1 for s in range(len(block), block_size)]
+            toks, conf = _predict(model, seq, slots, threshold)
+            forwards += 1
+            take = 1
+            while threshold < 1 and take < len(toks) and conf[take] >= threshold:
+                take += 1
+            for t in toks[:take]:
+                block.append(t)
+                if t in stop_ids or len(out) + len(block) >= max_new:
+                    return out + block, forwards
+        out += block
