@@ -155,13 +155,13 @@ class TextTracker:
         self.texts = [""] * n
         self.cut = [False] * n
 
-    def update(self, i: int, new_ids: list[int]) -> str:
-        """Add sample i's new tokens; return the text they add (empty while a character is incomplete)."""
-        if self.cut[i] or not new_ids:
+    def update(self, i: int, new_ids: list[int], done: bool) -> str:
+        """Add sample i's new tokens; return the text they add (held back while a character is incomplete)."""
+        if self.cut[i] or not (new_ids or done):
             return ""
         self.ids[i].extend(new_ids)
         text = self.tokenizer.decode(self.ids[i], skip_special_tokens=True)
-        if text.endswith("\ufffd"):
+        if text.endswith("\ufffd") and not done:
             return ""
         hits = [text.find(s, max(len(self.texts[i]) - len(s), 0)) for s in self.stop_strings]
         hits = [h for h in hits if h >= 0]
@@ -169,12 +169,6 @@ class TextTracker:
             text, self.cut[i] = text[: min(hits)], True
         added, self.texts[i] = text[len(self.texts[i]) :], text
         return added
-
-    def final_texts(self) -> list[str]:
-        return [
-            t if c else self.tokenizer.decode(ids, skip_special_tokens=True)
-            for t, c, ids in zip(self.texts, self.cut, self.ids)
-        ]
 
 
 def stream(
@@ -208,7 +202,7 @@ def stream(
         tokens, conf = step.tokens.tolist(), step.confidence.tolist()
         starts, ends = step.start.tolist(), step.end.tolist()
         ids = [row[s:e] for row, s, e in zip(tokens, starts, ends)]
-        texts = [tracker.update(i, row) for i, row in enumerate(ids)]
+        texts = [tracker.update(i, row, d) for i, (row, d) in enumerate(zip(ids, step.done))]
         cut = [c and not d for c, d in zip(tracker.cut, step.done)]
         stop = torch.tensor(cut) if any(cut) else None
         yield StreamEvent(

@@ -36,6 +36,8 @@ __all__ = [
     "CHATML_TEMPLATE",
     "load",
     "default_model",
+    "default_adapter_dir",
+    "merge_adapter",
     "resolve_source",
     "smollm2_gguf_path",
     "resolve_device",
@@ -84,9 +86,67 @@ def smollm2_gguf_path() -> Path:
     return path
 
 
+DEFAULT_ADAPTER_NAME = "smollm2-mars-b4"
+
+
+def default_adapter_dir() -> Path | None:
+    """The shipped MARS LoRA adapter: $MARS_DEFAULT_ADAPTER, else assets/smollm2-mars-b4 in the checkout."""
+    env = os.environ.get("MARS_DEFAULT_ADAPTER")
+    folder = Path(env).expanduser() if env else Path(__file__).resolve().parent.parent / "assets" / DEFAULT_ADAPTER_NAME
+    return folder if (folder / "adapter_config.json").is_file() else None
+
+
+def merge_adapter(model: PreTrainedModel, adapter: str | os.PathLike) -> PreTrainedModel:
+    """Merge a peft LoRA adapter folder into model's weights; the result has no extra parameters."""
+    from peft import PeftModel
+
+    return PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+
+
+def merged_default_dir(adapter: Path) -> Path:
+    """Cache folder of base + adapter merged, keyed by the base GGUF cache and the adapter files' contents."""
+    digest = hashlib.sha256(gguf_cache_dir(smollm2_gguf_path()).name.encode())
+    for name in sorted(p.name for p in adapter.iterdir() if p.is_file()):
+        digest.update(name.encode())
+        digest.update((adapter / name).read_bytes())
+    return cache_root() / f"{adapter.name}-merged-{digest.hexdigest()[:12]}"
+
+
+def build_merged_default(adapter: Path) -> Path:
+    """Merge the shipped adapter into the base once (fp32) and cache it as a save_pretrained folder."""
+    target = merged_default_dir(adapter)
+    if _is_complete(target):
+        return target
+    base = convert_gguf(smollm2_gguf_path())
+    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32, attn_implementation="sdpa")
+    tokenizer = AutoTokenizer.from_pretrained(str(base))
+    prepare_tokenizer(model, tokenizer)  # the same mask token as the base load (it was trained with it)
+    model = merge_adapter(model, adapter)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "mars_source.json").write_text(json.dumps({"base": str(base), "adapter": str(adapter),
+                                                          "merged": time.time()}))
+        _publish(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
 def default_model() -> str:
-    """The one place that says what the default model is: for now the base SmolLM2-135M-Instruct GGUF."""
-    return str(smollm2_gguf_path())
+    """The one place that says what the default model is: SmolLM2-135M-Instruct with the shipped MARS (B=4)
+    LoRA adapter merged in (cached as a plain model folder after the first call); the base GGUF when the
+    adapter folder is missing (MARS_DEFAULT_ADAPTER="" or "none" also asks for the base)."""
+    if os.environ.get("MARS_DEFAULT_ADAPTER", None) in ("", "none"):
+        return str(smollm2_gguf_path())
+    adapter = default_adapter_dir()
+    if adapter is None:
+        warnings.warn("The MARS adapter (assets/smollm2-mars-b4) is missing: the default model is the base.",
+                      stacklevel=2)
+        return str(smollm2_gguf_path())
+    return str(build_merged_default(adapter))
 
 
 def resolve_source(name_or_path: str | os.PathLike | None) -> str:

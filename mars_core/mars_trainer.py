@@ -51,6 +51,8 @@ class MarsTrainer(ChatTrainer):
     causal and block rules already keep real queries from seeing them.
     """
 
+    loss_terms = ("loss_noisy", "loss_clean")
+
     def __init__(self, model: torch.nn.Module | None = None, args: MarsConfig | None = None, **kwargs: Any):
         args = args if args is not None else MarsConfig()
         if not isinstance(args, MarsConfig):

@@ -50,6 +50,9 @@ class ChatTrainer(Trainer):
     makes the accumulated gradient that of one big batch, as transformers does for causal LMs.
     """
 
+    # Names of the loss terms a subclass records with record_terms (logged as token means next to "loss").
+    loss_terms: tuple[str, ...] = ()
+
     def __init__(
         self,
         model: torch.nn.Module | None = None,
@@ -60,6 +63,8 @@ class ChatTrainer(Trainer):
         processing_class: Any = None,
         **kwargs: Any,
     ) -> None:
+        if args is not None and args.label_smoothing_factor:
+            raise ValueError("label_smoothing_factor is not supported by the chat trainers (their CE is plain)")
         if data_collator is None:
             data_collator = ChatCollator(default_pad_token_id(processing_class, model))
         super().__init__(
@@ -98,20 +103,27 @@ class ChatTrainer(Trainer):
             acc[name] = acc[name] + value if name in acc else value
 
     def _pop_term_means(self, split: str) -> dict[str, float]:
-        """Token-weighted means of the recorded terms across all processes, then reset."""
-        acc = self._term_sums.pop(split, None)
-        if not acc:
+        """Token-weighted means of the `loss_terms` across all processes, then reset.
+
+        Every process calls this at the same log, with the same fixed term names (zeros where it recorded
+        nothing), so the gather never waits on a process that has nothing to send.
+        """
+        if not self.loss_terms:
             return {}
-        names = [k for k in acc if k != "_count"]
-        local = torch.stack([acc[k] for k in names] + [acc["_count"]])
+        acc = self._term_sums.pop(split, {})
+        zero = torch.zeros((), device=self.args.device)
+        local = torch.stack([acc.get(k, zero).to(zero.device) for k in (*self.loss_terms, "_count")])
         total = self.accelerator.gather(local).reshape(-1, len(local)).sum(0)
-        count = total[-1].clamp(min=1)
-        return {name: round((total[i] / count).item(), 4) for i, name in enumerate(names)}
+        if total[-1] == 0:
+            return {}
+        return {name: round((total[i] / total[-1]).item(), 4) for i, name in enumerate(self.loss_terms)}
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Add the separately recorded loss terms (e.g. loss_noisy, loss_clean) to the Trainer's logs."""
-        if any(k.startswith("eval_") for k in logs):
-            logs.update({f"eval_{k}": v for k, v in self._pop_term_means("eval").items()})
+        eval_losses = [k for k in logs if k.endswith("_loss") and k != "train_loss"]  # eval_loss, test_loss, ...
+        if eval_losses:
+            prefix = eval_losses[0][: -len("loss")]
+            logs.update({f"{prefix}{k}": v for k, v in self._pop_term_means("eval").items()})
         elif "loss" in logs:
             logs.update(self._pop_term_means("train"))
         super().log(logs, start_time)

@@ -1,0 +1,304 @@
+"""mars-eval: decode the held-out prompts at several thresholds and measure speed and quality.
+
+    mars-eval [--model NAME] [--adapter DIR] [--json OUT.json] [--plot OUT.png] [--limit N]
+              [--thresholds 1.0,0.95,0.9,0.8,0.7,0.5] [--block-size 4] [--batch-size 16] [--max-new-tokens 128]
+
+Per threshold and per category (and "all"): tokens per forward, task accuracy where a gold answer exists
+(mars_core.tasks.score: the reasoning-gym task's own scorer, or exact/contains matching), exact agreement with
+the base model's greedy answer (the distilled answer in heldout.jsonl IS the base greedy answer), the mean
+shared-prefix fraction with it, and n. Also the acceptance rate by slot position (slot j = j tokens ahead) and
+the base model's own accuracy (scored on the held-out answers, no decoding). Draws the Pareto plot (tokens per
+forward vs accuracy, one labelled point per threshold) with matplotlib, or plotly+kaleido when that is what
+is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from .tasks import CATEGORIES, PREDICTABLE, score
+
+DEFAULT_THRESHOLDS = (1.0, 0.95, 0.9, 0.8, 0.7, 0.5)
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def heldout_path() -> Path:
+    """$MARS_HELDOUT, else data/heldout.jsonl next to the package (the repository checkout)."""
+    env = os.environ.get("MARS_HELDOUT")
+    return Path(env) if env else REPO_ROOT / "data" / "heldout.jsonl"
+
+
+def _category_order(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Round-robin over categories, so any prefix covers every category."""
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        groups[r.get("category", "other")].append(r)
+    names = [c for c in CATEGORIES if c in groups] + sorted(c for c in groups if c not in CATEGORIES)
+    out, i = [], 0
+    while len(out) < len(records):
+        for name in names:
+            if i < len(groups[name]):
+                out.append(groups[name][i])
+        i += 1
+    return out
+
+
+def load_heldout(limit: int | None = None, path: str | os.PathLike | None = None) -> list[dict[str, Any]]:
+    """Held-out records (never trained on), each with "prompt", "reference" (the base greedy answer),
+    "category", "messages" and optional "gold"/"task". With limit, the first N round-robin over categories."""
+    from .data import read_jsonl
+
+    file = Path(path) if path is not None else heldout_path()
+    if not file.is_file():
+        raise FileNotFoundError(f"no held-out data at {file}: build it with python -m mars_core.distill --out data/")
+    rows = []
+    for r in read_jsonl(file):
+        msgs = r["messages"]
+        user = [m["content"] for m in msgs if m["role"] == "user"]
+        answer = [m["content"] for m in msgs if m["role"] == "assistant"]
+        rows.append({**r, "prompt": user[-1], "reference": answer[-1] if answer else ""})
+    rows = _category_order(rows)
+    return rows[:limit] if limit else rows
+
+
+def shared_prefix(a: str, b: str) -> float:
+    """Length of the common prefix of a and b over the longer one's length (1.0 when both are equal)."""
+    if a == b:
+        return 1.0
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n / max(len(a), len(b), 1)
+
+
+def decode_records(
+    model, tokenizer, records: list[dict[str, Any]], *, threshold: float, block_size: int, batch_size: int,
+    max_new_tokens: int, strategy: str = "sliding", bar=None,
+) -> tuple[list[dict[str, Any]], list[int], list[int]]:
+    """Decode every record (batched; batched sliding decoding equals one-by-one).
+
+    Returns per-record results (text, tokens, forwards) and, per slot j, how many forwards committed at
+    least j+1 tokens and how many forwards there were (for acceptance by slot position)."""
+    from .generate import stream
+
+    results: list[dict[str, Any] | None] = [None] * len(records)
+    order = sorted(range(len(records)), key=lambda i: (records[i].get("category", ""), len(records[i]["prompt"])))
+    slot_hits = [0] * block_size
+    slot_total = 0
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        prompts = [records[i]["prompt"] for i in idx]
+        ids = [[] for _ in idx]
+        fwd = [0] * len(idx)
+        t0 = time.perf_counter()
+        for ev in stream(model, tokenizer, prompts, strategy=strategy, block_size=block_size,
+                         max_new_tokens=max_new_tokens, threshold=threshold):
+            for k, toks in enumerate(ev.token_ids):
+                if toks:
+                    ids[k].extend(toks)
+                    fwd[k] += 1
+                    slot_total += 1
+                    for j in range(min(len(toks), block_size)):
+                        slot_hits[j] += 1
+        seconds = time.perf_counter() - t0
+        for k, i in enumerate(idx):
+            text = tokenizer.decode(ids[k], skip_special_tokens=True).strip()
+            results[i] = {"text": text, "tokens": len(ids[k]), "forwards": fwd[k], "batch_seconds": seconds}
+        if bar is not None:
+            bar.update(len(idx))
+    return results, slot_hits, [slot_total] * block_size
+
+
+def _summary(records, results, threshold: float, category: str) -> dict[str, Any]:
+    pairs = [(r, x) for r, x in zip(records, results) if category == "all" or r.get("category") == category
+             or (category == "predictable" and r.get("category") in PREDICTABLE)]
+    tokens = sum(x["tokens"] for _, x in pairs)
+    forwards = sum(x["forwards"] for _, x in pairs)
+    scores = [s for s in (score(r, x["text"]) for r, x in pairs) if s is not None]
+    return {
+        "threshold": threshold,
+        "category": category,
+        "tokens_per_forward": round(tokens / max(forwards, 1), 4),
+        "accuracy": round(sum(scores) / len(scores), 4) if scores else None,
+        "agreement": round(sum(x["text"] == r["reference"].strip() for r, x in pairs) / max(len(pairs), 1), 4),
+        "shared_prefix": round(sum(shared_prefix(x["text"], r["reference"].strip()) for r, x in pairs)
+                               / max(len(pairs), 1), 4),
+        "n": len(pairs),
+        "n_gold": len(scores),
+        "tokens": tokens,
+        "forwards": forwards,
+    }
+
+
+def base_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The base model's accuracy per category, scored on the held-out answers (its own greedy output)."""
+    rows = []
+    cats = ["all", "predictable"] + [c for c in CATEGORIES if any(r.get("category") == c for r in records)]
+    for cat in cats:
+        sel = [r for r in records if cat == "all" or r.get("category") == cat
+               or (cat == "predictable" and r.get("category") in PREDICTABLE)]
+        scores = [s for s in (score(r, r["reference"]) for r in sel) if s is not None]
+        rows.append({"threshold": None, "category": cat, "tokens_per_forward": 1.0,
+                     "accuracy": round(sum(scores) / len(scores), 4) if scores else None,
+                     "agreement": 1.0, "shared_prefix": 1.0, "n": len(sel), "n_gold": len(scores)})
+    return rows
+
+
+def evaluate(
+    model, tokenizer, records: list[dict[str, Any]], *, thresholds=DEFAULT_THRESHOLDS, block_size: int = 4,
+    batch_size: int = 16, max_new_tokens: int = 128, progress: bool = True, samples: bool = False,
+) -> dict[str, Any]:
+    """Decode records at every threshold; return {"block_size", "rows", "base", "slot_acceptance", ...}."""
+    from tqdm.auto import tqdm
+
+    cats = ["all", "predictable", "open"] + [c for c in CATEGORIES if any(r.get("category") == c for r in records)]
+    rows, slots, outputs, timing = [], {}, {}, {}
+    bar = tqdm(total=len(records) * len(thresholds), desc="mars-eval", disable=not progress)
+    for t in thresholds:
+        t0 = time.perf_counter()
+        results, hits, totals = decode_records(model, tokenizer, records, threshold=t, block_size=block_size,
+                                               batch_size=batch_size, max_new_tokens=max_new_tokens, bar=bar)
+        timing[str(t)] = round(time.perf_counter() - t0, 2)
+        for cat in cats:
+            if cat == "open":
+                sub = [(r, x) for r, x in zip(records, results) if r.get("category") not in PREDICTABLE]
+                if sub:
+                    row = _summary([r for r, _ in sub], [x for _, x in sub], t, "all")
+                    rows.append(row | {"category": "open"})
+                continue
+            if cat == "predictable" and not any(r.get("category") in PREDICTABLE for r in records):
+                continue
+            rows.append(_summary(records, results, t, cat))
+        slots[str(t)] = [round(h / max(n, 1), 4) for h, n in zip(hits, totals)]
+        if samples:
+            outputs[str(t)] = [x["text"] for x in results]
+    bar.close()
+    out = {"block_size": block_size, "max_new_tokens": max_new_tokens, "rows": rows, "base": base_rows(records),
+           "slot_acceptance": slots, "seconds": timing}
+    if samples:
+        out["samples"] = outputs
+    return out
+
+
+# ----------------------------------------------------------------------------- plot
+
+
+def pareto_plot(report: dict[str, Any], path: str | os.PathLike, category: str = "all") -> str | None:
+    """Tokens per forward vs accuracy, one labelled point per threshold (+ the base model); returns the path."""
+    pts = [r for r in report["rows"] if r["category"] == category and r["accuracy"] is not None]
+    if not pts:
+        return None
+    base = next((r for r in report.get("base", []) if r["category"] == category), None)
+    xs = [r["tokens_per_forward"] for r in pts]
+    ys = [100 * r["accuracy"] for r in pts]
+    labels = [f"τ={r['threshold']:g}" for r in pts]
+    title = f"{report.get('model', 'model')}: held-out ({category}), block size {report['block_size']}"
+    path = str(path)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+        ax.plot(xs, ys, "o-", color="tab:blue", label="MARS (sliding)")
+        for x, y, lab in zip(xs, ys, labels):
+            ax.annotate(lab, (x, y), textcoords="offset points", xytext=(4, 5), fontsize=8)
+        if base and base["accuracy"] is not None:
+            ax.plot([1.0], [100 * base["accuracy"]], "s", color="tab:gray", label="base (AR)")
+        ax.set_xlabel("tokens per forward")
+        ax.set_ylabel("task accuracy (%)")
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path)
+        plt.close(fig)
+        return path
+    except ImportError:
+        pass
+    try:
+        import plotly.graph_objects as go
+
+        fig = go.Figure(go.Scatter(x=xs, y=ys, text=labels, mode="lines+markers+text", textposition="top right",
+                                   name="MARS"))
+        if base and base["accuracy"] is not None:
+            fig.add_trace(go.Scatter(x=[1.0], y=[100 * base["accuracy"]], mode="markers", name="base (AR)"))
+        fig.update_layout(title=title, xaxis_title="tokens per forward", yaxis_title="task accuracy (%)")
+        fig.write_image(path)  # needs kaleido
+        return path
+    except Exception:
+        return None
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def load_model(name: str | None, adapter: str | None = None, dtype: str | None = None):
+    """mars_core.load(name), with a peft LoRA adapter merged in when one is given."""
+    from .load import load, merge_adapter
+
+    model, tokenizer = load(name, dtype=dtype)
+    if adapter:
+        model = merge_adapter(model, adapter)
+    return model, tokenizer
+
+
+def format_table(report: dict[str, Any]) -> str:
+    lines = [f"{'thr':>5} {'category':<13} {'tok/fwd':>7} {'acc':>6} {'agree':>6} {'prefix':>6} {'n':>4}"]
+    for r in report.get("base", []):
+        acc = "-" if r["accuracy"] is None else f"{100 * r['accuracy']:.1f}"
+        lines.append(f"{'base':>5} {r['category']:<13} {1.0:>7.2f} {acc:>6} {'':>6} {'':>6} {r['n']:>4}")
+    for r in report["rows"]:
+        acc = "-" if r["accuracy"] is None else f"{100 * r['accuracy']:.1f}"
+        lines.append(f"{r['threshold']:>5g} {r['category']:<13} {r['tokens_per_forward']:>7.2f} {acc:>6} "
+                     f"{100 * r['agreement']:>6.1f} {100 * r['shared_prefix']:>6.1f} {r['n']:>4}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="mars-eval", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=None, help="model name or path (default: the default model)")
+    parser.add_argument("--adapter", default=None, help="a LoRA adapter folder to merge into --model")
+    parser.add_argument("--dtype", default=None, help="auto (default), bf16 or fp32")
+    parser.add_argument("--data", default=None, help="held-out JSONL (default: data/heldout.jsonl)")
+    parser.add_argument("--json", default=None, help="write the report here")
+    parser.add_argument("--plot", default=None, help="Pareto PNG (default: next to --json)")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N prompts (round-robin over categories)")
+    parser.add_argument("--thresholds", default=",".join(f"{t:g}" for t in DEFAULT_THRESHOLDS))
+    parser.add_argument("--block-size", type=int, default=4)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--samples", action="store_true", help="also store the decoded texts")
+    args = parser.parse_args(argv)
+
+    records = load_heldout(args.limit, args.data)
+    thresholds = [float(t) for t in args.thresholds.split(",") if t.strip()]
+    model, tokenizer = load_model(args.model, args.adapter, args.dtype)
+    report = evaluate(model, tokenizer, records, thresholds=thresholds, block_size=args.block_size,
+                      batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, samples=args.samples)
+    report = {"model": args.model or "default", "adapter": args.adapter, **report}
+    print(format_table(report))
+    print("acceptance by slot (fraction of forwards committing >= j+1 tokens):",
+          json.dumps(report["slot_acceptance"]))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(report, indent=1))
+    plot = args.plot or (str(Path(args.json).with_suffix(".png")) if args.json else None)
+    if plot:
+        made = pareto_plot(report, plot)
+        print(f"pareto plot: {made or 'not drawn (install matplotlib)'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+import json
+import subprocess
+import sys
+
+from mars_core.bench import METHODS, bench, format_table, main
+
+PROMPTS = ["Count from one to ten", "What is the capital of France?", "hello"]
+
+
+def test_bench_rows_cover_every_configuration(model, tokenizer):
+    rows = bench(model, tokenizer, PROMPTS, batch_sizes=(1, 2), block_sizes=(2, 4), thresholds=(1.0, 0.3),
+                 max_new_tokens=8, repeats=1, progress=False)
+    keys = {(r.method, r.batch_size, r.block_size, r.threshold) for r in rows}
+    assert ("hf_prompt_lookup", 1, None, None) in keys
+    assert not any(m == "hf_prompt_lookup" and b == 2 for m, b, _, _ in keys)  # batch 1 only in transformers
+    assert ("mars_block", 2, 4, 0.3) in keys and ("mars_sliding", 1, 2, 1.0) in keys
+    assert len(rows) == 2 * (1 + 1 + 2 * 2 * 2) + 1
+    for r in rows:
+        assert r.generated_tokens == 3 * 8  # every method decodes every prompt to max_new_tokens (no EOS here)
+        assert r.seconds > 0 and r.tokens_per_second > 0 and r.speedup_vs_hf_generate > 0
+        if r.method in ("ar", "hf_generate") or r.threshold == 1.0:
+            assert r.tokens_per_forward == 1.0
+    assert all(r.speedup_vs_hf_generate == 1.0 for r in rows if r.method == "hf_generate")
+    assert "mars_sliding" in format_table(rows)
+
+
+def test_cli_help():
+    out = subprocess.run([sys.executable, "-m", "mars_core.bench", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "--batch-sizes" in out.stdout and "--quick" in out.stdout
+
+
+def test_cli_runs_on_a_saved_model(tmp_path, model, tokenizer, capsys):
+    model.save_pretrained(tmp_path / "m")
+    tokenizer.save_pretrained(tmp_path / "m")
+    out = tmp_path / "bench.json"
+    main(["--model", str(tmp_path / "m"), "--quick", "--dtype", "fp32", "--methods", "hf_generate,ar,mars_sliding",
+          "--thresholds", "1.0", "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert {r["method"] for r in data["rows"]} == {"hf_generate", "ar", "mars_sliding"}
+    assert data["dtype"] == "float32" and "device" in data
+    assert "speedup" in capsys.readouterr().out
+    assert set(METHODS) >= {r["method"] for r in data["rows"]}

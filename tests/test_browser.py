@@ -1,0 +1,87 @@
+"""A real browser (Debian's headless Chromium, driven by selenium) loads the app, runs a race and takes a screenshot.
+
+Skipped with the reason when chromium, chromedriver or selenium is missing. Environment knobs:
+  MARS_SCREENSHOT=1               also save the screenshot to assets/race.png
+  MARS_SCREENSHOT_MODEL=default   serve the real default model instead of a tiny random one (or any --model value)
+  MARS_SCREENSHOT_PROMPT=...      the prompt to race
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from test_app_e2e import ROOT, launched_app, save_tiny_model
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+try:
+    import selenium  # noqa: F401
+except ImportError:
+    selenium = None
+
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None or CHROMEDRIVER is None or selenium is None,
+    reason="needs Debian's chromium and chromium-driver (apt-get install -y chromium chromium-driver) and "
+    "selenium (pip install selenium)",
+)
+FLAGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+    "--disable-sync", "--no-first-run", "--disable-dev-shm-usage", "--hide-scrollbars", "--window-size=1440,1700",
+)
+
+
+@pytest.fixture()
+def driver():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in FLAGS:
+        options.add_argument(flag)
+    browser = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    browser.set_page_load_timeout(60)
+    yield browser
+    browser.quit()
+
+
+def test_race_in_a_browser(driver, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    model = os.environ.get("MARS_SCREENSHOT_MODEL")
+    model = None if model == "default" else model or str(save_tiny_model(tmp_path / "tiny"))
+    prompt = os.environ.get("MARS_SCREENSHOT_PROMPT", "Count from one to ten")
+    timeout = 600 if model is None or os.environ.get("MARS_SCREENSHOT_MODEL") else 120
+    with launched_app(model, timeout=timeout) as url:
+        driver.get(url)
+        wait = WebDriverWait(driver, timeout)
+        box = wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "#race-prompt textarea")))
+        box.clear()
+        box.send_keys(prompt)
+        driver.find_element(By.CSS_SELECTOR, "#race-run").click()
+        wait.until(lambda d: "done" in d.find_element(By.ID, "race-stats").text)
+        time.sleep(1.0)  # let the last chart update paint
+        ar = driver.find_element(By.ID, "ar-pane")
+        mars = driver.find_element(By.ID, "mars-pane")
+        assert ar.find_elements(By.CSS_SELECTOR, "span[title^='forward 0']")
+        assert mars.find_elements(By.CSS_SELECTOR, "span[title^='forward 0']")
+        plots = driver.find_elements(By.CSS_SELECTOR, "#forwards-plot .js-plotly-plot, #time-plot .js-plotly-plot")
+        assert len(plots) == 2
+        for element in (ar, mars, plots[0]):
+            assert element.is_displayed()
+            assert element.rect["y"] + 40 < driver.get_window_size()["height"], "scrolled out of the screenshot"
+        shot = tmp_path / "race.png"
+        assert driver.save_screenshot(str(shot))
+        print(f"screenshot: {shot}")
+        if os.environ.get("MARS_SCREENSHOT"):
+            target = ROOT / "assets" / "race.png"
+            target.parent.mkdir(exist_ok=True)
+            shutil.copyfile(shot, target)
+            print(f"saved {target}")
