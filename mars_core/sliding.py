@@ -5,7 +5,9 @@ Each forward feeds the committed tokens not yet in the cache, then B-1 mask toke
 prediction 0 = argmax of the last pending token's logits (the exact AR next token, always accepted),
 prediction j = from mask j-1's logits, accepted left to right while its confidence >= threshold.
 The masks' keys/values are then cropped from the cache (crop(-(B-1))); accepted tokens are fed as
-real tokens in the next forward. With B = 1 this is plain autoregressive decoding with a KV cache.
+real tokens in the next forward. With B = 1 this is plain autoregressive decoding with a KV cache, and
+a forward whose threshold is >= 1 feeds no masks at all (none could be accepted): one-token mode costs
+exactly what AR costs.
 
 Batches: samples accept different counts, so the pending run is right-aligned and padded on the left;
 the padding ("holes") stays in the cache marked invalid, and positions are explicit per sample.
@@ -38,8 +40,7 @@ def sliding_decode(
     pending, pending_valid = left_pad(prompts, spec.pad_id, dev)  # prefill is the first step's pending run
     length = pending_valid.sum(1)  # committed tokens per sample, pending ones included
     valid = torch.zeros((b, 0), dtype=torch.bool, device=dev)  # which cache slots hold real tokens
-    masks = torch.full((b, B - 1), spec.mask_id if B > 1 else spec.pad_id, dtype=torch.long, device=dev)
-    mask_ok = torch.ones((b, B - 1), dtype=torch.bool, device=dev)
+    all_masks = torch.full((b, B - 1), spec.mask_id if B > 1 else spec.pad_id, dtype=torch.long, device=dev)
     out = torch.full((b, spec.max_new_tokens + B), spec.pad_id, dtype=torch.long, device=dev)
     generated = torch.zeros(b, dtype=torch.long, device=dev)
     done = torch.zeros(b, dtype=torch.bool, device=dev)
@@ -49,14 +50,15 @@ def sliding_decode(
         ctl = control.snapshot()
         if ctl.stopped:
             return
-        P = pending.shape[1]
-        ids = torch.cat([pending, masks], 1)
-        offsets = torch.arange(-P, B - 1, device=dev)  # pending slot s -> L-P+s, mask m -> L+m
+        P, M = pending.shape[1], (B - 1 if ctl.threshold < 1.0 else 0)  # M mask slots this forward
+        ids = torch.cat([pending, all_masks[:, :M]], 1)
+        offsets = torch.arange(-P, M, device=dev)  # pending slot s -> L-P+s, mask m -> L+m
         positions = (length[:, None] + offsets).clamp_min(0)
-        mask = cache_mask(torch.cat([valid, pending_valid, mask_ok], 1), P + B - 1)
-        logits = forward(model, ids, positions, mask, cache, keep=B)  # slots P-1 .. P+B-2
-        if B > 1:
-            cache.crop(-(B - 1))  # drop the masks' keys/values
+        mask_ok = torch.ones((b, M), dtype=torch.bool, device=dev)
+        mask = cache_mask(torch.cat([valid, pending_valid, mask_ok], 1), P + M)
+        logits = forward(model, ids, positions, mask, cache, keep=M + 1)  # slots P-1 .. P+M-1
+        if M:
+            cache.crop(-M)  # drop the masks' keys/values
         valid = torch.cat([valid, pending_valid], 1)
 
         tokens, conf = select(logits, ctl, spec.generator)

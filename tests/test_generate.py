@@ -72,6 +72,12 @@ def test_stream_concatenates_to_generate(model, tokenizer, strategy):
     assert all(a.elapsed <= b.elapsed for a, b in zip(events, events[1:]))
 
 
+def test_one_token_mode_feeds_no_masks(model, tokenizer):
+    """At threshold 1 no mask prediction can be accepted, so none is computed: only the AR proposal."""
+    events = list(stream(model, tokenizer, PROMPTS[0], threshold=1.0, block_size=4, max_new_tokens=6))
+    assert all(len(e.proposed_ids[0]) == 1 for e in events)
+
+
 def test_event_shows_the_proposals_it_accepted_from(model, tokenizer):
     for e in stream(model, tokenizer, PROMPTS[0], threshold=0.3, block_size=4, max_new_tokens=20):
         assert len(e.proposed_ids[0]) == 4
