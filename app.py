@@ -29,7 +29,7 @@ from mars_core.generate import encode_prompt
 from mars_core.load import load
 from mars_core.prompts import CATEGORIES, prompts_in
 from mars_core.serving import LoadTracker, adaptive_threshold
-from mars_core.sweep import DEFAULT_THRESHOLDS, SWEEP_COLUMNS, threshold_sweep
+from mars_core.sweep import DEFAULT_THRESHOLDS, SWEEP_COLUMNS, agreement, threshold_sweep
 
 log = logging.getLogger("mars_studio")
 
@@ -71,11 +71,9 @@ AR_COLOUR, MARS_COLOUR, TAU_COLOUR = "#94a3b8", "#2563eb", "#f59e0b"
 CATEGORY_NAMES = ("hidden", "clean → clean (causal)", "noisy → noisy (same block, causal)",
                   "noisy → clean (earlier blocks)")
 CATEGORY_COLOURS = ("#f1f5f9", "#64748b", "#2563eb", "#f59e0b")
-CSS = """
-.mars-legend span.chip {display:inline-block; padding:1px 8px; margin:0 3px; border-radius:4px; color:#111}
-footer {display:none !important}
-"""
+CSS = ".gradio-container {max-width: 1400px !important; margin: 0 auto}"
 THEME = gr.themes.Soft(primary_hue="blue")
+PANE = dict(min_height=320, max_height=320, autoscroll=True)  # both panes the same fixed height, following the text
 
 
 @dataclass(frozen=True)
@@ -162,7 +160,7 @@ def check_inputs(
 def warn(message: str) -> str:
     """Show message as a toast in the UI and return it as a status line."""
     gr.Warning(message)
-    return f"⚠️ {message}"
+    return f"⚠ {message}"
 
 
 # ----------------------------------------------------------------------------- Race: per-session state and runs
@@ -221,6 +219,7 @@ class Run:
     thresholds: list[float] = field(default_factory=list)  # threshold each forward used
     times: list[float] = field(default_factory=list)  # own busy seconds after each forward
     totals: list[int] = field(default_factory=list)  # tokens committed after each forward
+    ids: list[int] = field(default_factory=list)  # every committed token id
     text: str = ""
     busy: float = 0.0
     finished: bool = False
@@ -240,6 +239,7 @@ class Run:
         self.times.append(self.busy)
         self.totals.append((self.totals[-1] if self.totals else 0) + len(ids))
         self.text += text
+        self.ids += ids
         if ids:
             pieces = [self.tokenizer.decode([i], skip_special_tokens=True) for i in ids]
             if "".join(pieces) != text:  # a character split over tokens: show the forward's text as one piece
@@ -263,9 +263,10 @@ def count_colour(count: int) -> str:
 
 def legend_html() -> str:
     """The colour legend shown above the panes."""
-    chips = "".join(f'<span class="chip" style="background:{c}">{label}</span>' for _, c, label in COUNT_COLOURS)
+    chip = "display:inline-block;padding:1px 8px;margin:0 3px;border-radius:4px"
+    chips = "".join(f'<span style="background:{c};{chip}">{label}</span>' for _, c, label in COUNT_COLOURS)
     return (
-        f'<div class="mars-legend" style="font-size:0.9em">Tokens committed by one forward: {chips}'
+        f'<div style="font-size:0.9em">Tokens committed by one forward: {chips}'
         ' &nbsp;·&nbsp; <span style="border-bottom:2px dotted #dc2626">dotted</span> = confidence below 0.5'
         " &nbsp;·&nbsp; hover a token for its forward and confidence</div>"
     )
@@ -289,7 +290,7 @@ def pane_html(run: Run | None, status: str = "") -> str:
     body = "".join(spans) or '<span style="color:#94a3b8">(the text streams here)</span>'
     foot = f'<div style="margin-top:8px;color:#64748b;font-size:0.85em">{html.escape(status)}</div>' if status else ""
     return (
-        '<div style="white-space:pre-wrap;line-height:2;font-size:15px;min-height:180px;padding:10px 12px;'
+        '<div style="white-space:pre-wrap;line-height:2;font-size:15px;min-height:300px;padding:10px 12px;'
         f'border:1px solid #e2e8f0;border-radius:8px;background:#fff;color:#0f172a">{body}{foot}</div>'
     )
 
@@ -343,6 +344,8 @@ def stats_markdown(ar: Run, mars: Run, session: dict, block_size: int, status: s
     a, m = ar.summary(), mars.summary()
     speedup = m["tokens_per_second"] / a["tokens_per_second"] if a["tokens_per_second"] > 0 else 0.0
     tau = mars.thresholds[-1] if mars.thresholds else threshold_in_force(session)
+    shared = round(agreement(ar.ids, mars.ids) * max(len(ar.ids), len(mars.ids)))
+    agree = f" · MARS agrees with AR on its first {shared} of {max(len(ar.ids), len(mars.ids))} tokens"
     load_note = (
         f" (adapting to load: {TRACKER.active} generation(s) running, base τ {session['threshold']:.2f})"
         if session["adapt"] else ""
@@ -355,7 +358,7 @@ def stats_markdown(ar: Run, mars: Run, session: dict, block_size: int, status: s
     return (
         f"{line('MARS', m)} · B = {block_size} · threshold in force **τ = {tau:.2f}**{load_note}  \n"
         f"{line('AR', a)}  \n"
-        f"**Speedup {speedup:.2f}×** in tokens/s · {status}"
+        f"**Speedup {speedup:.2f}×** in tokens/s{agree} · {status}"
     )
 
 
@@ -468,8 +471,9 @@ def mask_figure(n: int, block_size: int) -> go.Figure:
                           line=dict(color="#cbd5e1", width=1, dash="dot"))
             fig.add_shape(type="line", y0=b + offset - 0.5, y1=b + offset - 0.5, x0=-0.5, x1=2 * n - 0.5,
                           line=dict(color="#cbd5e1", width=1, dash="dot"))
-    fig.add_shape(type="line", x0=n - 0.5, x1=n - 0.5, y0=-0.5, y1=2 * n - 0.5, line=dict(color="#0f172a", width=2))
-    fig.add_shape(type="line", y0=n - 0.5, y1=n - 0.5, x0=-0.5, x1=2 * n - 0.5, line=dict(color="#0f172a", width=2))
+    edge = dict(color="#0f172a", width=2)  # the noisy | clean split
+    fig.add_shape(type="line", x0=n - 0.5, x1=n - 0.5, y0=-0.5, y1=2 * n - 0.5, line=edge)
+    fig.add_shape(type="line", y0=n - 0.5, y1=n - 0.5, x0=-0.5, x1=2 * n - 0.5, line=edge)
     fig.update_layout(
         title=dict(text=f"Training attention mask, n = {n}, B = {block_size}: rows = queries, columns = keys "
                         "[noisy x̃ | clean x]", font=dict(size=14)),
@@ -481,12 +485,13 @@ def mask_figure(n: int, block_size: int) -> go.Figure:
 
 LOSS_MARKDOWN = r"""
 **The loss.** The response tokens of the *noisy* copy $\tilde x$ are all replaced by the mask token; one forward runs
-over $[\tilde x \mid x]$ with position ids $[0..n) \mathbin{+\!\!+} [0..n)$ under the mask above. Logits are right-shifted
-per stream, so the prediction for token $i$ is read at position $i-1$:
+over $[\tilde x \mid x]$ with position ids $[0..n) \mathbin{+\!\!+} [0..n)$ under the mask above. Logits are
+right-shifted per stream, so the prediction for token $i$ is read at position $i-1$:
 
 $$\text{logits}'[i] = \text{logits}[i-1]$$
 
-$$\mathcal{L} = \mathrm{CE}\big(\text{noisy logits}',\, y\big) + \alpha \cdot \mathrm{CE}\big(\text{clean logits}',\, y\big), \qquad \alpha = 1$$
+$$\mathcal{L} = \mathrm{CE}\big(\text{noisy logits}',\, y\big)
+ + \alpha \cdot \mathrm{CE}\big(\text{clean logits}',\, y\big), \qquad \alpha = 1$$
 
 $y$ holds the response tokens (the prompt is ignored). On the clean stream this is ordinary next-token prediction,
 which keeps one-token (AR) quality; the noisy stream learns to predict several tokens of a block at once from
@@ -515,7 +520,8 @@ def walk_decode(prompt: str, threshold: float, block_size: int, max_new_tokens: 
                                 threshold=tau):
                 steps.append({
                     "forward": event.forward, "threshold": event.threshold, "context": context,
-                    "fed": [tok.decode([i]) for i in fed[-16:]], "fed_count": len(fed), "masks": block - 1,
+                    "fed": [tok.decode([i]) for i in fed[-16:]], "fed_count": len(fed),
+                    "masks": len(event.proposed_ids[0]) - 1,  # τ = 1 feeds none: none could be accepted
                     "proposals": [tok.decode([i]) for i in event.proposed_ids[0]],
                     "confidences": event.proposed_confidences[0], "start": event.accepted_from[0],
                     "accepted": len(event.token_ids[0]), "added": event.texts[0], "done": event.done[0],
@@ -535,15 +541,18 @@ def verdict(step: dict, slot: int) -> str:
     """Why a proposal was or was not committed."""
     start, end, tau = step["start"], step["start"] + step["accepted"], step["threshold"]
     if start <= slot < end:
-        return "✅ accepted (the AR token: always)" if slot == start else f"✅ accepted (≥ τ = {tau:.2f})"
+        return "✓ accepted (the AR token: always)" if slot == start else f"✓ accepted (≥ τ = {tau:.2f})"
     if tau >= 1.0:
         return "— τ = 1: one token per forward"
     conf = step["confidences"]
     if conf[slot] < tau and all(c >= tau for c in conf[start + 1:slot]):
-        return f"❌ rejected (< τ = {tau:.2f})"
+        return f"✗ rejected (< τ = {tau:.2f})"
     if any(c < tau for c in conf[start + 1:slot]):
-        return "⏭ not used (after a rejection)"
-    return "✂ cut (end of text or token limit)"
+        return "· not used (after a rejection)"
+    return "· cut (end of text or token limit)"
+
+
+CELL = 'style="border:1px solid #e2e8f0;padding:4px 10px"'
 
 
 def step_html(walk: dict) -> str:
@@ -553,6 +562,8 @@ def step_html(walk: dict) -> str:
         return "<p>Press <b>Decode</b> to step through a generation one forward at a time.</p>"
     s = steps[walk["index"]]
     more = "…" if s["fed_count"] > len(s["fed"]) else ""
+    masks = (f"{s['masks']} mask token{'s' * (s['masks'] != 1)}" if s["masks"]
+             else "no mask tokens (τ = 1: none could be accepted)")
     fed_label = f"the prompt ({s['fed_count']} tokens{', last 16 shown' if more else ''})" if s["forward"] == 0 \
         else "the tokens the previous forward accepted (fed as real tokens)"
     fed = more + "".join(token_chip(t) for t in s["fed"]) + "".join(
@@ -564,19 +575,18 @@ def step_html(walk: dict) -> str:
         bar = (f'<div style="background:#e2e8f0;width:120px;height:8px;border-radius:4px;display:inline-block">'
                f'<div style="background:{MARS_COLOUR};width:{conf * 120:.0f}px;height:8px;border-radius:4px"></div>'
                "</div>")
-        rows.append(
-            f'<tr style="background:{colour}"><td>{j}</td><td>{source}</td><td>{token_chip(text)}</td>'
-            f"<td>{bar} {conf:.3f}</td><td>{verdict(s, j)}</td></tr>"
-        )
+        cells = (j, source, token_chip(text), f"{bar} {conf:.3f}", verdict(s, j))
+        rows.append(f'<tr style="background:{colour}">' + "".join(f"<td {CELL}>{c}</td>" for c in cells) + "</tr>")
     context = html.escape(s["context"]) or '<span style="color:#94a3b8">(nothing yet)</span>'
     return f"""
 <div style="line-height:1.7">
 <p><b>Forward {s['forward'] + 1} of {len(steps)}</b> · threshold τ = {s['threshold']:.2f} ·
 committed {s['accepted']} token{'s' * (s['accepted'] != 1)}{' · <b>finished</b>' if s['done'] else ''}</p>
 <p><b>Committed before this forward:</b> <span style="white-space:pre-wrap">{context}</span></p>
-<p><b>Input:</b> {fed_label}, then {s['masks']} mask token{'s' * (s['masks'] != 1)}:<br>{fed}</p>
-<table style="border-collapse:collapse;width:100%"><thead><tr style="text-align:left">
-<th>slot</th><th>read from the logits of</th><th>prediction</th><th>confidence</th><th>verdict</th></tr></thead>
+<p><b>Input:</b> {fed_label}, then {masks}:<br>{fed}</p>
+<table style="border-collapse:collapse;width:100%"><thead><tr style="text-align:left">{''.join(
+    f"<th {CELL}>{h}</th>" for h in ("slot", "read from the logits of", "prediction", "confidence", "verdict"))}
+</tr></thead>
 <tbody>{''.join(rows)}</tbody></table>
 <p style="color:#64748b;font-size:0.9em">Slot 0 is the exact next token (what one-token decoding would pick).
 Slot j reads the logits of mask j and is accepted left to right while its confidence ≥ τ. The masks'
@@ -663,8 +673,9 @@ def run_sweep(
 def intro_markdown() -> str:
     """The header: what the app shows and which models it serves."""
     ar = model_label(CONFIG.ar_model) if CONFIG.ar_model else "the same checkpoint, one token per forward"
-    note = (" The embedded default is the base model, not MARS-trained: expect few multi-token forwards at high τ; "
-            "lower τ or serve a MARS checkpoint with `--model`." if not CONFIG.model else "")
+    note = (" The embedded default is the base model, not MARS-trained: its mask predictions mean little, so below "
+            "τ = 1 the MARS text drifts from AR (the stats line says how far); serve a MARS checkpoint with "
+            "`--model`." if not CONFIG.model else "")
     return (
         "# MARS Studio\n"
         "MARS lets an ordinary causal LM commit several tokens per forward: each forward reads the last real "
@@ -681,31 +692,33 @@ def build_ui() -> gr.Blocks:
         session = gr.State(new_session())
         with gr.Tab("Race"):
             with gr.Row(equal_height=True):
-                prompt = gr.Textbox(label="Prompt", lines=2, scale=5, placeholder="Ask something…", elem_id="race-prompt",
-                                    max_length=MAX_PROMPT_CHARS)
+                prompt = gr.Textbox(label="Prompt", lines=2, scale=5, placeholder="Ask something…",
+                                    max_length=MAX_PROMPT_CHARS, elem_id="race-prompt")
                 with gr.Column(scale=1, min_width=140):
                     run_button = gr.Button("Run", variant="primary", elem_id="race-run")
                     stop_button = gr.Button("Stop", variant="stop", elem_id="race-stop")
             gr.Examples(EXAMPLES, inputs=prompt, label="Examples")
             with gr.Row():
                 threshold = gr.Slider(0.05, 1.0, value=0.9, step=0.01, label="Threshold τ",
-                                      info="acts on the running generation from its next forward")
+                                      info="applies from the next forward, even mid-run", elem_id="race-threshold")
                 block = gr.Slider(1, MAX_BLOCK_SIZE, value=4, step=1, label="Block size B",
-                                  info="the most tokens one forward may commit")
+                                  info="most tokens per forward")
                 temperature = gr.Slider(0.0, MAX_TEMPERATURE, value=0.0, step=0.05, label="Temperature",
                                         info="0 = greedy")
-                max_new = gr.Slider(8, MAX_NEW_TOKENS, value=128, step=8, label="Max new tokens")
+                max_new = gr.Slider(8, MAX_NEW_TOKENS, value=128, step=8, label="Max new tokens",
+                                    elem_id="race-max-new")
                 adapt = gr.Checkbox(value=False, label="Adapt to load",
-                                    info="τ drops by 0.05 per extra concurrent generation, down to 0.5")
+                                    info="τ drops 0.05 per extra concurrent run, down to 0.5")
             gr.HTML(legend_html())
-            with gr.Row(equal_height=True):
+            with gr.Row():
                 with gr.Column():
                     gr.Markdown("**AR** · one token per forward")
-                    ar_pane = gr.HTML(pane_html(None), label="AR text", elem_id="ar-pane", max_height=420, autoscroll=True)
+                    ar_pane = gr.HTML(pane_html(None), label="AR text", elem_id="ar-pane", **PANE)
                 with gr.Column():
                     gr.Markdown("**MARS** · up to B tokens per forward")
-                    mars_pane = gr.HTML(pane_html(None), label="MARS text", elem_id="mars-pane", max_height=420, autoscroll=True)
-            stats = gr.Markdown("Press **Run**: both panes stream at the same time.", label="stats", elem_id="race-stats")
+                    mars_pane = gr.HTML(pane_html(None), label="MARS text", elem_id="mars-pane", **PANE)
+            stats = gr.Markdown("Press **Run**: both panes stream at the same time.", label="stats",
+                                elem_id="race-stats")
             with gr.Row():
                 forwards_plot = gr.Plot(label="tokens per forward", show_label=False, elem_id="forwards-plot")
                 time_plot = gr.Plot(label="tokens against time", show_label=False, elem_id="time-plot")
@@ -748,7 +761,7 @@ def build_ui() -> gr.Blocks:
             sweep_button = gr.Button("Run sweep", variant="primary")
             sweep_status = gr.Markdown(label="status")
             pareto = gr.Plot(label="pareto", show_label=False)
-            table = gr.Dataframe(label="Results", interactive=False)
+            table = gr.Dataframe(pd.DataFrame(columns=list(SWEEP_COLUMNS)), label="Results", interactive=False)
             csv_file = gr.File(label="CSV")
 
         outputs = [ar_pane, mars_pane, forwards_plot, time_plot, stats, data]
@@ -767,7 +780,7 @@ def build_ui() -> gr.Blocks:
         prev_button.click(lambda w: walk_move(w, -1), walk, [walk_view, walk], api_visibility="undocumented", **quick)
         next_button.click(lambda w: walk_move(w, 1), walk, [walk_view, walk], api_visibility="undocumented", **quick)
         sweep_button.click(gpu(run_sweep), [sweep_taus, sweep_block, sweep_new, sweep_cats],
-                           [pareto, table, csv_file, sweep_status], api_name="sweep")
+                           [pareto, table, csv_file, sweep_status], api_name="sweep", show_progress_on=pareto)
     demo.queue(default_concurrency_limit=CONFIG.concurrency, max_size=64)
     return demo
 

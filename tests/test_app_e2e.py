@@ -153,8 +153,8 @@ def test_bad_input_gives_a_message_not_an_error(client):
 
     with pytest.raises(AppError, match="greater than maximum value 512"):  # Gradio's own slider check: a message
         client.predict("hi", 0.9, 4, 0.0, 100000, False, api_name="/race")
-    final = client.predict("hi", 0.9, 4, 0.0, 0, False, api_name="/race")
-    assert final[5]["status"] == "error"
+    final = client.predict("hi", 0.9, 4, 0.0, 12.5, False, api_name="/race")  # within the slider, but not whole
+    assert final[5]["status"] == "error" and "whole number" in final[4]
     final = client.predict("hi " * 1300, 0.9, 4, 0.0, 64, False, api_name="/race")
     assert "prompt too long" in final[4].lower()
 
@@ -201,3 +201,11 @@ def test_a_model_that_fails_to_load_gives_a_message(tmp_path):
         final = Client(address, verbose=False).predict(*race_args("hello"), api_name="/race")
     assert final[5]["status"] == "error"
     assert "Could not load model" in final[4]
+
+
+def test_space_launcher_runs_the_root_app_and_refuses_arbitrary_models(tmp_path):
+    env = {**os.environ, "SPACE_ID": "someone/mars-studio", "MARS_MODEL": str(tmp_path)}
+    done = subprocess.run([sys.executable, str(ROOT / "spaces" / "app.py")], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "On a Space the model must be one of" in done.stderr and "--ar-model" in done.stderr

@@ -4,6 +4,8 @@ Skipped with the reason when chromium, chromedriver or selenium is missing. Envi
   MARS_SCREENSHOT=1               also save the screenshot to assets/race.png
   MARS_SCREENSHOT_MODEL=default   serve the real default model instead of a tiny random one (or any --model value)
   MARS_SCREENSHOT_PROMPT=...      the prompt to race
+  MARS_SCREENSHOT_THRESHOLD=0.9   the threshold (default 0.3: the tiny model then commits several tokens per forward)
+  MARS_SCREENSHOT_MAX_NEW_TOKENS=64
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from pathlib import Path
 
 import pytest
 
@@ -50,6 +51,16 @@ def driver():
     browser.quit()
 
 
+def set_number(driver, elem_id: str, value: str) -> None:
+    """Type a value into a slider's number box and leave it, as a user would."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    box = driver.find_element(By.CSS_SELECTOR, f"#{elem_id} input[type=number]")
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys(value, Keys.TAB)
+
+
 def test_race_in_a_browser(driver, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
@@ -65,6 +76,9 @@ def test_race_in_a_browser(driver, tmp_path):
         box = wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "#race-prompt textarea")))
         box.clear()
         box.send_keys(prompt)
+        set_number(driver, "race-threshold", os.environ.get("MARS_SCREENSHOT_THRESHOLD", "0.3"))
+        set_number(driver, "race-max-new", os.environ.get("MARS_SCREENSHOT_MAX_NEW_TOKENS", "64"))
+        time.sleep(0.5)
         driver.find_element(By.CSS_SELECTOR, "#race-run").click()
         wait.until(lambda d: "done" in d.find_element(By.ID, "race-stats").text)
         time.sleep(1.0)  # let the last chart update paint
