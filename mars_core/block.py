@@ -9,6 +9,8 @@ later ones left to right while confident. A sample that filled its block waits f
 A finished block's keys/values enter the cache in the first forward of the next block, which feeds
 [previous block | new block]: no extra pass, and the block's entries are cropped after every forward
 (crop(-B)), never copied. Shapes are fixed at B (2B at block starts) and positions stay aligned.
+A forward whose threshold is >= 1 can only accept slot `filled`, so it feeds the filled prefix and no
+masks, and reads one logit per sample: one-token mode costs what AR costs.
 """
 
 from __future__ import annotations
@@ -41,23 +43,33 @@ def block_decode(
     generated = torch.zeros(b, dtype=torch.long, device=dev)
     done = torch.zeros(b, dtype=torch.bool, device=dev)
     cache = new_cache(model)
+    filled_max = 0  # host copy of filled.max()
     while True:
         ctl = control.snapshot()
         if ctl.stopped:
             return
         U = uncached.shape[1]
-        ids = torch.cat([uncached, block], 1)
-        positions = torch.cat([uncached_pos, base[:, None] + slots], 1)
-        mask = cache_mask(torch.cat([valid, uncached_valid, block_ok], 1), U + B)
-        if U > 0:  # logits of slots U-1 .. U+B-2 predict block slots 0 .. B-1
-            logits = forward(model, ids, positions, mask, cache, keep=B + 1)[:, :B]
-            tokens, conf = select(logits, ctl, spec.generator)
+        W = B if ctl.threshold < 1.0 else filled_max  # block slots fed this forward
+        ids = torch.cat([uncached, block[:, :W]], 1)
+        positions = torch.cat([uncached_pos, base[:, None] + slots[:W]], 1)
+        mask = cache_mask(torch.cat([valid, uncached_valid, block_ok[:, :W]], 1), U + W)
+        keep = W + (U > 0)  # kept logit j sits at index U+W-keep+j and predicts block slot W-keep+j+1
+        logits = forward(model, ids, positions, mask, cache, keep=keep)
+        if W < B:  # one-token mode: the prediction for slot `filled` only
+            j = (filled - 1 + (U > 0)).clamp(0, keep - 1)
+            picked = logits.gather(1, j[:, None, None].expand(-1, 1, logits.shape[-1]))
+            tok, tok_conf = select(picked, ctl, spec.generator)
+            at = filled.clamp_max(B - 1)[:, None]
+            tokens = block.scatter(1, at, tok)
+            conf = torch.zeros(b, B, device=dev).scatter(1, at, tok_conf)
+        elif U > 0:  # logits of slots U-1 .. U+B-2 predict block slots 0 .. B-1
+            tokens, conf = select(logits[:, :B], ctl, spec.generator)
         else:  # slot 0 is filled already: slots 0 .. B-2 predict slots 1 .. B-1
-            logits = forward(model, ids, positions, mask, cache, keep=B)[:, : B - 1]
-            tokens, conf = select(logits, ctl, spec.generator)
+            tokens, conf = select(logits[:, : B - 1], ctl, spec.generator)
             tokens = torch.cat([block[:, :1], tokens], 1)
             conf = torch.cat([torch.ones_like(conf[:, :1]), conf], 1)
-        cache.crop(-B)  # keep the previous block / prompt, drop this block's entries
+        if W:
+            cache.crop(-W)  # keep the previous block / prompt, drop this block's entries
         valid = torch.cat([valid, uncached_valid], 1)
 
         waiting = done | (filled >= B)
@@ -71,18 +83,21 @@ def block_decode(
         write_out(out, generated, tokens, start, end)
         filled = end
         block_done = (filled >= B) | done
-        host = torch.stack([end - start, done.long(), block_done.long()]).tolist()  # one host sync
+        host = torch.stack([end - start, done.long(), block_done.long(), end]).tolist()  # one host sync
         stop = yield Step(tokens, conf, start, end, host[0], [bool(d) for d in host[1]], ctl.threshold, out, generated)
         if stop is not None:
             done = done | stop.to(dev)
         if bool(done.all()):
             return
-        if all(host[2]) or stop is not None and bool((done | (filled >= B)).all()):
+        filled_max = max(host[3])
+        complete = all(host[2]) if stop is None else bool((done | (filled >= B)).all())
+        if complete:
             # next block: this one's tokens enter the cache with the next forward
             uncached, uncached_valid, uncached_pos = block, block_ok, base[:, None] + slots
             base = base + B
             block = torch.full((b, B), mask_id, dtype=torch.long, device=dev)
             filled = torch.zeros(b, dtype=torch.long, device=dev)
+            filled_max = 0
         else:
             uncached = uncached[:, :0]
             uncached_valid = uncached_valid[:, :0]

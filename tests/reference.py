@@ -5,10 +5,17 @@ They spell out the method as simply as possible, so the cached decoders can be c
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 
-def _predict(model, seq: list[int], from_slots: list[int], threshold: float):
+def _at(threshold: float | Callable[[int], float], forward: int) -> float:
+    """A fixed threshold, or a schedule: the threshold of forward number `forward`."""
+    return threshold(forward) if callable(threshold) else threshold
+
+
+def _predict(model, seq: list[int], from_slots: list[int], threshold):
     """Greedy token and its probability at each given slot of a plain causal forward over seq."""
     logits = model(torch.tensor([seq])).logits[0].float()
     probs = logits.softmax(-1)
@@ -17,7 +24,7 @@ def _predict(model, seq: list[int], from_slots: list[int], threshold: float):
 
 
 @torch.no_grad()
-def reference_sliding(model, prompt: list[int], block_size: int, threshold: float, max_new: int, mask_id: int,
+def reference_sliding(model, prompt: list[int], block_size: int, threshold, max_new: int, mask_id: int,
                       stop_ids: set[int]) -> tuple[list[int], int]:
     """Committed tokens + B-1 masks each step; returns (generated tokens, forwards)."""
     out, forwards = [], 0
@@ -25,9 +32,10 @@ def reference_sliding(model, prompt: list[int], block_size: int, threshold: floa
         seq = prompt + out
         slots = [len(seq) - 1] + [len(seq) + j for j in range(block_size - 1)]
         toks, conf = _predict(model, seq + [mask_id] * (block_size - 1), slots, threshold)
+        tau = _at(threshold, forwards)
         forwards += 1
         take = 1
-        while threshold < 1 and take < block_size and conf[take] >= threshold:
+        while tau < 1 and take < block_size and conf[take] >= tau:
             take += 1
         for t in toks[:take]:
             if len(out) < max_new:
@@ -38,7 +46,7 @@ def reference_sliding(model, prompt: list[int], block_size: int, threshold: floa
 
 
 @torch.no_grad()
-def reference_block(model, prompt: list[int], block_size: int, threshold: float, max_new: int, mask_id: int,
+def reference_block(model, prompt: list[int], block_size: int, threshold, max_new: int, mask_id: int,
                     stop_ids: set[int]) -> tuple[list[int], int]:
     """Blocks of B slots over prompt + finished blocks; returns (generated tokens, forwards)."""
     out, forwards = [], 0
@@ -49,9 +57,10 @@ def reference_block(model, prompt: list[int], block_size: int, threshold: float,
             start = len(prompt) + len(out)  # slot s of the block is predicted from position start + s - 1
             slots = [start + s - 1 for s in range(len(block), block_size)]
             toks, conf = _predict(model, seq, slots, threshold)
+            tau = _at(threshold, forwards)
             forwards += 1
             take = 1
-            while threshold < 1 and take < len(toks) and conf[take] >= threshold:
+            while tau < 1 and take < len(toks) and conf[take] >= tau:
                 take += 1
             for t in toks[:take]:
                 block.append(t)

@@ -90,10 +90,11 @@ def test_event_shows_the_proposals_it_accepted_from(model, tokenizer):
             assert e.proposed_confidences[0][s + n] < e.threshold or e.done[0]
 
 
-def test_threshold_change_acts_from_the_next_forward(model, tokenizer):
+@pytest.mark.parametrize("strategy", ["sliding", "block"])
+def test_threshold_change_acts_from_the_next_forward(model, tokenizer, strategy):
     control = DecodeControl(threshold=0.05)
     counts, thresholds = [], []
-    for e in stream(model, tokenizer, PROMPTS[0], control=control, max_new_tokens=60):
+    for e in stream(model, tokenizer, PROMPTS[0], control=control, strategy=strategy, max_new_tokens=60):
         counts.append(len(e.token_ids[0]))
         thresholds.append(e.threshold)
         if e.forward == 3:
@@ -101,6 +102,25 @@ def test_threshold_change_acts_from_the_next_forward(model, tokenizer):
     assert max(counts[:4]) > 1  # low threshold: multi-token forwards
     assert thresholds[:4] == [0.05] * 4 and set(thresholds[4:]) == {1.0}
     assert set(counts[4:]) == {1}  # one token per forward from the very next forward
+
+
+@pytest.mark.parametrize("strategy", ["sliding", "block"])
+def test_switching_threshold_mid_block_matches_the_no_cache_reference(model, tokenizer, strategy):
+    """Switching between one-token mode (no masks fed) and MARS mode mid-stream, even mid-block, commits
+    exactly what a decoder that recomputes everything under the same per-forward thresholds commits."""
+    from reference import reference_block, reference_sliding
+
+    schedule = lambda f: 1.0 if f % 3 == 2 else 0.2  # noqa: E731  forward f's threshold
+    control = DecodeControl(threshold=schedule(0))
+    got = []
+    for e in stream(model, tokenizer, PROMPTS[0], control=control, strategy=strategy, max_new_tokens=40):
+        got += e.token_ids[0]
+        control.threshold = schedule(e.forward + 1)
+    reference = reference_sliding if strategy == "sliding" else reference_block
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": PROMPTS[0]}], add_generation_prompt=True)
+    want, _ = reference(model, prompt["input_ids"], 4, schedule, 40, tokenizer.mask_token_id, {tokenizer.eos_token_id})
+    assert got == want
+    assert got != generate(model, tokenizer, PROMPTS[0], strategy="ar", max_new_tokens=40).token_ids[0]
 
 
 def test_stop_ends_the_stream(model, tokenizer):
