@@ -1,9 +1,12 @@
-"""mars-bench: wall-clock of our decoders against transformers' generate, side by side in one process.
+"""mars-bench: wall-clock of our decoders against transformers' generate and prompt lookup, side by side.
 
-    mars-bench --model PATH --batch-sizes 1,4 --block-sizes 4 --thresholds 1.0,0.9 --json out.json
+    mars-bench --json bench.json --batch-sizes 1,4,16 --block-sizes 4,8 --thresholds 1.0,0.95,0.9,0.8
 
-Every method decodes the same prompts with the same max_new_tokens and stops at EOS; after a warm-up
-each configuration runs `--repeats` times and the median is reported.
+Every method decodes the same prompts (the held-out set by default) with the same max_new_tokens and stops
+at EOS, in one process. After a warm-up each configuration runs `--repeats` times; medians are reported,
+over all prompts and per prompt category. Each MARS row also carries the bound
+    tokens_per_forward × t(1-token forward) / t(B-token forward)
+measured on the same model and batch size: the speedup over AR that MARS could reach with zero overhead.
 """
 
 from __future__ import annotations
@@ -19,42 +22,43 @@ from dataclasses import asdict, dataclass
 import torch
 from tqdm.auto import tqdm
 
+from .decoding import new_cache
 from .generate import encode_prompt, generate, stop_token_ids
 
 METHODS = ("hf_generate", "hf_prompt_lookup", "ar", "mars_sliding", "mars_block")
+Runner = Callable[..., tuple[int, int | None]]
 
 
 @dataclass
 class Row:
     method: str
+    category: str  # "all" or a prompt category
     batch_size: int
     block_size: int | None  # None for one-token methods
     threshold: float | None
-    tokens_per_forward: float | None  # None where transformers does not report forwards
+    tokens_per_forward: float | None  # None where transformers does not report forwards (prompt lookup)
     generated_tokens: int
     seconds: float
     tokens_per_second: float
     speedup_vs_hf_generate: float | None = None
+    bound: float | None = None  # tokens_per_forward × t(1-token forward) / t(B-token forward)
+    speedup_over_bound: float | None = None  # measured speedup / bound (1 = no overhead at all)
 
 
-def _hf(model, tokenizer, prompts: list[str], max_new: int, lookup: bool) -> tuple[int, int | None]:
-    """transformers' generate, greedy with KV cache (or prompt lookup): (generated tokens up to EOS, None)."""
+def _hf(model, tokenizer, prompts: list[str], max_new: int, lookup: bool) -> tuple[int, None]:
+    """transformers' generate, greedy with KV cache (or prompt lookup): generated tokens up to EOS."""
     ids = [encode_prompt(tokenizer, p) for p in prompts]
     tokenizer.padding_side = "left"
     batch = tokenizer.pad({"input_ids": ids}, return_tensors="pt").to(model.device)
     extra = {"prompt_lookup_num_tokens": 10} if lookup else {}
-    out = model.generate(
-        **batch, max_new_tokens=max_new, do_sample=False, pad_token_id=tokenizer.pad_token_id, **extra
-    )
+    out = model.generate(**batch, max_new_tokens=max_new, do_sample=False, pad_token_id=tokenizer.pad_token_id,
+                         **extra)
     stops = set(stop_token_ids(model, tokenizer))
-    tokens = 0
-    for row in out[:, batch["input_ids"].shape[1] :].tolist():
-        cut = next((k + 1 for k, t in enumerate(row) if t in stops), len(row))
-        tokens += cut
-    return tokens, None
+    rows = out[:, batch["input_ids"].shape[1] :].tolist()
+    return sum(next((k + 1 for k, t in enumerate(r) if t in stops), len(r)) for r in rows), None
 
 
-def _ours(strategy: str, block_size: int, threshold: float) -> Callable:
+def _ours(strategy: str, block_size: int, threshold: float) -> Runner:
     def run(model, tokenizer, prompts, max_new):
         r = generate(model, tokenizer, prompts, strategy=strategy, block_size=block_size, threshold=threshold,
                      max_new_tokens=max_new)
@@ -77,8 +81,25 @@ def configurations(methods, block_sizes, thresholds):
                     yield m, b, t, _ours(m.removeprefix("mars_"), b, t)
 
 
-def time_run(runner, model, tokenizer, batches: list[list[str]], max_new: int) -> tuple[float, int, int | None]:
-    """Seconds, generated tokens and sample-forwards of one pass over all batches."""
+@torch.inference_mode()
+def forward_seconds(model, tokenizer, prompts: list[str], new_tokens: int, context: int = 128, repeats: int = 7):
+    """Median time of one cached forward of `new_tokens` tokens per sample after a `context`-token prefix."""
+    ids = [encode_prompt(tokenizer, p) for p in prompts]
+    prefix = torch.tensor([(x * (context // len(x) + 1))[:context] for x in ids], device=model.device)
+    cache = new_cache(model)
+    model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    step = prefix[:, -new_tokens:]
+    times = []
+    for _ in range(repeats + 1):
+        t0 = time.perf_counter()
+        model(input_ids=step, past_key_values=cache, use_cache=True, logits_to_keep=new_tokens)
+        times.append(time.perf_counter() - t0)
+        cache.crop(-new_tokens)
+    return statistics.median(times[1:])  # the first is a warm-up
+
+
+def time_pass(runner: Runner, model, tokenizer, batches: list[list[str]], max_new: int):
+    """Seconds, generated tokens and sample-forwards of one pass over the batches."""
     t0 = time.perf_counter()
     tokens, forwards = 0, 0
     for batch in batches:
@@ -88,86 +109,184 @@ def time_run(runner, model, tokenizer, batches: list[list[str]], max_new: int) -
     return time.perf_counter() - t0, tokens, forwards
 
 
+def total(results) -> tuple[float, int, int | None]:
+    """Seconds, tokens and forwards summed over categories (forwards None if any is unknown)."""
+    results = list(results)
+    forwards = None if any(r[2] is None for r in results) else sum(r[2] for r in results)
+    return sum(r[0] for r in results), sum(r[1] for r in results), forwards
+
+
+def _row(method, category, bs, b, t, seconds, tokens, forwards) -> Row:
+    tpf = tokens / forwards if forwards else (1.0 if method == "hf_generate" else None)
+    return Row(method, category, bs, b, t, tpf, tokens, seconds, tokens / seconds)
+
+
 def bench(
-    model, tokenizer, prompts: list[str], *, methods=METHODS, batch_sizes=(1,), block_sizes=(4,),
+    model, tokenizer, records: list[dict], *, methods=METHODS, batch_sizes=(1,), block_sizes=(4,),
     thresholds=(1.0, 0.9), max_new_tokens=64, repeats=3, progress: bool = True,
 ) -> list[Row]:
-    """Time every configuration at every batch size; speedups are against hf_generate at the same batch size."""
-    rows: list[Row] = []
+    """Time every configuration at every batch size, per category and over all prompts.
+
+    records: dicts with "prompt" and optionally "category". Batches are formed within a category; the
+    "all" row sums the categories' tokens and seconds of the same repeat.
+    """
+    categories: dict[str, list[str]] = {}
+    for r in records:
+        categories.setdefault(r.get("category", "all"), []).append(r["prompt"])
     jobs = [
         (bs, cfg) for bs in batch_sizes for cfg in configurations(methods, block_sizes, thresholds)
         if not (cfg[0] == "hf_prompt_lookup" and bs > 1)  # transformers' prompt lookup takes batch 1 only
     ]
+    rows: list[Row] = []
     for bs, (method, b, t, runner) in tqdm(jobs, desc="mars-bench", disable=not progress):
-        batches = [prompts[i : i + bs] for i in range(0, len(prompts), bs)]
-        runner(model, tokenizer, batches[0][:1], 4)  # warm-up
-        runs = [time_run(runner, model, tokenizer, batches, max_new_tokens) for _ in range(repeats)]
-        seconds = statistics.median(r[0] for r in runs)
-        tokens, forwards = runs[0][1], runs[0][2]
-        tpf = tokens / forwards if forwards else (1.0 if method == "hf_generate" else None)
-        rows.append(Row(method, bs, b, t, tpf, tokens, seconds, tokens / seconds))
-    for r in rows:
-        base = next((x for x in rows if x.method == "hf_generate" and x.batch_size == r.batch_size), None)
-        if base is not None:
-            r.speedup_vs_hf_generate = base.seconds / r.seconds
+        runner(model, tokenizer, [records[0]["prompt"]], 4)  # warm-up
+        passes = [
+            {c: time_pass(runner, model, tokenizer, [ps[i : i + bs] for i in range(0, len(ps), bs)], max_new_tokens)
+             for c, ps in categories.items()}
+            for _ in range(repeats)
+        ]
+        for c in categories:
+            runs = [p[c] for p in passes]
+            rows.append(_row(method, c, bs, b, t, statistics.median(r[0] for r in runs), runs[0][1], runs[0][2]))
+        if "all" not in categories:
+            totals = [total(p.values()) for p in passes]
+            rows.append(_row(method, "all", bs, b, t, statistics.median(x[0] for x in totals), *totals[0][1:]))
+    add_speedups(rows)
+    add_bounds(rows, model, tokenizer, [r["prompt"] for r in records])
     return rows
 
 
-def format_table(rows: list[Row]) -> str:
-    head = f"{'method':<17}{'batch':>6}{'B':>4}{'τ':>6}{'tok/fwd':>9}{'tokens':>8}{'sec':>9}{'tok/s':>9}{'speedup':>9}"
-    lines = [head, "-" * len(head)]
+def add_speedups(rows: list[Row]) -> None:
+    """speedup = hf_generate's seconds / this row's seconds, same batch size and category."""
+    base = {(r.batch_size, r.category): r.seconds for r in rows if r.method == "hf_generate"}
     for r in rows:
-        fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
+        if (r.batch_size, r.category) in base:
+            r.speedup_vs_hf_generate = base[(r.batch_size, r.category)] / r.seconds
+
+
+def add_bounds(rows: list[Row], model, tokenizer, prompts: list[str]) -> None:
+    """Attach bound = tpf × t(1-token forward) / t(B-token forward), timed at each batch size and B."""
+    cost: dict[tuple[int, int], float] = {}
+    for r in rows:
+        if r.block_size is None or r.tokens_per_forward is None:
+            continue
+        for k in (1, r.block_size):
+            if (r.batch_size, k) not in cost:
+                batch = (prompts * r.batch_size)[: r.batch_size]
+                cost[(r.batch_size, k)] = forward_seconds(model, tokenizer, batch, k)
+        r.bound = r.tokens_per_forward * cost[(r.batch_size, 1)] / cost[(r.batch_size, r.block_size)]
+        if r.speedup_vs_hf_generate is not None:
+            r.speedup_over_bound = r.speedup_vs_hf_generate / r.bound
+
+
+def format_table(rows: list[Row], category: str | None = "all") -> str:
+    """A fixed-width table of the rows of one category (None: every row)."""
+    head = (f"{'method':<14}{'category':>13}{'batch':>6}{'B':>3}{'τ':>6}{'tok/fwd':>8}{'tokens':>7}{'sec':>8}"
+            f"{'tok/s':>8}{'speedup':>8}{'bound':>7}{'/bound':>7}")
+    lines = [head, "-" * len(head)]
+    fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
+    for r in rows:
+        if category is not None and r.category != category:
+            continue
         lines.append(
-            f"{r.method:<17}{r.batch_size:>6}{fmt(r.block_size, 'd'):>4}{fmt(r.threshold, '.2f'):>6}"
-            f"{fmt(r.tokens_per_forward, '.2f'):>9}{r.generated_tokens:>8}{r.seconds:>9.2f}"
-            f"{r.tokens_per_second:>9.1f}{fmt(r.speedup_vs_hf_generate, '.2f'):>9}"
+            f"{r.method:<14}{r.category:>13}{r.batch_size:>6}{fmt(r.block_size, 'd'):>3}{fmt(r.threshold, '.2f'):>6}"
+            f"{fmt(r.tokens_per_forward, '.2f'):>8}{r.generated_tokens:>7}{r.seconds:>8.2f}{r.tokens_per_second:>8.1f}"
+            f"{fmt(r.speedup_vs_hf_generate, '.2f'):>8}{fmt(r.bound, '.2f'):>7}{fmt(r.speedup_over_bound, '.2f'):>7}"
         )
     return "\n".join(lines)
+
+
+def plot(rows: list[Row], path: str, title: str = "") -> str | None:
+    """Speedup over hf_generate per configuration and batch size (all prompts) as a PNG; None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    rows = [r for r in rows if r.category == "all" and r.speedup_vs_hf_generate is not None]
+    sizes = sorted({r.batch_size for r in rows})
+    fig, axes = plt.subplots(1, len(sizes), figsize=(5.5 * len(sizes), 4.2), squeeze=False, sharey=True)
+    for ax, bs in zip(axes[0], sizes):
+        sub = [r for r in rows if r.batch_size == bs]
+        labels = [r.method + ("" if r.block_size is None else f"\nB{r.block_size} τ{r.threshold:g}") for r in sub]
+        colours = ["#94a3b8" if r.block_size is None else "#2563eb" if r.method == "mars_sliding" else "#7c3aed"
+                   for r in sub]
+        ax.bar(range(len(sub)), [r.speedup_vs_hf_generate for r in sub], color=colours)
+        ax.axhline(1.0, color="#0f172a", lw=1, ls="--")
+        ax.set_xticks(range(len(sub)), labels, rotation=90, fontsize=7)
+        ax.set_title(f"batch {bs}")
+    axes[0][0].set_ylabel("speedup vs transformers generate")
+    fig.suptitle(title or "mars-bench: wall-clock speedup (all prompts)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def parse_list(text: str, cast) -> list:
     return [cast(x) for x in text.split(",") if x.strip()]
 
 
+def default_records(limit: int | None) -> list[dict]:
+    """The held-out prompts (with categories) when the data is there, else the built-in prompt set."""
+    try:
+        from .eval import load_heldout
+
+        return load_heldout(limit)
+    except (ImportError, FileNotFoundError):
+        from .prompts import DEFAULT_PROMPTS
+
+        return list(DEFAULT_PROMPTS)[:limit]
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="mars-bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default=None, help="name or path for mars_core.load (default: the embedded model)")
-    p.add_argument("--methods", default=",".join(METHODS), help=f"comma list of {METHODS}")
-    p.add_argument("--batch-sizes", default="1", help="comma list, e.g. 1,4,16")
-    p.add_argument("--block-sizes", default="4", help="comma list, e.g. 4,8")
-    p.add_argument("--thresholds", default="1.0,0.9", help="comma list, e.g. 1.0,0.95,0.9,0.8")
-    p.add_argument("--limit", type=int, default=None, help="use the first N prompts")
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--repeats", type=int, default=3, help="timed runs per configuration; the median is kept")
+    p.add_argument("--methods", default=",".join(METHODS), help=f"comma list of {', '.join(METHODS)}")
+    p.add_argument("--batch-sizes", default="1,4,16", help="comma list")
+    p.add_argument("--block-sizes", default="4,8", help="comma list")
+    p.add_argument("--thresholds", default="1.0,0.95,0.9,0.8", help="comma list")
+    p.add_argument("--limit", type=int, default=None, help="use the first N prompts (round-robin over categories)")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--repeats", type=int, default=3, help="timed runs per configuration; medians are kept")
     p.add_argument("--dtype", default="auto", help="auto, bf16 or fp32")
-    p.add_argument("--quick", action="store_true", help="a small slice for CI: 2 prompts, 16 tokens, 1 repeat")
+    p.add_argument("--quick", action="store_true",
+                   help="a small slice for CI: 4 prompts, 16 tokens, 1 repeat, batch 1, B 4, τ 1.0 and 0.9")
     p.add_argument("--json", default=None, help="write the rows to this JSON file")
+    p.add_argument("--plot", default=None, help="PNG of the speedups (default: next to --json)")
     args = p.parse_args(argv)
-
-    from .load import load
-    from .prompts import DEFAULT_PROMPTS
-
     methods = parse_list(args.methods, str)
     unknown = set(methods) - set(METHODS)
     if unknown:
-        p.error(f"unknown methods {sorted(unknown)}; choose from {METHODS}")
-    prompts = [x["prompt"] for x in DEFAULT_PROMPTS][: 2 if args.quick else args.limit]
+        p.error(f"unknown methods {sorted(unknown)}; choose from {', '.join(METHODS)}")
     if args.quick:
-        args.max_new_tokens, args.repeats = 16, 1
+        args.limit, args.max_new_tokens, args.repeats = 4, 16, 1
+        args.batch_sizes, args.block_sizes, args.thresholds = "1", "4", "1.0,0.9"
+
+    from .load import load
+
+    records = default_records(args.limit)
     model, tokenizer = load(args.model, dtype=args.dtype)
     rows = bench(
-        model, tokenizer, prompts, methods=methods, batch_sizes=parse_list(args.batch_sizes, int),
+        model, tokenizer, records, methods=methods, batch_sizes=parse_list(args.batch_sizes, int),
         block_sizes=parse_list(args.block_sizes, int), thresholds=parse_list(args.thresholds, float),
         max_new_tokens=args.max_new_tokens, repeats=args.repeats,
     )
     print(format_table(rows))
+    device = f"{model.device} ({platform.machine()}, {torch.get_num_threads()} threads)"
+    if model.device.type == "cuda":
+        device = torch.cuda.get_device_name(model.device)
+    dtype = str(model.dtype).removeprefix("torch.")
     if args.json:
-        info = {"device": str(model.device) + f" ({platform.processor() or platform.machine()}, "
-                f"{torch.get_num_threads()} threads)", "dtype": str(model.dtype).removeprefix("torch."),
-                "model": args.model or "default", "prompts": len(prompts), "max_new_tokens": args.max_new_tokens}
+        info = {"device": device, "dtype": dtype, "model": args.model or "default", "prompts": len(records),
+                "max_new_tokens": args.max_new_tokens, "repeats": args.repeats}
         with open(args.json, "w") as f:
             json.dump({**info, "rows": [asdict(r) for r in rows]}, f, indent=2)
+    path = args.plot or (args.json.rsplit(".", 1)[0] + ".png" if args.json else None)
+    if path and plot(rows, path, f"mars-bench: speedup over transformers generate ({device}, {dtype})"):
+        print(f"plot: {path}")
 
 
 if __name__ == "__main__":

@@ -1,15 +1,26 @@
 import json
+
+import pytest
 import subprocess
 import sys
 
 from mars_core.bench import METHODS, bench, format_table, main
 
 PROMPTS = ["Count from one to ten", "What is the capital of France?", "hello"]
+RECORDS = [{"prompt": p, "category": c} for p, c in zip(PROMPTS, ["counting", "factual", "counting"])]
 
 
 def test_bench_rows_cover_every_configuration(model, tokenizer):
-    rows = bench(model, tokenizer, PROMPTS, batch_sizes=(1, 2), block_sizes=(2, 4), thresholds=(1.0, 0.3),
+    rows = bench(model, tokenizer, RECORDS, batch_sizes=(1, 2), block_sizes=(2, 4), thresholds=(1.0, 0.3),
                  max_new_tokens=8, repeats=1, progress=False)
+    per_category = {}
+    for r in rows:
+        per_category.setdefault((r.method, r.batch_size, r.block_size, r.threshold), {})[r.category] = r
+    for parts in per_category.values():  # "all" sums the categories
+        assert set(parts) == {"all", "counting", "factual"}
+        assert parts["all"].generated_tokens == parts["counting"].generated_tokens + parts["factual"].generated_tokens
+        assert parts["all"].seconds == pytest.approx(parts["counting"].seconds + parts["factual"].seconds)
+    rows = [r for r in rows if r.category == "all"]
     keys = {(r.method, r.batch_size, r.block_size, r.threshold) for r in rows}
     assert ("hf_prompt_lookup", 1, None, None) in keys
     assert not any(m == "hf_prompt_lookup" and b == 2 for m, b, _, _ in keys)  # batch 1 only in transformers
@@ -21,6 +32,11 @@ def test_bench_rows_cover_every_configuration(model, tokenizer):
         if r.method in ("ar", "hf_generate") or r.threshold == 1.0:
             assert r.tokens_per_forward == 1.0
     assert all(r.speedup_vs_hf_generate == 1.0 for r in rows if r.method == "hf_generate")
+    for r in rows:  # the bound exists for MARS rows: tpf × t(1-token forward) / t(B-token forward)
+        assert (r.bound is not None) == r.method.startswith("mars_")
+        if r.bound is not None:
+            assert 0 < r.bound < 2 * r.tokens_per_forward
+            assert r.speedup_over_bound == pytest.approx(r.speedup_vs_hf_generate / r.bound)
     assert "mars_sliding" in format_table(rows)
 
 
@@ -34,9 +50,13 @@ def test_cli_runs_on_a_saved_model(tmp_path, model, tokenizer, capsys):
     tokenizer.save_pretrained(tmp_path / "m")
     out = tmp_path / "bench.json"
     main(["--model", str(tmp_path / "m"), "--quick", "--dtype", "fp32", "--methods", "hf_generate,ar,mars_sliding",
-          "--thresholds", "1.0", "--json", str(out)])
+          "--json", str(out)])
     data = json.loads(out.read_text())
     assert {r["method"] for r in data["rows"]} == {"hf_generate", "ar", "mars_sliding"}
+    assert {r["threshold"] for r in data["rows"]} == {None, 1.0, 0.9}
+    assert {"category", "tokens_per_forward", "seconds", "tokens_per_second", "speedup_vs_hf_generate"} <= set(
+        data["rows"][0])
+    assert (tmp_path / "bench.png").stat().st_size > 1000
     assert data["dtype"] == "float32" and "device" in data
     assert "speedup" in capsys.readouterr().out
     assert set(METHODS) >= {r["method"] for r in data["rows"]}
