@@ -27,7 +27,7 @@ from gradio.components.plot import PlotData
 from mars_core import DecodeControl, stream, training_attention_mask
 from mars_core.generate import encode_prompt
 from mars_core.load import load
-from mars_core.prompts import CATEGORIES, prompts_in
+from mars_core.prompts import prompt_categories, prompt_set, prompts_in
 from mars_core.serving import LoadTracker, adaptive_threshold
 from mars_core.sweep import DEFAULT_THRESHOLDS, SWEEP_COLUMNS, agreement, threshold_sweep
 
@@ -639,13 +639,14 @@ def pareto_figure(rows: list[dict]) -> go.Figure:
 
 
 def run_sweep(
-    thresholds: str, block_size: int, max_new_tokens: int, categories: list[str], progress: Any = gr.Progress()
+    thresholds: str, block_size: int, max_new_tokens: int, categories: list[str], limit: int = 18,
+    progress: Any = gr.Progress(),
 ) -> tuple[Any, pd.DataFrame | None, str | None, str]:
-    """Sweep the thresholds over the default prompts of the chosen categories: chart, table, CSV and a status line."""
+    """Sweep the thresholds over the first `limit` prompts of the chosen categories: chart, table, CSV, status."""
     try:
         values = parse_thresholds(thresholds)
         _, _, block, _, new = check_inputs("sweep", 1.0, block_size, 0.0, max_new_tokens, cap=SWEEP_MAX_NEW_TOKENS)
-        prompts = prompts_in(list(categories or []))
+        prompts = prompts_in(list(categories or []), limit=_integer(limit, "number of prompts"))
         if not prompts:
             raise ValueError("Pick at least one prompt category.")
         model, tok = get_model(CONFIG.model)
@@ -750,14 +751,19 @@ def build_ui() -> gr.Blocks:
             walk_view = gr.HTML(step_html({"steps": [], "index": 0}), label="forward")
         with gr.Tab("Threshold explorer"):
             gr.Markdown(
-                "Decode the default prompt set at several thresholds (greedy, one prompt at a time). Quality is "
-                "agreement with the τ = 1 answer: the shared-prefix fraction of tokens (1 = the same answer)."
+                "Decode the held-out prompts (never trained on; the built-in set when the data is absent) at "
+                "several thresholds, greedy, one prompt at a time. Quality is agreement with the τ = 1 answer: "
+                "the shared-prefix fraction of tokens (1 = the same answer)."
             )
             with gr.Row():
                 sweep_taus = gr.Textbox(", ".join(f"{t:g}" for t in DEFAULT_THRESHOLDS), label="Thresholds")
                 sweep_block = gr.Slider(1, MAX_BLOCK_SIZE, value=4, step=1, label="Block size B")
                 sweep_new = gr.Slider(8, SWEEP_MAX_NEW_TOKENS, value=48, step=8, label="Max new tokens")
-            sweep_cats = gr.CheckboxGroup(list(CATEGORIES), value=list(CATEGORIES), label="Prompt categories")
+            cats = prompt_categories()
+            with gr.Row():
+                sweep_cats = gr.CheckboxGroup(cats, value=cats, label="Prompt categories", scale=3)
+                sweep_limit = gr.Slider(1, len(prompt_set()), value=min(18, len(prompt_set())), step=1, scale=1,
+                                        label="Prompts (taken round-robin over the categories)")
             sweep_button = gr.Button("Run sweep", variant="primary")
             sweep_status = gr.Markdown(label="status")
             pareto = gr.Plot(label="pareto", show_label=False)
@@ -779,7 +785,7 @@ def build_ui() -> gr.Blocks:
                             api_name="walkthrough")
         prev_button.click(lambda w: walk_move(w, -1), walk, [walk_view, walk], api_visibility="undocumented", **quick)
         next_button.click(lambda w: walk_move(w, 1), walk, [walk_view, walk], api_visibility="undocumented", **quick)
-        sweep_button.click(gpu(run_sweep), [sweep_taus, sweep_block, sweep_new, sweep_cats],
+        sweep_button.click(gpu(run_sweep), [sweep_taus, sweep_block, sweep_new, sweep_cats, sweep_limit],
                            [pareto, table, csv_file, sweep_status], api_name="sweep", show_progress_on=pareto)
     demo.queue(default_concurrency_limit=CONFIG.concurrency, max_size=64)
     return demo

@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from .decoding import new_cache
 from .generate import encode_prompt, generate, stop_token_ids
+from .prompts import prompt_set
 
 METHODS = ("hf_generate", "hf_prompt_lookup", "ar", "mars_sliding", "mars_block")
 Runner = Callable[..., tuple[int, int | None]]
@@ -229,18 +230,6 @@ def parse_list(text: str, cast) -> list:
     return [cast(x) for x in text.split(",") if x.strip()]
 
 
-def default_records(limit: int | None) -> list[dict]:
-    """The held-out prompts (with categories) when the data is there, else the built-in prompt set."""
-    try:
-        from .eval import load_heldout
-
-        return load_heldout(limit)
-    except (ImportError, FileNotFoundError):
-        from .prompts import DEFAULT_PROMPTS
-
-        return list(DEFAULT_PROMPTS)[:limit]
-
-
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="mars-bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default=None, help="name or path for mars_core.load (default: the embedded model)")
@@ -267,7 +256,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from .load import load
 
-    records = default_records(args.limit)
+    records = prompt_set(args.limit)
     model, tokenizer = load(args.model, dtype=args.dtype)
     rows = bench(
         model, tokenizer, records, methods=methods, batch_sizes=parse_list(args.batch_sizes, int),

@@ -1,4 +1,4 @@
-"""A small default prompt set for threshold sweeps and demos (a held-out set will replace it later)."""
+"""Prompt sets for sweeps, benchmarks and demos: the shipped held-out prompts, else a small built-in set."""
 
 from __future__ import annotations
 
@@ -20,11 +20,28 @@ DEFAULT_PROMPTS: list[dict[str, str]] = [
 ]
 
 
-def prompts_in(categories: list[str] | tuple[str, ...] | None = None) -> list[dict[str, str]]:
-    """The default prompts of the given categories (all of them when None)."""
-    if categories is None:
-        return list(DEFAULT_PROMPTS)
-    unknown = set(categories) - set(CATEGORIES)
+def prompt_set(limit: int | None = None) -> list[dict]:
+    """The held-out prompts (never trained on; round-robin over categories) when data/heldout.jsonl ships,
+    else the built-in DEFAULT_PROMPTS. Each item has "prompt" and "category"."""
+    from .eval import load_heldout
+
+    try:
+        return load_heldout(limit)
+    except FileNotFoundError:
+        return list(DEFAULT_PROMPTS)[:limit]
+
+
+def prompt_categories() -> list[str]:
+    """The categories of prompt_set(), in order of first appearance."""
+    return list(dict.fromkeys(p["category"] for p in prompt_set()))
+
+
+def prompts_in(categories: list[str] | tuple[str, ...] | None = None, limit: int | None = None) -> list[dict]:
+    """The first `limit` prompts of prompt_set() in the given categories (all of them when None)."""
+    pool = prompt_set()
+    known = list(dict.fromkeys(p["category"] for p in pool))
+    unknown = set(categories or ()) - set(known)
     if unknown:
-        raise ValueError(f"unknown prompt categories {sorted(unknown)}; known: {list(CATEGORIES)}")
-    return [p for p in DEFAULT_PROMPTS if p["category"] in categories]
+        raise ValueError(f"unknown prompt categories {sorted(unknown)}; known: {known}")
+    chosen = [p for p in pool if categories is None or p["category"] in categories]
+    return chosen[:limit]

@@ -254,7 +254,7 @@ def test_walkthrough_bad_input():
 
 def test_sweep_handler_gives_chart_table_and_csv():
     seen = []
-    fig, table, path, status = app.run_sweep("1, 0.3, 0.05", 4, 8, ["factual", "counting"],
+    fig, table, path, status = app.run_sweep("1, 0.3, 0.05", 4, 8, ["lists", "counting"], 5,
                                              progress=lambda f, d=None: seen.append(f))
     assert list(table["threshold"]) == [1.0, 0.3, 0.05] and table["quality"].iloc[0] == 1.0
     assert Path(path).read_text().splitlines()[0].startswith("threshold,tokens_per_forward,quality")
@@ -265,8 +265,8 @@ def test_sweep_handler_gives_chart_table_and_csv():
 
 @pytest.mark.parametrize(
     "taus, cats, message",
-    [("", ["factual"], "at least one threshold"), ("0.9, x", ["factual"], "numbers"),
-     ("1.3", ["factual"], r"\(0, 1\]"), ("1", [], "category")],
+    [("", ["lists"], "at least one threshold"), ("0.9, x", ["lists"], "numbers"),
+     ("1.3", ["lists"], r"\(0, 1\]"), ("1", [], "category"), ("1", ["poetry"], "unknown prompt categories")],
 )
 def test_sweep_handler_bad_input(taus, cats, message):
     with pytest.warns(UserWarning):

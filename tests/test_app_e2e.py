@@ -188,7 +188,7 @@ def test_sessions_keep_their_own_threshold(url):
 def test_walkthrough_and_sweep_endpoints(client):
     step = client.predict("Count from one to ten", 0.3, 4, 8, api_name="/walkthrough")
     assert "Forward 1 of" in step and "[MASK]" in step
-    plot, table, csv_path, status = client.predict("1, 0.3", 4, 8, ["factual"], api_name="/sweep")
+    plot, table, csv_path, status = client.predict("1, 0.3", 4, 8, ["lists"], 2, api_name="/sweep")
     assert plot["type"] == "plotly" and "Swept 2 thresholds" in status
     assert [row[0] for row in table["data"]] == [1.0, 0.3]
     assert Path(csv_path).read_text().startswith("threshold,tokens_per_forward,quality")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import pytest
 import torch
 
 from mars_core import generate
-from mars_core.prompts import CATEGORIES, DEFAULT_PROMPTS, prompts_in
+from mars_core.prompts import CATEGORIES, DEFAULT_PROMPTS, prompt_categories, prompt_set, prompts_in
 from mars_core.sweep import SWEEP_COLUMNS, agreement, threshold_sweep
 
 PROMPTS = ["Count from one to ten", "What is the capital of France?", "hello"]
@@ -33,9 +34,21 @@ def test_default_prompts_cover_the_categories():
     assert 10 <= len(DEFAULT_PROMPTS) <= 16
     assert {p["category"] for p in DEFAULT_PROMPTS} == set(CATEGORIES)
     assert all(p["prompt"].strip() for p in DEFAULT_PROMPTS)
-    assert prompts_in(["factual"]) and all(p["category"] == "factual" for p in prompts_in(["factual"]))
     with pytest.raises(ValueError, match="unknown"):
         prompts_in(["poetry"])
+
+
+def test_prompt_set_is_the_heldout_set_when_it_ships(tmp_path, monkeypatch):
+    heldout = tmp_path / "heldout.jsonl"
+    lines = [{"messages": [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a"}],
+              "category": c} for i, c in enumerate(["tables", "tables", "chat", "tables"])]
+    heldout.write_text("\n".join(json.dumps(x) for x in lines))
+    monkeypatch.setenv("MARS_HELDOUT", str(heldout))
+    assert [p["prompt"] for p in prompt_set()] == ["q0", "q2", "q1", "q3"]  # round-robin over categories
+    assert prompt_categories() == ["tables", "chat"]
+    assert [p["prompt"] for p in prompts_in(["tables"], limit=2)] == ["q0", "q1"]
+    monkeypatch.setenv("MARS_HELDOUT", str(tmp_path / "missing.jsonl"))
+    assert prompt_set() == list(DEFAULT_PROMPTS) and set(prompt_categories()) == set(CATEGORIES)
 
 
 def test_sweep_rows_per_threshold(model, tokenizer):
