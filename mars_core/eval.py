@@ -280,7 +280,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--samples", action="store_true", help="also store the decoded texts")
+    parser.add_argument("--combine", nargs="+", default=None,
+                        help="merge reports of the same model run at different thresholds (e.g. in parallel) "
+                             "into --json and the plot; decodes nothing")
     args = parser.parse_args(argv)
+    if args.combine:
+        report = combine_reports([json.loads(Path(p).read_text()) for p in args.combine])
+        return _finish(report, args)
 
     records = load_heldout(args.limit, args.data)
     thresholds = [float(t) for t in args.thresholds.split(",") if t.strip()]
@@ -288,6 +294,21 @@ def main(argv: list[str] | None = None) -> None:
     report = evaluate(model, tokenizer, records, thresholds=thresholds, block_size=args.block_size,
                       batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, samples=args.samples)
     report = {"model": args.model or "default", "adapter": args.adapter, **report}
+    _finish(report, args)
+
+
+def combine_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """One report from several runs of the same model and held-out set at different thresholds."""
+    out = dict(reports[0])
+    out["rows"] = sorted((r for rep in reports for r in rep["rows"]), key=lambda r: -r["threshold"])
+    for key in ("slot_acceptance", "seconds", "samples"):
+        if any(key in rep for rep in reports):
+            out[key] = {k: v for rep in reports for k, v in rep.get(key, {}).items()}
+    return out
+
+
+def _finish(report: dict[str, Any], args: argparse.Namespace) -> None:
+    """Print the table, write the JSON and draw the plot."""
     print(format_table(report))
     print("acceptance by slot (fraction of forwards committing >= j+1 tokens):",
           json.dumps(report["slot_acceptance"]))

@@ -194,6 +194,7 @@ def gguf_loads(tmp_path_factory):
     cache = tmp_path_factory.mktemp("mars_cache")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MARS_CACHE", str(cache))
+        mp.setenv("MARS_DEFAULT_ADAPTER", "none")  # the plain base GGUF, without the shipped MARS adapter
         torch.set_num_threads(2)
         target = L.gguf_cache_dir(L.smollm2_gguf_path())
         assert not target.exists()

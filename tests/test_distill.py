@@ -1,0 +1,58 @@
+"""Tests for the self-distillation data builder (mars_core.distill) and the prompt sources (mars_core.tasks)."""
+
+from __future__ import annotations
+
+import json
+
+from tiny import tiny_qwen2, tiny_tokenizer
+
+from mars_core import distill, tasks
+
+COUNTS = {"lists": 3, "counting": 3, "arithmetic": 2, "explanation": 2, "chat": 2, "reasoning": 2}
+
+
+def test_prompts_cover_categories_with_golds():
+    records = tasks.build_prompts({c: 4 for c in tasks.CATEGORIES}, seed=1)
+    assert {r["category"] for r in records} == set(tasks.CATEGORIES)
+    assert len({r["prompt"] for r in records}) == len(records)
+    assert any("gold" in r for r in records if r["category"] in tasks.PREDICTABLE)
+    assert tasks.build_prompts({"counting": 5}, seed=3) == tasks.build_prompts({"counting": 5}, seed=3)
+
+
+def test_split_never_overlaps():
+    train, held = distill.split_prompts(COUNTS, heldout_per_category=2, seed=0)
+    assert len(held) == 2 * len(COUNTS)
+    assert {r["category"] for r in held} == set(COUNTS)
+    assert not {r["prompt"] for r in train} & {r["prompt"] for r in held}
+
+
+def test_scorers():
+    assert tasks.score({"gold": "42"}, "First 40 + 2. The answer is 42.") == 1.0
+    assert tasks.score({"gold": "42"}, "The answer is 41.") == 0.0
+    assert tasks.score({"gold": "1, 2, 3"}, "1\n2\n3") == 1.0
+    assert tasks.score({"gold": "red|blue"}, "- Red\n- Blue") == 1.0
+    assert tasks.score({}, "anything") is None
+
+
+def test_build_writes_records_with_shape_and_split(tmp_path):
+    tok = tiny_tokenizer(mask_token=True)
+    model = tiny_qwen2(len(tok))
+    train, held = distill.build(tmp_path, model, tok, train_counts=COUNTS, heldout_per_category=1,
+                                batch_size=4, max_new_tokens=6, progress=False)
+    assert len(held) == len(COUNTS) and len(train) == sum(COUNTS.values())
+    for name, rows in (("train", train), ("heldout", held)):
+        lines = (tmp_path / f"{name}.jsonl").read_text().splitlines()
+        assert [json.loads(x) for x in lines] == rows
+        for r in rows:
+            roles = [m["role"] for m in r["messages"]]
+            assert roles == ["user", "assistant"] and r["category"] in COUNTS
+            assert isinstance(r["messages"][1]["content"], str)
+            assert set(r) <= {"messages", "category", "gold", "task", "truncated"}
+    assert not {r["messages"][0]["content"] for r in train} & {r["messages"][0]["content"] for r in held}
+    assert not (tmp_path / distill.PARTIAL).exists()
+    # the answers are the model's own greedy continuations
+    from mars_core.generate import generate
+
+    r = held[0]
+    again = generate(model, tok, [r["messages"][0]["content"]], strategy="ar", max_new_tokens=6)
+    assert again.texts[0].strip() == r["messages"][1]["content"]

@@ -1,0 +1,75 @@
+"""Tests for mars-eval (mars_core.eval): held-out loading, the report schema, the JSON and the plot."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tiny import tiny_qwen2, tiny_tokenizer
+
+from mars_core import eval as mars_eval
+
+ROWS = [
+    {"messages": [{"role": "user", "content": "Count from 1 to 5."}, {"role": "assistant", "content": "1, 2, 3"}],
+     "category": "counting", "gold": "1, 2, 3, 4, 5"},
+    {"messages": [{"role": "user", "content": "Hello there!"}, {"role": "assistant", "content": "Hi."}],
+     "category": "chat"},
+    {"messages": [{"role": "user", "content": "What is 2 + 3?"}, {"role": "assistant", "content": "5"}],
+     "category": "arithmetic", "gold": "5"},
+    {"messages": [{"role": "user", "content": "List three colours."}, {"role": "assistant", "content": "red"}],
+     "category": "lists"},
+]
+
+
+@pytest.fixture
+def heldout(tmp_path):
+    path = tmp_path / "heldout.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in ROWS) + "\n")
+    return path
+
+
+@pytest.fixture
+def tiny_dir(tmp_path):
+    tok = tiny_tokenizer(mask_token=True)
+    folder = tmp_path / "tiny"
+    tiny_qwen2(len(tok)).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def test_load_heldout_round_robin(heldout):
+    rows = mars_eval.load_heldout(path=heldout)
+    assert len(rows) == 4 and all(r["prompt"] and "reference" in r for r in rows)
+    assert len({r["category"] for r in mars_eval.load_heldout(3, path=heldout)}) == 3
+
+
+def test_shipped_heldout_is_usable():
+    if not mars_eval.heldout_path().is_file():
+        pytest.skip("data/heldout.jsonl not built")
+    rows = mars_eval.load_heldout()
+    assert len(rows) >= 90 and len({r["category"] for r in rows}) >= 9
+
+
+def test_mars_eval_writes_json_with_schema(heldout, tiny_dir, tmp_path, capsys):
+    out = tmp_path / "report.json"
+    mars_eval.main(["--model", str(tiny_dir), "--data", str(heldout), "--limit", "3", "--thresholds", "1.0,0.5",
+                    "--max-new-tokens", "5", "--batch-size", "2", "--json", str(out), "--dtype", "fp32"])
+    report = json.loads(out.read_text())
+    assert report["block_size"] == 4 and report["model"] == str(tiny_dir)
+    rows = report["rows"]
+    assert {r["threshold"] for r in rows} == {1.0, 0.5}
+    for r in rows:
+        assert {"threshold", "category", "tokens_per_forward", "accuracy", "agreement", "n"} <= set(r)
+        assert r["tokens_per_forward"] >= 1.0 and 0.0 <= r["agreement"] <= 1.0 and r["n"] >= 1
+    one = [r for r in rows if r["threshold"] == 1.0 and r["category"] == "all"][0]
+    assert one["tokens_per_forward"] == 1.0 and one["n"] == 3
+    assert {"counting", "lists", "arithmetic"} <= {r["category"] for r in rows}
+    assert len(report["slot_acceptance"]["0.5"]) == 4 and report["slot_acceptance"]["1.0"][1] == 0.0
+    assert "tok/fwd" in capsys.readouterr().out
+    assert out.with_suffix(".png").is_file() or not _have_matplotlib()
+
+
+def _have_matplotlib() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is not None
