@@ -22,6 +22,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from .sweep import agreement
 from .tasks import CATEGORIES, PREDICTABLE, score
 
 DEFAULT_THRESHOLDS = (1.0, 0.95, 0.9, 0.8, 0.7, 0.5)
@@ -65,18 +66,6 @@ def load_heldout(limit: int | None = None, path: str | os.PathLike | None = None
         rows.append({**r, "prompt": user[-1], "reference": answer[-1] if answer else ""})
     rows = _category_order(rows)
     return rows[:limit] if limit else rows
-
-
-def shared_prefix(a: str, b: str) -> float:
-    """Length of the common prefix of a and b over the longer one's length (1.0 when both are equal)."""
-    if a == b:
-        return 1.0
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n / max(len(a), len(b), 1)
 
 
 def decode_records(
@@ -129,7 +118,7 @@ def _summary(records, results, threshold: float, category: str) -> dict[str, Any
         "tokens_per_forward": round(tokens / max(forwards, 1), 4),
         "accuracy": round(sum(scores) / len(scores), 4) if scores else None,
         "agreement": round(sum(x["text"] == r["reference"].strip() for r, x in pairs) / max(len(pairs), 1), 4),
-        "shared_prefix": round(sum(shared_prefix(x["text"], r["reference"].strip()) for r, x in pairs)
+        "shared_prefix": round(sum(agreement(r["reference"].strip(), x["text"]) for r, x in pairs)
                                / max(len(pairs), 1), 4),
         "n": len(pairs),
         "n_gold": len(scores),

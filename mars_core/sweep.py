@@ -27,8 +27,9 @@ SWEEP_COLUMNS = (
 Progress = Callable[[float, str], Any]
 
 
-def agreement(reference: Sequence[int], answer: Sequence[int]) -> float:
-    """Shared-prefix fraction: common-prefix length over the longer answer's length (two empty answers agree)."""
+def agreement(reference: Sequence, answer: Sequence) -> float:
+    """Shared-prefix fraction of two token lists (or texts): common-prefix length over the longer one's length
+    (two empty answers agree)."""
     longest = max(len(reference), len(answer))
     if longest == 0:
         return 1.0

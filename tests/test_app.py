@@ -6,7 +6,6 @@ import re
 from pathlib import Path
 
 import pytest
-import torch
 
 import app
 from mars_core.serving import adaptive_threshold
@@ -19,15 +18,6 @@ PROMPT = "Count from one to ten"
 def tiny():
     tok = tiny_tokenizer(mask_token=True)
     return tiny_qwen2(len(tok), max_position_embeddings=1024), tok
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models are overhead-bound: one thread is faster, and immune to OpenMP stalls on shared cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(autouse=True)

@@ -1,7 +1,6 @@
 """The cached decoders against transformers' generate, a no-cache reference, and each other."""
 
 import pytest
-import torch
 
 from mars_core import generate
 from reference import reference_block, reference_sliding

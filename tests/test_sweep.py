@@ -4,22 +4,12 @@ from __future__ import annotations
 
 import json
 import pytest
-import torch
 
 from mars_core import generate
 from mars_core.prompts import CATEGORIES, DEFAULT_PROMPTS, prompt_categories, prompt_set, prompts_in
 from mars_core.sweep import SWEEP_COLUMNS, agreement, threshold_sweep
 
 PROMPTS = ["Count from one to ten", "What is the capital of France?", "hello"]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models are overhead-bound: one thread is faster, and immune to OpenMP stalls on shared cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_agreement_is_the_shared_prefix_fraction():
