@@ -83,13 +83,13 @@ def block_decode(
         write_out(out, generated, tokens, start, end)
         filled = end
         block_done = (filled >= B) | done
-        host = torch.stack([end - start, done.long(), block_done.long(), end]).tolist()  # one host sync
-        stop = yield Step(tokens, conf, start, end, host[0], [bool(d) for d in host[1]], ctl.threshold, out, generated)
+        host = torch.stack([end, done.long(), block_done.long()]).tolist()  # one host sync
+        stop = yield Step(tokens, conf, start, end, [bool(d) for d in host[1]], ctl.threshold, out, generated)
         if stop is not None:
             done = done | stop.to(dev)
         if bool(done.all()):
             return
-        filled_max = max(host[3])
+        filled_max = max(host[0])
         complete = all(host[2]) if stop is None else bool((done | (filled >= B)).all())
         if complete:
             # next block: this one's tokens enter the cache with the next forward

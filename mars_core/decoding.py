@@ -28,7 +28,6 @@ class Step:
     confidence: torch.Tensor  # [b, k] its confidence
     start: torch.Tensor  # [b] first committed slot
     end: torch.Tensor  # [b] one past the last committed slot
-    counts: list[int]  # end - start, on the host
     done: list[bool]  # sample finished (stop token, max_new_tokens or stop request)
     threshold: float  # the threshold this forward used
     out: torch.Tensor  # [b, max_new_tokens + k] all tokens committed so far (row i valid up to lengths[i])

@@ -126,11 +126,12 @@ def _start(
     generator = None
     if seed is not None:
         generator = torch.Generator(model.device).manual_seed(seed)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_token_ids(model, tokenizer)[0]
+    stops = stop_token_ids(model, tokenizer)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
     spec = DecodeSpec(
         block_size=block_size,
         max_new_tokens=max_new_tokens,
-        stop_ids=torch.tensor(stop_token_ids(model, tokenizer), dtype=torch.long, device=model.device),
+        stop_ids=torch.tensor(stops, dtype=torch.long, device=model.device),
         pad_id=pad,
         mask_id=tokenizer.mask_token_id,
         generator=generator,

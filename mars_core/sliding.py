@@ -70,7 +70,7 @@ def sliding_decode(
         write_out(out, generated, tokens, first, end)  # also advances generated
         length = length + end
         host = torch.stack([end, done.long()]).tolist()  # the one host sync per forward
-        stop = yield Step(tokens, conf, first, end, host[0], [bool(d) for d in host[1]], ctl.threshold, out, generated)
+        stop = yield Step(tokens, conf, first, end, [bool(d) for d in host[1]], ctl.threshold, out, generated)
         if stop is not None:
             done = done | stop.to(dev)
         if bool(done.all()):
