@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from .decoding import new_cache
 from .generate import encode_prompt, generate, stop_token_ids
 from .prompts import prompt_set
+from .tasks import OPEN, PREDICTABLE
 
 METHODS = ("hf_generate", "hf_prompt_lookup", "ar", "mars_sliding", "mars_block")
 Runner = Callable[..., tuple[int, int | None]]
@@ -122,6 +123,17 @@ def _row(method, category, bs, b, t, seconds, tokens, forwards) -> Row:
     return Row(method, category, bs, b, t, tpf, tokens, seconds, tokens / seconds)
 
 
+def groups(categories) -> dict[str, list[str]]:
+    """Aggregate rows: "all" (unless a category is literally named so) and the predictable / open groups
+    of mars_core.tasks, each the sum of its categories' tokens and seconds."""
+    out = {} if "all" in categories else {"all": list(categories)}
+    for name, members in (("predictable", PREDICTABLE), ("open", OPEN)):
+        present = [c for c in categories if c in members]
+        if present and name not in categories:
+            out[name] = present
+    return out
+
+
 def bench(
     model, tokenizer, records: list[dict], *, methods=METHODS, batch_sizes=(1,), block_sizes=(4,),
     thresholds=(1.0, 0.9), max_new_tokens=64, repeats=3, progress: bool = True,
@@ -149,9 +161,9 @@ def bench(
         for c in categories:
             runs = [p[c] for p in passes]
             rows.append(_row(method, c, bs, b, t, statistics.median(r[0] for r in runs), runs[0][1], runs[0][2]))
-        if "all" not in categories:
-            totals = [total(p.values()) for p in passes]
-            rows.append(_row(method, "all", bs, b, t, statistics.median(x[0] for x in totals), *totals[0][1:]))
+        for group, members in groups(categories).items():
+            totals = [total(p[c] for c in members) for p in passes]
+            rows.append(_row(method, group, bs, b, t, statistics.median(x[0] for x in totals), *totals[0][1:]))
     add_speedups(rows)
     add_bounds(rows, model, tokenizer, [r["prompt"] for r in records])
     return rows

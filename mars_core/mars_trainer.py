@@ -23,9 +23,11 @@ def resolve_mask_token_id(args: MarsConfig, processing_class: Any, model: torch.
             "tokenizer.mask_token is set (mars_core.load guarantees one)"
         )
     embeddings = model.get_input_embeddings() if model is not None and hasattr(model, "get_input_embeddings") else None
-    if embeddings is not None and mask_id >= embeddings.num_embeddings:
+    # peft wraps the embedding when its mask row trains (trainable_token_indices); the wrapper has no num_embeddings.
+    count = getattr(embeddings, "num_embeddings", None) or getattr(model.config, "vocab_size", None) if embeddings else None
+    if count is not None and mask_id >= count:
         raise ValueError(
-            f"mask_token_id {mask_id} is outside the model's {embeddings.num_embeddings} embeddings: "
+            f"mask_token_id {mask_id} is outside the model's {count} embeddings: "
             "call model.resize_token_embeddings(len(tokenizer)) after adding the mask token"
         )
     return int(mask_id)

@@ -61,6 +61,11 @@ class ScriptArguments:
         default="all-linear",
         metadata={"help": "Comma-separated module names for LoRA, or all-linear (every linear projection)."},
     )
+    lora_train_mask_embedding: bool = field(
+        default=True,
+        metadata={"help": "With LoRA and --method mars: also train the mask token's embedding row (peft "
+                  "trainable_token_indices), so the model can learn what a mask slot means."},
+    )
     resume: bool = field(default=False, metadata={"help": "Resume from the last checkpoint in output_dir."})
     merge: bool = field(
         default=False,
@@ -144,11 +149,12 @@ def lora_targets(spec: str | list[str]) -> str | list[str]:
     return names[0] if names == ["all-linear"] else names
 
 
-def apply_lora(model: PreTrainedModel, script: ScriptArguments) -> torch.nn.Module:
-    """Wrap the model in a peft LoRA adapter (only the adapter trains)."""
+def apply_lora(model: PreTrainedModel, script: ScriptArguments, mask_token_id: int | None = None) -> torch.nn.Module:
+    """Wrap the model in a peft LoRA adapter (only the adapter trains, plus the mask token's embedding row if given)."""
     from peft import LoraConfig, get_peft_model
 
     config = LoraConfig(
+        trainable_token_indices=[mask_token_id] if mask_token_id is not None else None,
         r=script.lora_r,
         lora_alpha=script.lora_alpha if script.lora_alpha is not None else 2 * script.lora_r,
         lora_dropout=script.lora_dropout,
@@ -165,7 +171,8 @@ def load_model(script: ScriptArguments) -> tuple[torch.nn.Module, Any]:
     model, tokenizer = load(script.model, dtype=script.dtype, device="cpu", trust_remote_code=script.trust_remote_code)
     model.config.use_cache = False  # no KV cache in training
     if script.lora_r > 0:
-        model = apply_lora(model, script)
+        train_mask = script.method == "mars" and script.lora_train_mask_embedding
+        model = apply_lora(model, script, tokenizer.mask_token_id if train_mask else None)
     return model, tokenizer
 
 

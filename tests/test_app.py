@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -299,3 +300,15 @@ def test_main_honours_env_and_flags(monkeypatch):
     app.main(["--no-preload", "--port", "7123"])
     assert launched["server_port"] == 7123 and app.CONFIG.model is None
     assert launched["css"] == app.CSS and launched["theme"] is app.THEME
+
+
+def test_default_model_note_reads_the_shipped_eval(tmp_path):
+    report = tmp_path / "eval.json"
+    rows = [{"threshold": 0.9, "category": "all", "tokens_per_forward": 1.234},
+            {"threshold": 0.9, "category": "predictable", "tokens_per_forward": 2.345},
+            {"threshold": 1.0, "category": "all", "tokens_per_forward": 1.0}]
+    report.write_text(json.dumps({"rows": rows}))
+    note = app.default_model_note(str(report))
+    assert "1.23 tokens per forward" in note and "2.35 on predictable" in note
+    assert app.default_model_note(str(tmp_path / "missing.json")) == ""
+    assert app.default_model_note() != ""  # the shipped assets/eval_smollm2_mars_b4.json has τ = 0.9 rows

@@ -16,10 +16,12 @@ def test_bench_rows_cover_every_configuration(model, tokenizer):
     per_category = {}
     for r in rows:
         per_category.setdefault((r.method, r.batch_size, r.block_size, r.threshold), {})[r.category] = r
-    for parts in per_category.values():  # "all" sums the categories
-        assert set(parts) == {"all", "counting", "factual"}
+    for parts in per_category.values():  # "all" sums the categories; "predictable" sums lists, counting, ...
+        assert set(parts) == {"all", "predictable", "counting", "factual"}  # factual is neither predictable nor open
         assert parts["all"].generated_tokens == parts["counting"].generated_tokens + parts["factual"].generated_tokens
         assert parts["all"].seconds == pytest.approx(parts["counting"].seconds + parts["factual"].seconds)
+        assert parts["predictable"].seconds == parts["counting"].seconds
+        assert parts["predictable"].generated_tokens == parts["counting"].generated_tokens
     rows = [r for r in rows if r.category == "all"]
     keys = {(r.method, r.batch_size, r.block_size, r.threshold) for r in rows}
     assert ("hf_prompt_lookup", 1, None, None) in keys

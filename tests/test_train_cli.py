@@ -129,9 +129,13 @@ def test_lora_run_with_merge(workspace) -> None:
     ])
     assert (out / "adapter" / "adapter_config.json").is_file()
     assert not (out / "adapter_config.json").exists()  # the top folder holds plain merged weights
-    assert AutoTokenizer.from_pretrained(out).mask_token == "<|reserved_1|>"
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert tokenizer.mask_token == "<|reserved_1|>"
     merged = AutoModelForCausalLM.from_pretrained(out).eval()
     base = AutoModelForCausalLM.from_pretrained(workspace["model"]).eval()
+    # lora_train_mask_embedding (on by default): the mask token's embedding row trained, and no other row.
+    changed = (merged.get_input_embeddings().weight != base.get_input_embeddings().weight).any(dim=1)
+    assert changed.nonzero().flatten().tolist() == [tokenizer.mask_token_id]
     ids = torch.tensor([[1, 50, 60, 70, 80, 2]])
     with torch.no_grad():
         base_logits = base(input_ids=ids).logits
