@@ -140,8 +140,9 @@ def bench(
 ) -> list[Row]:
     """Time every configuration at every batch size, per category and over all prompts.
 
-    records: dicts with "prompt" and optionally "category". Batches are formed within a category; the
-    "all" row sums the categories' tokens and seconds of the same repeat.
+    records: dicts with "prompt" and optionally "category". Batches are formed within a category and the
+    "all" / "predictable" / "open" rows sum their categories' tokens and seconds of the same repeat; a batch
+    size larger than some category batches across categories instead and gives the "all" row only.
     """
     categories: dict[str, list[str]] = {}
     for r in records:
@@ -151,8 +152,15 @@ def bench(
         if not (cfg[0] == "hf_prompt_lookup" and bs > 1)  # transformers' prompt lookup takes batch 1 only
     ]
     rows: list[Row] = []
+    prompts = [r["prompt"] for r in records]
     for bs, (method, b, t, runner) in tqdm(jobs, desc="mars-bench", disable=not progress):
         runner(model, tokenizer, [records[0]["prompt"]], 4)  # warm-up
+        if bs > min(len(ps) for ps in categories.values()):
+            # A category has fewer prompts than the batch: batch across categories, and report "all" only.
+            batches = [prompts[i : i + bs] for i in range(0, len(prompts), bs)]
+            runs = [time_pass(runner, model, tokenizer, batches, max_new_tokens) for _ in range(repeats)]
+            rows.append(_row(method, "all", bs, b, t, statistics.median(r[0] for r in runs), runs[0][1], runs[0][2]))
+            continue
         passes = [
             {c: time_pass(runner, model, tokenizer, [ps[i : i + bs] for i in range(0, len(ps), bs)], max_new_tokens)
              for c, ps in categories.items()}

@@ -24,7 +24,9 @@ def resolve_mask_token_id(args: MarsConfig, processing_class: Any, model: torch.
         )
     embeddings = model.get_input_embeddings() if model is not None and hasattr(model, "get_input_embeddings") else None
     # peft wraps the embedding when its mask row trains (trainable_token_indices); the wrapper has no num_embeddings.
-    count = getattr(embeddings, "num_embeddings", None) or getattr(model.config, "vocab_size", None) if embeddings else None
+    count = None
+    if embeddings is not None:
+        count = getattr(embeddings, "num_embeddings", None) or getattr(model.config, "vocab_size", None)
     if count is not None and mask_id >= count:
         raise ValueError(
             f"mask_token_id {mask_id} is outside the model's {count} embeddings: "

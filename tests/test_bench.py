@@ -16,7 +16,10 @@ def test_bench_rows_cover_every_configuration(model, tokenizer):
     per_category = {}
     for r in rows:
         per_category.setdefault((r.method, r.batch_size, r.block_size, r.threshold), {})[r.category] = r
-    for parts in per_category.values():  # "all" sums the categories; "predictable" sums lists, counting, ...
+    for (_, bs, _, _), parts in per_category.items():  # "all" sums the categories; "predictable" sums lists, ...
+        if bs == 2:  # "factual" has one prompt: batches of 2 mix categories and only "all" is reported
+            assert set(parts) == {"all"}
+            continue
         assert set(parts) == {"all", "predictable", "counting", "factual"}  # factual is neither predictable nor open
         assert parts["all"].generated_tokens == parts["counting"].generated_tokens + parts["factual"].generated_tokens
         assert parts["all"].seconds == pytest.approx(parts["counting"].seconds + parts["factual"].seconds)

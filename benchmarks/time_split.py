@@ -1,0 +1,70 @@
+"""Where a decode's wall-clock goes: the model's forwards against everything else (our decoding machinery).
+
+    python benchmarks/time_split.py [--model NAME] [--batch-size 1] [--block-size 4] [--threshold 0.9]
+
+Wraps model.forward with a timer, decodes a few held-out prompts with each strategy, and prints per forward:
+the total time, the time inside model.forward, and the rest (masks, acceptance, cache crops, host syncs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from mars_core import generate, load  # noqa: E402
+from mars_core.prompts import prompt_set  # noqa: E402
+
+
+def timed_forward(model: torch.nn.Module) -> list[float]:
+    """Replace model.forward by a timed wrapper; returns the list it appends seconds to."""
+    seconds: list[float] = []
+    inner = model.forward
+
+    def forward(*args, **kwargs):
+        t0 = time.perf_counter()
+        out = inner(*args, **kwargs)
+        seconds.append(time.perf_counter() - t0)
+        return out
+
+    model.forward = forward
+    return seconds
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default=None)
+    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--block-size", type=int, default=4)
+    p.add_argument("--threshold", type=float, default=0.9)
+    p.add_argument("--limit", type=int, default=9, help="held-out prompts (round-robin over categories)")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    args = p.parse_args()
+    model, tokenizer = load(args.model)
+    prompts = [r["prompt"] for r in prompt_set(args.limit)]
+    batches = [prompts[i : i + args.batch_size] for i in range(0, len(prompts), args.batch_size)]
+    seconds = timed_forward(model)
+    print(f"{'strategy':<9}{'τ':>5}{'forwards':>9}{'tok/fwd':>8}{'ms/fwd':>8}{'in model':>9}{'rest':>7}")
+    for strategy, threshold in (("ar", 1.0), ("sliding", 1.0), ("sliding", args.threshold), ("block", 1.0),
+                                ("block", args.threshold)):
+        generate(model, tokenizer, prompts[:1], strategy=strategy, block_size=args.block_size, max_new_tokens=4)
+        seconds.clear()
+        t0, sample_forwards, tokens = time.perf_counter(), 0, 0
+        for batch in batches:
+            r = generate(model, tokenizer, batch, strategy=strategy, block_size=args.block_size, threshold=threshold,
+                         max_new_tokens=args.max_new_tokens)
+            sample_forwards, tokens = sample_forwards + sum(r.sample_forwards), tokens + r.generated_tokens
+        total = time.perf_counter() - t0
+        inside = sum(seconds)
+        n = len(seconds)
+        print(f"{strategy:<9}{threshold:>5.2f}{n:>9}{tokens / max(sample_forwards, 1):>8.2f}"
+              f"{1e3 * total / n:>8.1f}{1e3 * inside / n:>9.1f}{1e3 * (total - inside) / n:>7.1f}")
+
+
+if __name__ == "__main__":
+    main()
