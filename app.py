@@ -771,10 +771,10 @@ def build_ui() -> gr.Blocks:
                 sweep_taus = gr.Textbox(", ".join(f"{t:g}" for t in DEFAULT_THRESHOLDS), label="Thresholds")
                 sweep_block = gr.Slider(1, MAX_BLOCK_SIZE, value=4, step=1, label="Block size B")
                 sweep_new = gr.Slider(8, SWEEP_MAX_NEW_TOKENS, value=48, step=8, label="Max new tokens")
-            cats = prompt_categories()
+            cats, pool = prompt_categories(), len(prompt_set())
             with gr.Row():
                 sweep_cats = gr.CheckboxGroup(cats, value=cats, label="Prompt categories", scale=3)
-                sweep_limit = gr.Slider(1, len(prompt_set()), value=min(18, len(prompt_set())), step=1, scale=1,
+                sweep_limit = gr.Slider(1, pool, value=min(18, pool), step=1, scale=1,
                                         label="Prompts (taken round-robin over the categories)")
             sweep_button = gr.Button("Run sweep", variant="primary")
             sweep_status = gr.Markdown(label="status")

@@ -155,25 +155,21 @@ def bench(
     prompts = [r["prompt"] for r in records]
     for bs, (method, b, t, runner) in tqdm(jobs, desc="mars-bench", disable=not progress):
         runner(model, tokenizer, [records[0]["prompt"]], 4)  # warm-up
-        if bs > min(len(ps) for ps in categories.values()):
-            # A category has fewer prompts than the batch: batch across categories, and report "all" only.
-            batches = [prompts[i : i + bs] for i in range(0, len(prompts), bs)]
-            runs = [time_pass(runner, model, tokenizer, batches, max_new_tokens) for _ in range(repeats)]
-            rows.append(_row(method, "all", bs, b, t, statistics.median(r[0] for r in runs), runs[0][1], runs[0][2]))
-            continue
+        # A category with fewer prompts than the batch: batch across categories, and report "all" only.
+        parts = categories if bs <= min(len(ps) for ps in categories.values()) else {"all": prompts}
         passes = [
             {c: time_pass(runner, model, tokenizer, [ps[i : i + bs] for i in range(0, len(ps), bs)], max_new_tokens)
-             for c, ps in categories.items()}
+             for c, ps in parts.items()}
             for _ in range(repeats)
         ]
-        for c in categories:
+        for c in parts:
             runs = [p[c] for p in passes]
             rows.append(_row(method, c, bs, b, t, statistics.median(r[0] for r in runs), runs[0][1], runs[0][2]))
-        for group, members in groups(categories).items():
+        for group, members in groups(parts).items():
             totals = [total(p[c] for c in members) for p in passes]
             rows.append(_row(method, group, bs, b, t, statistics.median(x[0] for x in totals), *totals[0][1:]))
     add_speedups(rows)
-    add_bounds(rows, model, tokenizer, [r["prompt"] for r in records])
+    add_bounds(rows, model, tokenizer, prompts)
     return rows
 
 
