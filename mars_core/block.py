@@ -1,16 +1,17 @@
 """MARS decoding with a block-level KV cache, the paper's strategy for batches.
 
-Generation is cut into blocks of B slots, aligned across the batch. The cache holds the prompt and
-every finished block. Each inner forward runs the whole current block (filled slots as real tokens,
-the rest as masks) against that cache:
+Generation is cut into blocks of B slots, aligned across the batch. The cache holds the prompt, every
+finished block, and the leading slots of the current block that every live sample has filled (`cached`).
+Each inner forward runs the rest of the block (filled slots as real tokens, the others as masks):
     prediction for slot s = logits of slot s-1 (slot 0: the last token before the block)
 The first unfilled slot is always accepted (its left neighbour is real: the exact AR prediction),
 later ones left to right while confident. A sample that filled its block waits for the slowest.
-A finished block's keys/values enter the cache in the first forward of the next block, which feeds
-[previous block | new block]: no extra pass, and the block's entries are cropped after every forward
-(crop(-B)), never copied. Shapes are fixed at B (2B at block starts) and positions stay aligned.
-A forward whose threshold is >= 1 can only accept slot `filled`, so it feeds the filled prefix and no
-masks, and reads one logit per sample: one-token mode costs what AR costs.
+A finished block's uncached tail enters the cache in the first forward of the next block, which feeds
+[previous block's tail | new block]: no extra pass. After a forward, the fed slots that now hold a real
+token for every live sample stay in the cache (causal attention: their keys/values see only real tokens),
+the rest are cropped (crop(-n)), never copied. Positions stay aligned across the batch.
+A forward whose threshold is >= 1 can only accept slot `filled`, so it feeds the filled slots not yet
+cached (one per forward) and no masks, and reads one logit per sample: one-token mode costs what AR costs.
 """
 
 from __future__ import annotations
@@ -43,33 +44,30 @@ def block_decode(
     generated = torch.zeros(b, dtype=torch.long, device=dev)
     done = torch.zeros(b, dtype=torch.bool, device=dev)
     cache = new_cache(model)
-    filled_max = 0  # host copy of filled.max()
+    filled_max, cached = 0, 0  # host copies: filled.max(), and the block slots already in the cache
     while True:
         ctl = control.snapshot()
         if ctl.stopped:
             return
         U = uncached.shape[1]
-        W = B if ctl.threshold < 1.0 else filled_max  # block slots fed this forward
-        ids = torch.cat([uncached, block[:, :W]], 1)
-        positions = torch.cat([uncached_pos, base[:, None] + slots[:W]], 1)
-        mask = cache_mask(torch.cat([valid, uncached_valid, block_ok[:, :W]], 1), U + W)
-        keep = W + (U > 0)  # kept logit j sits at index U+W-keep+j and predicts block slot W-keep+j+1
-        logits = forward(model, ids, positions, mask, cache, keep=keep)
+        W = B if ctl.threshold < 1.0 else filled_max  # block slots cached .. W-1 are fed this forward
+        ids = torch.cat([uncached, block[:, cached:W]], 1)
+        positions = torch.cat([uncached_pos, base[:, None] + slots[cached:W]], 1)
+        mask = cache_mask(torch.cat([valid, uncached_valid, block_ok[:, cached:W]], 1), U + W - cached)
+        first = cached + (U == 0)  # the block slot the first kept logit predicts (U > 0 means cached == 0)
+        logits = forward(model, ids, positions, mask, cache, keep=W - first + 1)  # predict slots first .. W
         if W < B:  # one-token mode: the prediction for slot `filled` only
-            j = (filled - 1 + (U > 0)).clamp(0, keep - 1)
+            j = (filled - first).clamp(0, logits.shape[1] - 1)
             picked = logits.gather(1, j[:, None, None].expand(-1, 1, logits.shape[-1]))
             tok, tok_conf = select(picked, ctl, spec.generator)
             at = filled.clamp_max(B - 1)[:, None]
             tokens = block.scatter(1, at, tok)
             conf = torch.zeros(b, B, device=dev).scatter(1, at, tok_conf)
-        elif U > 0:  # logits of slots U-1 .. U+B-2 predict block slots 0 .. B-1
-            tokens, conf = select(logits[:, :B], ctl, spec.generator)
-        else:  # slot 0 is filled already: slots 0 .. B-2 predict slots 1 .. B-1
-            tokens, conf = select(logits[:, : B - 1], ctl, spec.generator)
-            tokens = torch.cat([block[:, :1], tokens], 1)
-            conf = torch.cat([torch.ones_like(conf[:, :1]), conf], 1)
-        if W:
-            cache.crop(-W)  # keep the previous block / prompt, drop this block's entries
+        else:  # slots before `first` are filled already (confidence 1); the last logit lies past the block
+            tokens, conf = select(logits[:, : B - first], ctl, spec.generator)
+            tokens = torch.cat([block[:, :first], tokens], 1)
+            conf = torch.cat([torch.ones(b, first, device=dev), conf], 1)
+        shared = torch.where(done, B, filled).min().clamp_max(W)  # fed slots real for every live sample
         valid = torch.cat([valid, uncached_valid], 1)
 
         waiting = done | (filled >= B)
@@ -83,21 +81,26 @@ def block_decode(
         write_out(out, generated, tokens, start, end)
         filled = end
         block_done = (filled >= B) | done
-        host = torch.stack([end, done.long(), block_done.long()]).tolist()  # one host sync
+        host = torch.stack([end, done.long(), block_done.long(), shared.expand(b)]).tolist()  # one host sync
         stop = yield Step(tokens, conf, start, end, [bool(d) for d in host[1]], ctl.threshold, out, generated)
         if stop is not None:
             done = done | stop.to(dev)
         if bool(done.all()):
             return
-        filled_max = max(host[0])
+        keep = host[3][0]
+        if W > keep:
+            cache.crop(-(W - keep))  # drop the slots some sample has not filled yet (masks among them)
+        valid = torch.cat([valid, block_ok[:, cached:keep]], 1)
+        cached, filled_max = keep, max(host[0])
         complete = all(host[2]) if stop is None else bool((done | (filled >= B)).all())
         if complete:
-            # next block: this one's tokens enter the cache with the next forward
-            uncached, uncached_valid, uncached_pos = block, block_ok, base[:, None] + slots
+            # next block: this one's uncached tail enters the cache with the next forward
+            tail = slots[cached:]
+            uncached, uncached_valid, uncached_pos = block[:, tail], block_ok[:, tail], base[:, None] + tail
             base = base + B
             block = torch.full((b, B), mask_id, dtype=torch.long, device=dev)
             filled = torch.zeros(b, dtype=torch.long, device=dev)
-            filled_max = 0
+            filled_max, cached = 0, 0
         else:
             uncached = uncached[:, :0]
             uncached_valid = uncached_valid[:, :0]

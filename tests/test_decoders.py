@@ -39,6 +39,19 @@ def test_one_token_mode_equals_hf_generate(model, tokenizer, strategy, block_siz
     assert batched.tokens_per_forward == 1.0
 
 
+@pytest.mark.parametrize("strategy", ["sliding", "block"])
+def test_one_token_mode_feeds_one_token_per_forward(model, tokenizer, strategy):
+    """At threshold 1 no decoder re-feeds tokens or feeds masks: after the prefill, every forward is [b, 1] like AR."""
+    widths = []
+    hook = model.register_forward_pre_hook(lambda m, a, kw: widths.append(kw["input_ids"].shape[1]), with_kwargs=True)
+    try:
+        r = generate(model, tokenizer, PROMPTS, strategy=strategy, block_size=4, threshold=1.0, max_new_tokens=24)
+    finally:
+        hook.remove()
+    assert len(widths) == r.forwards and len(widths) > 10
+    assert widths[1:] == [1] * (len(widths) - 1)
+
+
 def test_stop_token_ends_like_hf(model, tokenizer):
     """With a token the model emits declared as EOS, every decoder stops right after it, as generate does."""
     free = generate(model, tokenizer, PROMPTS[0], strategy="ar", max_new_tokens=24).token_ids[0]
