@@ -5,8 +5,11 @@
 Every method decodes the same prompts (the held-out set by default) with the same max_new_tokens and stops
 at EOS, in one process. After a warm-up each configuration runs `--repeats` times; medians are reported,
 over all prompts and per prompt category. Each MARS row also carries the bound
-    tokens_per_forward × t(1-token forward) / t(B-token forward)
+    steps_per_forward × t(1-token forward) / t(B-token forward)
 measured on the same model and batch size: the speedup over AR that MARS could reach with zero overhead.
+steps_per_forward is the number of AR forwards each batched forward replaces (per batch, AR takes as many
+forwards as its longest answer); at batch 1 it is tokens_per_forward, in a batch it is lower, because a
+batched forward lasts until its slowest sample and the block decoder's samples wait for each other.
 """
 
 from __future__ import annotations
@@ -28,7 +31,24 @@ from .prompts import prompt_set
 from .tasks import OPEN, PREDICTABLE
 
 METHODS = ("hf_generate", "hf_prompt_lookup", "ar", "mars_sliding", "mars_block")
-Runner = Callable[..., tuple[int, int | None]]
+
+
+@dataclass
+class Counts:
+    """What one pass decoded, summed over its batches."""
+
+    tokens: int  # generated tokens, every sample
+    sample_forwards: int | None  # forwards in which each sample advanced, summed over samples (None: unknown)
+    forwards: int | None  # batched forwards (None: unknown)
+    ar_steps: int  # forwards AR takes for the same answers: the longest answer of each batch
+
+    def __add__(self, other: "Counts") -> "Counts":
+        add = lambda a, b: None if a is None or b is None else a + b  # noqa: E731
+        return Counts(self.tokens + other.tokens, add(self.sample_forwards, other.sample_forwards),
+                      add(self.forwards, other.forwards), self.ar_steps + other.ar_steps)
+
+
+Runner = Callable[..., Counts]
 
 
 @dataclass
@@ -38,16 +58,17 @@ class Row:
     batch_size: int
     block_size: int | None  # None for one-token methods
     threshold: float | None
-    tokens_per_forward: float | None  # None where transformers does not report forwards (prompt lookup)
+    tokens_per_forward: float | None  # per sample; None where transformers does not report forwards (lookup)
     generated_tokens: int
     seconds: float
     tokens_per_second: float
     speedup_vs_hf_generate: float | None = None
-    bound: float | None = None  # tokens_per_forward × t(1-token forward) / t(B-token forward)
+    steps_per_forward: float | None = None  # AR forwards one batched forward replaces (= tpf at batch 1)
+    bound: float | None = None  # steps_per_forward × t(1-token forward) / t(B-token forward)
     speedup_over_bound: float | None = None  # measured speedup / bound (1 = no overhead at all)
 
 
-def _hf(model, tokenizer, prompts: list[str], max_new: int, lookup: bool) -> tuple[int, None]:
+def _hf(model, tokenizer, prompts: list[str], max_new: int, lookup: bool) -> Counts:
     """transformers' generate, greedy with KV cache (or prompt lookup): generated tokens up to EOS."""
     ids = [encode_prompt(tokenizer, p) for p in prompts]
     tokenizer.padding_side = "left"
@@ -57,14 +78,16 @@ def _hf(model, tokenizer, prompts: list[str], max_new: int, lookup: bool) -> tup
                          **extra)
     stops = set(stop_token_ids(model, tokenizer))
     rows = out[:, batch["input_ids"].shape[1] :].tolist()
-    return sum(next((k + 1 for k, t in enumerate(r) if t in stops), len(r)) for r in rows), None
+    lengths = [next((k + 1 for k, t in enumerate(r) if t in stops), len(r)) for r in rows]
+    forwards = None if lookup else max(lengths)
+    return Counts(sum(lengths), None if lookup else sum(lengths), forwards, max(lengths))
 
 
 def _ours(strategy: str, block_size: int, threshold: float) -> Runner:
     def run(model, tokenizer, prompts, max_new):
         r = generate(model, tokenizer, prompts, strategy=strategy, block_size=block_size, threshold=threshold,
                      max_new_tokens=max_new)
-        return r.generated_tokens, sum(r.sample_forwards)
+        return Counts(r.generated_tokens, sum(r.sample_forwards), r.forwards, max(map(len, r.token_ids)))
 
     return run
 
@@ -100,27 +123,23 @@ def forward_seconds(model, tokenizer, prompts: list[str], new_tokens: int, conte
     return statistics.median(times[1:])  # the first is a warm-up
 
 
-def time_pass(runner: Runner, model, tokenizer, batches: list[list[str]], max_new: int):
-    """Seconds, generated tokens and sample-forwards of one pass over the batches."""
+def time_pass(runner: Runner, model, tokenizer, batches: list[list[str]], max_new: int) -> tuple[float, Counts]:
+    """Seconds and counts of one pass over the batches."""
     t0 = time.perf_counter()
-    tokens, forwards = 0, 0
-    for batch in batches:
-        n, f = runner(model, tokenizer, batch, max_new)
-        tokens += n
-        forwards = None if f is None or forwards is None else forwards + f
-    return time.perf_counter() - t0, tokens, forwards
+    counts = [runner(model, tokenizer, batch, max_new) for batch in batches]
+    return time.perf_counter() - t0, sum(counts[1:], counts[0])
 
 
-def total(results) -> tuple[float, int, int | None]:
-    """Seconds, tokens and forwards summed over categories (forwards None if any is unknown)."""
+def total(results) -> tuple[float, Counts]:
+    """Seconds and counts summed over categories."""
     results = list(results)
-    forwards = None if any(r[2] is None for r in results) else sum(r[2] for r in results)
-    return sum(r[0] for r in results), sum(r[1] for r in results), forwards
+    return sum(r[0] for r in results), sum((r[1] for r in results[1:]), results[0][1])
 
 
-def _row(method, category, bs, b, t, seconds, tokens, forwards) -> Row:
-    tpf = tokens / forwards if forwards else (1.0 if method == "hf_generate" else None)
-    return Row(method, category, bs, b, t, tpf, tokens, seconds, tokens / seconds)
+def _row(method, category, bs, b, t, seconds, c: Counts) -> Row:
+    tpf = c.tokens / c.sample_forwards if c.sample_forwards else None
+    spf = c.ar_steps / c.forwards if c.forwards else None
+    return Row(method, category, bs, b, t, tpf, c.tokens, seconds, c.tokens / seconds, steps_per_forward=spf)
 
 
 def groups(categories) -> dict[str, list[str]]:
@@ -164,10 +183,10 @@ def bench(
         ]
         for c in parts:
             runs = [p[c] for p in passes]
-            rows.append(_row(method, c, bs, b, t, statistics.median(r[0] for r in runs), runs[0][1], runs[0][2]))
+            rows.append(_row(method, c, bs, b, t, statistics.median(r[0] for r in runs), runs[0][1]))
         for group, members in groups(parts).items():
             totals = [total(p[c] for c in members) for p in passes]
-            rows.append(_row(method, group, bs, b, t, statistics.median(x[0] for x in totals), *totals[0][1:]))
+            rows.append(_row(method, group, bs, b, t, statistics.median(x[0] for x in totals), totals[0][1]))
     add_speedups(rows)
     add_bounds(rows, model, tokenizer, prompts)
     return rows
@@ -183,23 +202,23 @@ def add_speedups(rows: list[Row]) -> None:
 
 
 def add_bounds(rows: list[Row], model, tokenizer, prompts: list[str]) -> None:
-    """Attach bound = tpf × t(1-token forward) / t(B-token forward), timed at each batch size and B."""
+    """Attach bound = steps_per_forward × t(1-token forward) / t(B-token forward), timed at each batch size and B."""
     cost: dict[tuple[int, int], float] = {}
     for r in rows:
-        if r.block_size is None or r.tokens_per_forward is None:
+        if r.block_size is None or r.steps_per_forward is None:
             continue
         for k in (1, r.block_size):
             if (r.batch_size, k) not in cost:
                 batch = (prompts * r.batch_size)[: r.batch_size]
                 cost[(r.batch_size, k)] = forward_seconds(model, tokenizer, batch, k)
-        r.bound = r.tokens_per_forward * cost[(r.batch_size, 1)] / cost[(r.batch_size, r.block_size)]
+        r.bound = r.steps_per_forward * cost[(r.batch_size, 1)] / cost[(r.batch_size, r.block_size)]
         if r.speedup_vs_hf_generate is not None:
             r.speedup_over_bound = r.speedup_vs_hf_generate / r.bound
 
 
 def format_table(rows: list[Row], category: str | None = "all") -> str:
     """A fixed-width table of the rows of one category (None: every row)."""
-    head = (f"{'method':<14}{'category':>13}{'batch':>6}{'B':>3}{'τ':>6}{'tok/fwd':>8}{'tokens':>7}{'sec':>8}"
+    head = (f"{'method':<14}{'category':>13}{'batch':>6}{'B':>3}{'τ':>6}{'tok/fwd':>8}{'stp/fwd':>8}{'tokens':>7}{'sec':>8}"
             f"{'tok/s':>8}{'speedup':>8}{'bound':>7}{'/bound':>7}")
     lines = [head, "-" * len(head)]
     fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
@@ -208,7 +227,7 @@ def format_table(rows: list[Row], category: str | None = "all") -> str:
             continue
         lines.append(
             f"{r.method:<14}{r.category:>13}{r.batch_size:>6}{fmt(r.block_size, 'd'):>3}{fmt(r.threshold, '.2f'):>6}"
-            f"{fmt(r.tokens_per_forward, '.2f'):>8}{r.generated_tokens:>7}{r.seconds:>8.2f}{r.tokens_per_second:>8.1f}"
+            f"{fmt(r.tokens_per_forward, '.2f'):>8}{fmt(r.steps_per_forward, '.2f'):>8}{r.generated_tokens:>7}{r.seconds:>8.2f}{r.tokens_per_second:>8.1f}"
             f"{fmt(r.speedup_vs_hf_generate, '.2f'):>8}{fmt(r.bound, '.2f'):>7}{fmt(r.speedup_over_bound, '.2f'):>7}"
         )
     return "\n".join(lines)

@@ -35,12 +35,16 @@ def test_bench_rows_cover_every_configuration(model, tokenizer):
         assert r.generated_tokens == 3 * 8  # every method decodes every prompt to max_new_tokens (no EOS here)
         assert r.seconds > 0 and r.tokens_per_second > 0 and r.speedup_vs_hf_generate > 0
         if r.method in ("ar", "hf_generate") or r.threshold == 1.0:
-            assert r.tokens_per_forward == 1.0
+            assert r.tokens_per_forward == 1.0 and r.steps_per_forward == 1.0
+        if r.method.startswith("mars_"):  # a batched forward lasts until its slowest sample (all reach 8 here)
+            assert 1.0 <= r.steps_per_forward <= r.tokens_per_forward
+            if r.batch_size == 1:
+                assert r.steps_per_forward == pytest.approx(r.tokens_per_forward)
     assert all(r.speedup_vs_hf_generate == 1.0 for r in rows if r.method == "hf_generate")
-    for r in rows:  # the bound exists for MARS rows: tpf × t(1-token forward) / t(B-token forward)
+    for r in rows:  # the bound exists for MARS rows: steps/forward × t(1-token forward) / t(B-token forward)
         assert (r.bound is not None) == r.method.startswith("mars_")
         if r.bound is not None:
-            assert 0 < r.bound < 2 * r.tokens_per_forward
+            assert 0 < r.bound < 2 * r.steps_per_forward
             assert r.speedup_over_bound == pytest.approx(r.speedup_vs_hf_generate / r.bound)
     assert "mars_sliding" in format_table(rows)
 
