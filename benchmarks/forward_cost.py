@@ -1,0 +1,70 @@
+"""What one cached forward costs: k new tokens per sample after a context, with and without an explicit mask.
+
+    python benchmarks/forward_cost.py [--model NAME] [--batch-sizes 1,16] [--widths 1,2,4,7,8] [--context 160]
+
+For each batch size and width k it times, interleaved (so drift hits every variant alike), the forward
+transformers' generate runs (no mask: the model builds its own causal one) and the forward our decoders run
+(an explicit boolean [b, 1, k, T+k] mask from mars_core.decoding.cache_mask), and prints medians in ms with
+the ratio to the 1-token forward: the t(k)/t(1) that bounds any multi-token method on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from mars_core import load  # noqa: E402
+from mars_core.decoding import cache_mask, new_cache  # noqa: E402
+from mars_core.masks import as_model_mask  # noqa: E402
+
+
+@torch.inference_mode()
+def timings(model, batch: int, width: int, context: int, repeats: int) -> dict[str, float]:
+    """Median ms of a width-k cached forward after `context` tokens: without a mask and with our explicit one."""
+    vocab = model.config.vocab_size
+    prefix = torch.randint(100, vocab - 100, (batch, context))
+    cache = new_cache(model)
+    model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    step = torch.randint(100, vocab - 100, (batch, width))
+    positions = torch.arange(context, context + width)[None].expand(batch, -1)
+    mask = as_model_mask(cache_mask(torch.ones(batch, context + width, dtype=torch.bool), width), model)
+    variants = {"no mask": {}, "explicit mask": {"attention_mask": mask, "position_ids": positions}}
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(repeats + 1):
+        for name, extra in variants.items():
+            t0 = time.perf_counter()
+            model(input_ids=step, past_key_values=cache, use_cache=True, logits_to_keep=width, **extra)
+            times[name].append(time.perf_counter() - t0)
+            cache.crop(-width)
+    return {name: 1000 * statistics.median(t[1:]) for name, t in times.items()}  # the first round warms up
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default=None)
+    p.add_argument("--batch-sizes", default="1,16")
+    p.add_argument("--widths", default="1,2,4,7,8")
+    p.add_argument("--context", type=int, default=160)
+    p.add_argument("--repeats", type=int, default=15)
+    args = p.parse_args()
+    model, _ = load(args.model)
+    print(f"{model.dtype}, {torch.get_num_threads()} threads, context {args.context}")
+    print(f"{'batch':>5} {'k':>3} {'no mask ms':>11} {'mask ms':>9} {'mask/no':>8} {'t(k)/t(1)':>10}")
+    for b in (int(x) for x in args.batch_sizes.split(",")):
+        one = None
+        for k in (int(x) for x in args.widths.split(",")):
+            t = timings(model, b, k, args.context, args.repeats)
+            one = one or t["no mask"]
+            print(f"{b:>5} {k:>3} {t['no mask']:>11.1f} {t['explicit mask']:>9.1f} "
+                  f"{t['explicit mask'] / t['no mask']:>8.2f} {t['no mask'] / one:>10.2f}")
+
+
+if __name__ == "__main__":
+    main()
