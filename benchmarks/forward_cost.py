@@ -1,6 +1,7 @@
 """What one cached forward costs: k new tokens per sample after a context, with and without an explicit mask.
 
     python benchmarks/forward_cost.py [--model NAME] [--batch-sizes 1,16] [--widths 1,2,4,7,8] [--context 160]
+    python benchmarks/forward_cost.py --profile [--batch-sizes 1 --widths 4]    # torch.profiler's top operators
 
 For each batch size and width k it times, interleaved (so drift hits every variant alike), the forward
 transformers' generate runs (no mask: the model builds its own causal one) and the forward our decoders run
@@ -46,6 +47,23 @@ def timings(model, batch: int, width: int, context: int, repeats: int) -> dict[s
     return {name: 1000 * statistics.median(t[1:]) for name, t in times.items()}  # the first round warms up
 
 
+@torch.inference_mode()
+def profile(model, batch: int, width: int, context: int, repeats: int) -> str:
+    """torch.profiler's table of the operators that take the most self time in width-k cached forwards."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    cache = new_cache(model)
+    model(input_ids=torch.randint(100, 1000, (batch, context)), past_key_values=cache, use_cache=True,
+          logits_to_keep=1)
+    step = torch.randint(100, 1000, (batch, width))
+    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(repeats):
+            model(input_ids=step, past_key_values=cache, use_cache=True, logits_to_keep=width)
+            cache.crop(-width)
+    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default=None)
@@ -53,8 +71,15 @@ def main() -> None:
     p.add_argument("--widths", default="1,2,4,7,8")
     p.add_argument("--context", type=int, default=160)
     p.add_argument("--repeats", type=int, default=15)
+    p.add_argument("--profile", action="store_true", help="print torch.profiler's top operators instead")
     args = p.parse_args()
     model, _ = load(args.model)
+    if args.profile:
+        for b in (int(x) for x in args.batch_sizes.split(",")):
+            for k in (int(x) for x in args.widths.split(",")):
+                print(f"batch {b}, {k} new tokens, context {args.context}:")
+                print(profile(model, b, k, args.context, args.repeats))
+        return
     print(f"{model.dtype}, {torch.get_num_threads()} threads, context {args.context}")
     print(f"{'batch':>5} {'k':>3} {'no mask ms':>11} {'mask ms':>9} {'mask/no':>8} {'t(k)/t(1)':>10}")
     for b in (int(x) for x in args.batch_sizes.split(",")):
