@@ -202,16 +202,18 @@ def add_speedups(rows: list[Row]) -> None:
 
 
 def add_bounds(rows: list[Row], model, tokenizer, prompts: list[str]) -> None:
-    """Attach bound = steps_per_forward × t(1-token forward) / t(B-token forward), timed at each batch size and B."""
+    """Attach bound = steps_per_forward × t(1-token forward) / t(B-token forward), timed at each batch size and B.
+    At τ >= 1 our decoders feed no masks (one token per forward), so there the bound is steps_per_forward = 1."""
     cost: dict[tuple[int, int], float] = {}
     for r in rows:
         if r.block_size is None or r.steps_per_forward is None:
             continue
-        for k in (1, r.block_size):
+        width = 1 if r.threshold is not None and r.threshold >= 1.0 else r.block_size
+        for k in {1, width}:
             if (r.batch_size, k) not in cost:
                 batch = (prompts * r.batch_size)[: r.batch_size]
                 cost[(r.batch_size, k)] = forward_seconds(model, tokenizer, batch, k)
-        r.bound = r.steps_per_forward * cost[(r.batch_size, 1)] / cost[(r.batch_size, r.block_size)]
+        r.bound = r.steps_per_forward * cost[(r.batch_size, 1)] / cost[(r.batch_size, width)]
         if r.speedup_vs_hf_generate is not None:
             r.speedup_over_bound = r.speedup_vs_hf_generate / r.bound
 
