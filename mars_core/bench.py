@@ -220,8 +220,8 @@ def add_bounds(rows: list[Row], model, tokenizer, prompts: list[str]) -> None:
 
 def format_table(rows: list[Row], category: str | None = "all") -> str:
     """A fixed-width table of the rows of one category (None: every row)."""
-    head = (f"{'method':<14}{'category':>13}{'batch':>6}{'B':>3}{'τ':>6}{'tok/fwd':>8}{'stp/fwd':>8}{'tokens':>7}{'sec':>8}"
-            f"{'tok/s':>8}{'speedup':>8}{'bound':>7}{'/bound':>7}")
+    head = (f"{'method':<14}{'category':>13}{'batch':>6}{'B':>3}{'τ':>6}{'tok/fwd':>8}{'stp/fwd':>8}{'tokens':>7}"
+            f"{'sec':>8}{'tok/s':>8}{'speedup':>8}{'bound':>7}{'/bound':>7}")
     lines = [head, "-" * len(head)]
     fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
     for r in rows:
@@ -229,7 +229,8 @@ def format_table(rows: list[Row], category: str | None = "all") -> str:
             continue
         lines.append(
             f"{r.method:<14}{r.category:>13}{r.batch_size:>6}{fmt(r.block_size, 'd'):>3}{fmt(r.threshold, '.2f'):>6}"
-            f"{fmt(r.tokens_per_forward, '.2f'):>8}{fmt(r.steps_per_forward, '.2f'):>8}{r.generated_tokens:>7}{r.seconds:>8.2f}{r.tokens_per_second:>8.1f}"
+            f"{fmt(r.tokens_per_forward, '.2f'):>8}{fmt(r.steps_per_forward, '.2f'):>8}{r.generated_tokens:>7}"
+            f"{r.seconds:>8.2f}{r.tokens_per_second:>8.1f}"
             f"{fmt(r.speedup_vs_hf_generate, '.2f'):>8}{fmt(r.bound, '.2f'):>7}{fmt(r.speedup_over_bound, '.2f'):>7}"
         )
     return "\n".join(lines)
