@@ -68,7 +68,6 @@ def block_decode(
             tokens = torch.cat([block[:, :first], tokens], 1)
             conf = torch.cat([torch.ones(b, first, device=dev), conf], 1)
         shared = torch.where(done, B, filled).min().clamp_max(W)  # fed slots real for every live sample
-        valid = torch.cat([valid, uncached_valid], 1)
 
         waiting = done | (filled >= B)
         end = accept_prefix(conf, filled, ctl.threshold).clamp_max(B)
@@ -90,7 +89,7 @@ def block_decode(
         keep = host[3][0]
         if W > keep:
             cache.crop(-(W - keep))  # drop the slots some sample has not filled yet (masks among them)
-        valid = torch.cat([valid, block_ok[:, cached:keep]], 1)
+        valid = torch.cat([valid, uncached_valid, block_ok[:, cached:keep]], 1)  # what the cache now holds
         cached, filled_max = keep, max(host[0])
         complete = all(host[2]) if stop is None else bool((done | (filled >= B)).all())
         if complete:
