@@ -282,11 +282,8 @@ def main(argv: list[str] | None = None) -> None:
     model, tokenizer = load_model(args.model, args.adapter, args.dtype)
     report = evaluate(model, tokenizer, records, thresholds=thresholds, block_size=args.block_size,
                       batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, samples=args.samples)
-    report = {"model": args.model or "default", "adapter": args.adapter, **report}
-    if args.model in (None, "default"):  # which delta the default was (MARS_DEFAULT_ADAPTER may point elsewhere)
-        from .load import default_model
-
-        report["default_model"] = default_model()
+    # source: the folder the weights came from (for the default, the merged cache named after its adapter)
+    report = {"model": args.model or "default", "adapter": args.adapter, "source": model.name_or_path, **report}
     _finish(report, args)
 
 

@@ -55,7 +55,7 @@ def test_mars_eval_writes_json_with_schema(heldout, tiny_dir, tmp_path, capsys):
     mars_eval.main(["--model", str(tiny_dir), "--data", str(heldout), "--limit", "3", "--thresholds", "1.0,0.5",
                     "--max-new-tokens", "5", "--batch-size", "2", "--json", str(out), "--dtype", "fp32"])
     report = json.loads(out.read_text())
-    assert report["block_size"] == 4 and report["model"] == str(tiny_dir)
+    assert report["block_size"] == 4 and report["model"] == report["source"] == str(tiny_dir)
     rows = report["rows"]
     assert {r["threshold"] for r in rows} == {1.0, 0.5}
     for r in rows:
