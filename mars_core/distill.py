@@ -1,6 +1,7 @@
 """Build the self-distillation data: prompts from mars_core.tasks, answered by the base model's own greedy decoding.
 
     python -m mars_core.distill --out data/ [--model NAME] [--train 1200] [--heldout 117] [--batch-size 24]
+                                [--seed 0] [--exclude earlier/train.jsonl earlier/heldout.jsonl]
 
 Writes out/train.jsonl and out/heldout.jsonl, one record a line:
     {"messages": [{"role": "user", ...}, {"role": "assistant", ...}], "category": ..., "gold": ..., "task": ...}
@@ -17,6 +18,7 @@ import json
 import random
 from collections import Counter
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from .tasks import CATEGORIES, build_prompts
@@ -116,8 +118,11 @@ def build(
     out: str | Path, model=None, tokenizer=None, *, model_name: str | None = "smollm2-135m-instruct",
     train_counts: dict[str, int] | None = None, heldout_per_category: int = DEFAULT_HELDOUT_PER_CATEGORY,
     batch_size: int = 24, max_new_tokens: int = 128, seed: int = 0, progress: bool = True,
+    exclude: Sequence[str | Path] = (),
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Build and write out/train.jsonl and out/heldout.jsonl; returns (train, heldout) records."""
+    """Build and write out/train.jsonl and out/heldout.jsonl; returns (train, heldout) records.
+    Prompts already in an `exclude` JSONL (an earlier build's files) are left out, so a build with another
+    seed adds fresh training prompts that never touch an existing held-out set."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if model is None:
@@ -125,6 +130,12 @@ def build(
 
         model, tokenizer = load(model_name)
     train_p, held_p = split_prompts(train_counts or DEFAULT_TRAIN, heldout_per_category, seed)
+    if exclude:
+        from .data import read_jsonl
+
+        seen = {r["messages"][0]["content"] for path in exclude for r in read_jsonl(path)}
+        train_p = [r for r in train_p if r["prompt"] not in seen]
+        held_p = [r for r in held_p if r["prompt"] not in seen]
     rows = distill(model, tokenizer, held_p + train_p, batch_size=batch_size, max_new_tokens=max_new_tokens,
                    partial=out / PARTIAL, progress=progress)
     heldout, train = rows[: len(held_p)], rows[len(held_p):]
@@ -162,10 +173,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=24)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--exclude", nargs="*", default=(),
+                        help="JSONL files whose prompts to leave out (e.g. data/train.jsonl data/heldout.jsonl)")
     args = parser.parse_args(argv)
     train, heldout = build(args.out, model_name=args.model, train_counts=parse_counts(args.train),
                            heldout_per_category=args.heldout, batch_size=args.batch_size,
-                           max_new_tokens=args.max_new_tokens, seed=args.seed)
+                           max_new_tokens=args.max_new_tokens, seed=args.seed, exclude=args.exclude)
     for name, rows in (("train", train), ("heldout", heldout)):
         cats = Counter(r["category"] for r in rows)
         print(f"{name}: {len(rows)} records: " + ", ".join(f"{c}={n}" for c, n in sorted(cats.items())))

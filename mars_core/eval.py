@@ -6,8 +6,12 @@
 Per threshold and per category (and "all"): tokens per forward, task accuracy where a gold answer exists
 (mars_core.tasks.score: the reasoning-gym task's own scorer, or exact/contains matching), exact agreement with
 the base model's greedy answer (the distilled answer in heldout.jsonl IS the base greedy answer), the mean
-shared-prefix fraction with it, and n. Also the acceptance rate by slot position (slot j = j tokens ahead) and
-the base model's own accuracy (scored on the held-out answers, no decoding). Draws the Pareto plot (tokens per
+shared-prefix fraction with it, the draft precision, and n. Also the acceptance rate by slot position (slot j =
+j tokens ahead) and the base model's own accuracy (scored on the held-out answers, no decoding).
+Draft precision: every output is re-read in one causal forward, and each accepted mask-slot token is compared
+with the model's own greedy choice at that place. It says how far a threshold can be trusted: at threshold
+0.9 a calibrated model's drafts would be right at least 90% of the time (report["drafts"] bins them by
+confidence). Tokens after the first wrong draft are checked against the text that was actually committed. Draws the Pareto plot (tokens per
 forward vs accuracy, one labelled point per threshold) with matplotlib, or plotly+kaleido when that is what
 is installed.
 """
@@ -86,6 +90,8 @@ def decode_records(
         idx = order[start : start + batch_size]
         prompts = [records[i]["prompt"] for i in idx]
         ids = [[] for _ in idx]
+        slot = [[] for _ in idx]  # per committed token: its place in its forward's accepted run (0 = AR)
+        conf = [[] for _ in idx]
         fwd = [0] * len(idx)
         t0 = time.perf_counter()
         for ev in stream(model, tokenizer, prompts, strategy=strategy, block_size=block_size,
@@ -93,6 +99,8 @@ def decode_records(
             for k, toks in enumerate(ev.token_ids):
                 if toks:
                     ids[k].extend(toks)
+                    slot[k].extend(range(len(toks)))
+                    conf[k].extend(ev.confidences[k])
                     fwd[k] += 1
                     slot_total += 1
                     for j in range(min(len(toks), block_size)):
@@ -101,9 +109,59 @@ def decode_records(
         for k, i in enumerate(idx):
             text = tokenizer.decode(ids[k], skip_special_tokens=True).strip()
             results[i] = {"text": text, "tokens": len(ids[k]), "forwards": fwd[k], "batch_seconds": seconds}
+            if strategy == "sliding" and threshold < 1.0:
+                results[i]["checks"] = check_drafts(model, tokenizer, records[i]["prompt"], ids[k], slot[k], conf[k])
         if bar is not None:
             bar.update(len(idx))
     return results, slot_hits, [slot_total] * block_size
+
+
+def ar_choices(model, prompt_ids: list[int], out_ids: list[int]) -> list[int]:
+    """The model's own greedy token at every output position, given the committed tokens before it
+    (one causal forward over prompt + output: what one-token decoding would have chosen there)."""
+    import torch
+
+    if not out_ids:
+        return []
+    ids = torch.tensor([prompt_ids + out_ids], device=model.device)
+    with torch.inference_mode():
+        logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1]
+    return logits.argmax(-1).tolist()
+
+
+def check_drafts(model, tokenizer, prompt, out_ids: list[int], slots: list[int], confs: list[float]):
+    """Per committed token: (slot, confidence, equals the model's own AR choice). Slot 0 is the AR prediction
+    itself (a mismatch there is bf16 rounding between a cached k-token forward and one long forward);
+    slot j >= 1 is a mask-slot draft accepted because its confidence reached the threshold."""
+    from .generate import encode_prompt
+
+    choices = ar_choices(model, encode_prompt(tokenizer, prompt), out_ids)
+    return [(s, round(c, 4), t == a) for s, c, t, a in zip(slots, confs, out_ids, choices)]
+
+
+def draft_stats(results: list[dict[str, Any]], block_size: int) -> dict[str, Any] | None:
+    """Draft precision: the share of accepted mask-slot tokens equal to the model's own greedy AR token,
+    per slot and per confidence bin (the calibration: a confidence of 0.9 should be right 90% of the time)."""
+    checks = [c for x in results for c in x.get("checks", [])]
+    if not checks:
+        return None
+    drafts = [c for c in checks if c[0] >= 1]
+    ar = [c for c in checks if c[0] == 0]
+    per_slot = [[c[2] for c in drafts if c[0] == j] for j in range(1, block_size)]
+    edges = (0.0, 0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.999, 1.01)
+    bins = []
+    for lo, hi in zip(edges, edges[1:]):
+        hit = [c[2] for c in drafts if lo <= c[1] < hi]
+        if hit:
+            bins.append({"confidence": [lo, min(hi, 1.0)], "n": len(hit), "precision": round(sum(hit) / len(hit), 4)})
+    return {
+        "drafts": len(drafts),
+        "precision": round(sum(c[2] for c in drafts) / len(drafts), 4) if drafts else None,
+        "precision_by_slot": [round(sum(p) / len(p), 4) if p else None for p in per_slot],
+        "ar_consistency": round(sum(c[2] for c in ar) / max(len(ar), 1), 4),
+        "samples_with_a_wrong_draft": sum(any(c[0] >= 1 and not c[2] for c in x.get("checks", [])) for x in results),
+        "calibration": bins,
+    }
 
 
 def _summary(records, results, threshold: float, category: str) -> dict[str, Any]:
@@ -120,11 +178,16 @@ def _summary(records, results, threshold: float, category: str) -> dict[str, Any
         "agreement": round(sum(x["text"] == r["reference"].strip() for r, x in pairs) / max(len(pairs), 1), 4),
         "shared_prefix": round(sum(agreement(r["reference"].strip(), x["text"]) for r, x in pairs)
                                / max(len(pairs), 1), 4),
+        "draft_precision": _precision([c for _, x in pairs for c in x.get("checks", []) if c[0] >= 1]),
         "n": len(pairs),
         "n_gold": len(scores),
         "tokens": tokens,
         "forwards": forwards,
     }
+
+
+def _precision(drafts: list[tuple[int, float, bool]]) -> float | None:
+    return round(sum(c[2] for c in drafts) / len(drafts), 4) if drafts else None
 
 
 def base_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -149,7 +212,7 @@ def evaluate(
     from tqdm.auto import tqdm
 
     cats = ["all", "predictable", "open"] + [c for c in CATEGORIES if any(r.get("category") == c for r in records)]
-    rows, slots, outputs, timing = [], {}, {}, {}
+    rows, slots, drafts, outputs, timing = [], {}, {}, {}, {}
     bar = tqdm(total=len(records) * len(thresholds), desc="mars-eval", disable=not progress)
     for t in thresholds:
         t0 = time.perf_counter()
@@ -167,11 +230,13 @@ def evaluate(
                 continue
             rows.append(_summary(records, results, t, cat))
         slots[str(t)] = [round(h / max(n, 1), 4) for h, n in zip(hits, totals)]
+        if (stats := draft_stats(results, block_size)) is not None:
+            drafts[str(t)] = stats
         if samples:
             outputs[str(t)] = [x["text"] for x in results]
     bar.close()
     out = {"block_size": block_size, "max_new_tokens": max_new_tokens, "rows": rows, "base": base_rows(records),
-           "slot_acceptance": slots, "seconds": timing}
+           "slot_acceptance": slots, "drafts": drafts, "seconds": timing}
     if samples:
         out["samples"] = outputs
     return out
@@ -243,14 +308,16 @@ def load_model(name: str | None, adapter: str | None = None, dtype: str | None =
 
 
 def format_table(report: dict[str, Any]) -> str:
-    lines = [f"{'thr':>5} {'category':<13} {'tok/fwd':>7} {'acc':>6} {'agree':>6} {'prefix':>6} {'n':>4}"]
+    lines = [f"{'thr':>5} {'category':<13} {'tok/fwd':>7} {'acc':>6} {'agree':>6} {'prefix':>6} {'drafts':>6} "
+             f"{'n':>4}"]
     for r in report.get("base", []):
         acc = "-" if r["accuracy"] is None else f"{100 * r['accuracy']:.1f}"
-        lines.append(f"{'base':>5} {r['category']:<13} {1.0:>7.2f} {acc:>6} {'':>6} {'':>6} {r['n']:>4}")
+        lines.append(f"{'base':>5} {r['category']:<13} {1.0:>7.2f} {acc:>6} {'':>6} {'':>6} {'':>6} {r['n']:>4}")
     for r in report["rows"]:
         acc = "-" if r["accuracy"] is None else f"{100 * r['accuracy']:.1f}"
+        prec = "-" if r.get("draft_precision") is None else f"{100 * r['draft_precision']:.1f}"
         lines.append(f"{r['threshold']:>5g} {r['category']:<13} {r['tokens_per_forward']:>7.2f} {acc:>6} "
-                     f"{100 * r['agreement']:>6.1f} {100 * r['shared_prefix']:>6.1f} {r['n']:>4}")
+                     f"{100 * r['agreement']:>6.1f} {100 * r['shared_prefix']:>6.1f} {prec:>6} {r['n']:>4}")
     return "\n".join(lines)
 
 
@@ -291,7 +358,7 @@ def combine_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
     """One report from several runs of the same model and held-out set at different thresholds."""
     out = dict(reports[0])
     out["rows"] = sorted((r for rep in reports for r in rep["rows"]), key=lambda r: -r["threshold"])
-    for key in ("slot_acceptance", "seconds", "samples"):
+    for key in ("slot_acceptance", "drafts", "seconds", "samples"):
         if any(key in rep for rep in reports):
             out[key] = {k: v for rep in reports for k, v in rep.get(key, {}).items()}
     return out
@@ -302,6 +369,12 @@ def _finish(report: dict[str, Any], args: argparse.Namespace) -> None:
     print(format_table(report))
     print("acceptance by slot (fraction of forwards committing >= j+1 tokens):",
           json.dumps(report["slot_acceptance"]))
+    for t, d in report.get("drafts", {}).items():
+        bins = ", ".join(f"[{b['confidence'][0]:g}, {b['confidence'][1]:g}) {100 * b['precision']:.0f}% of {b['n']}"
+                         for b in d["calibration"])
+        print(f"τ={t}: {d['drafts']} drafts, {100 * (d['precision'] or 0):.1f}% equal to the model's own AR choice "
+              f"(by slot {d['precision_by_slot']}; AR tokens {100 * d['ar_consistency']:.1f}%); "
+              f"by confidence: {bins}")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(report, indent=1))

@@ -56,3 +56,18 @@ def test_build_writes_records_with_shape_and_split(tmp_path):
     r = held[0]
     again = generate(model, tok, [r["messages"][0]["content"]], strategy="ar", max_new_tokens=6)
     assert again.texts[0].strip() == r["messages"][1]["content"]
+
+
+def test_build_excludes_prompts_of_earlier_files(tmp_path):
+    """A second build (another seed) with --exclude never repeats an earlier build's prompts."""
+    tok = tiny_tokenizer(mask_token=True)
+    model = tiny_qwen2(len(tok))
+    train_p, held_p = distill.split_prompts(COUNTS, 1, 0)
+    earlier = tmp_path / "earlier.jsonl"
+    taken = train_p[:3] + held_p[:2]
+    distill.write_jsonl([distill.to_record(r, "x") for r in taken], earlier)
+    train, held = distill.build(tmp_path / "new", model, tok, train_counts=COUNTS, heldout_per_category=1,
+                                batch_size=8, max_new_tokens=2, progress=False, exclude=[earlier])
+    kept = {r["messages"][0]["content"] for r in train + held}
+    assert len(train) + len(held) == len(train_p) + len(held_p) - len(taken)
+    assert not kept & {r["prompt"] for r in taken}

@@ -65,6 +65,12 @@ def test_mars_eval_writes_json_with_schema(heldout, tiny_dir, tmp_path, capsys):
     assert one["tokens_per_forward"] == 1.0 and one["n"] == 3
     assert {"counting", "lists", "arithmetic"} <= {r["category"] for r in rows}
     assert len(report["slot_acceptance"]["0.5"]) == 4 and report["slot_acceptance"]["1.0"][1] == 0.0
+    assert "1.0" not in report["drafts"]  # one-token mode accepts no drafts: nothing to check
+    drafts = report["drafts"]["0.5"]
+    assert len(drafts["precision_by_slot"]) == 3 and 0.0 <= drafts["ar_consistency"] <= 1.0
+    assert sum(b["n"] for b in drafts["calibration"]) == drafts["drafts"]
+    half = [r for r in rows if r["threshold"] == 0.5 and r["category"] == "all"][0]
+    assert (half["draft_precision"] is None) == (drafts["drafts"] == 0)
     assert "tok/fwd" in capsys.readouterr().out
     assert out.with_suffix(".png").is_file() or not _have_matplotlib()
 
@@ -73,3 +79,33 @@ def _have_matplotlib() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("matplotlib") is not None
+
+
+def test_ar_choices_reproduce_greedy_decoding():
+    """Re-reading a greedy answer in one causal forward gives back its tokens; a shifted answer does not."""
+    import mars_core
+    from mars_core.generate import encode_prompt
+
+    tok = tiny_tokenizer(mask_token=True)
+    model = tiny_qwen2(len(tok)).eval()
+    prompt = "count to five"
+    out = mars_core.generate(model, tok, prompt, strategy="ar", max_new_tokens=8).token_ids[0]
+    ids = encode_prompt(tok, prompt)
+    assert mars_eval.ar_choices(model, ids, out) == out
+    shifted = out[1:] + out[:1]
+    assert mars_eval.ar_choices(model, ids, shifted) != shifted
+
+
+def test_draft_stats_counts_slots_and_bins():
+    results = [
+        {"checks": [(0, 0.5, True), (1, 0.95, True), (2, 0.92, False), (0, 0.7, False), (1, 0.999, True)]},
+        {"checks": [(0, 0.6, True)]},
+        {"text": "no checks at threshold 1"},
+    ]
+    stats = mars_eval.draft_stats(results, block_size=4)
+    assert stats["drafts"] == 3 and stats["precision"] == round(2 / 3, 4)
+    assert stats["precision_by_slot"] == [1.0, 0.0, None]
+    assert stats["ar_consistency"] == round(2 / 3, 4) and stats["samples_with_a_wrong_draft"] == 1
+    assert [(b["confidence"], b["n"], b["precision"]) for b in stats["calibration"]] == [
+        ([0.9, 0.95], 1, 0.0), ([0.95, 0.98], 1, 1.0), ([0.999, 1.0], 1, 1.0)]
+    assert mars_eval.draft_stats([{"checks": []}], block_size=4) is None
