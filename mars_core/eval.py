@@ -294,6 +294,44 @@ def pareto_plot(report: dict[str, Any], path: str | os.PathLike, category: str =
         return None
 
 
+def calibration_plot(reports: dict[str, dict[str, Any]], path: str | os.PathLike) -> str | None:
+    """Reliability of the mask slots: draft precision against confidence, one line per labelled report, read
+    at each report's lowest threshold (its accepted drafts span the widest confidence range). A calibrated
+    model sits on the diagonal; below it, a threshold of 0.9 lets through drafts that are right less often."""
+    lines = []
+    for label, report in reports.items():
+        drafts = report.get("drafts") or {}
+        if drafts:
+            t = min(drafts, key=float)
+            bins = drafts[t]["calibration"]
+            if bins:
+                lines.append((f"{label} (τ={float(t):g}, {drafts[t]['drafts']} drafts)",
+                              [sum(b["confidence"]) / 2 for b in bins], [100 * b["precision"] for b in bins]))
+    if not lines:
+        return None
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+    ax.plot([0.5, 1.0], [50, 100], "--", color="gray", label="calibrated")
+    for label, xs, ys in lines:
+        ax.plot(xs, ys, "o-", label=label)
+    ax.set_xlabel("confidence of the accepted mask-slot token (bin centre)")
+    ax.set_ylabel("equal to the model's own AR choice (%)")
+    ax.set_title("draft precision against confidence (held-out)", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return str(path)
+
+
 # ----------------------------------------------------------------------------- CLI
 
 
@@ -382,6 +420,10 @@ def _finish(report: dict[str, Any], args: argparse.Namespace) -> None:
     if plot:
         made = pareto_plot(report, plot)
         print(f"pareto plot: {made or 'not drawn (install matplotlib)'}")
+        calib = calibration_plot({report.get("model", "model"): report},
+                                 Path(plot).with_name(Path(plot).stem + "_calibration.png"))
+        if calib:
+            print(f"calibration plot: {calib}")
 
 
 if __name__ == "__main__":

@@ -73,6 +73,8 @@ def test_mars_eval_writes_json_with_schema(heldout, tiny_dir, tmp_path, capsys):
     assert (half["draft_precision"] is None) == (drafts["drafts"] == 0)
     assert "tok/fwd" in capsys.readouterr().out
     assert out.with_suffix(".png").is_file() or not _have_matplotlib()
+    calib = tmp_path / "report_calibration.png"
+    assert calib.is_file() == (_have_matplotlib() and drafts["drafts"] > 0)
 
 
 def _have_matplotlib() -> bool:
@@ -109,3 +111,12 @@ def test_draft_stats_counts_slots_and_bins():
     assert [(b["confidence"], b["n"], b["precision"]) for b in stats["calibration"]] == [
         ([0.9, 0.95], 1, 0.0), ([0.95, 0.98], 1, 1.0), ([0.999, 1.0], 1, 1.0)]
     assert mars_eval.draft_stats([{"checks": []}], block_size=4) is None
+
+
+def test_calibration_plot(tmp_path):
+    report = {"drafts": {"0.5": {"drafts": 3, "calibration": [
+        {"confidence": [0.5, 0.7], "n": 1, "precision": 1.0}, {"confidence": [0.9, 0.95], "n": 2, "precision": 0.5}]}}}
+    assert mars_eval.calibration_plot({"a": {"drafts": {}}}, tmp_path / "none.png") is None
+    if _have_matplotlib():
+        assert mars_eval.calibration_plot({"a": report, "b": report}, tmp_path / "c.png") == str(tmp_path / "c.png")
+        assert (tmp_path / "c.png").stat().st_size > 1000
