@@ -17,8 +17,8 @@ import argparse
 import json
 import random
 from collections import Counter
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from .tasks import CATEGORIES, build_prompts

@@ -11,9 +11,9 @@ j tokens ahead) and the base model's own accuracy (scored on the held-out answer
 Draft precision: every output is re-read in one causal forward, and each accepted mask-slot token is compared
 with the model's own greedy choice at that place. It says how far a threshold can be trusted: at threshold
 0.9 a calibrated model's drafts would be right at least 90% of the time (report["drafts"] bins them by
-confidence). Tokens after the first wrong draft are checked against the text that was actually committed. Draws the Pareto plot (tokens per
-forward vs accuracy, one labelled point per threshold) with matplotlib, or plotly+kaleido when that is what
-is installed.
+confidence). Tokens after the first wrong draft are checked against the text that was actually committed.
+Draws the Pareto plot (tokens per forward vs accuracy, one labelled point per threshold) with matplotlib, or
+plotly+kaleido when that is what is installed, and the calibration plot of the drafts beside it.
 """
 
 from __future__ import annotations
@@ -139,6 +139,11 @@ def check_drafts(model, tokenizer, prompt, out_ids: list[int], slots: list[int],
     return [(s, round(c, 4), t == a) for s, c, t, a in zip(slots, confs, out_ids, choices)]
 
 
+def _precision(checks: list[tuple[int, float, bool]]) -> float | None:
+    """The share of checks whose token equals the AR choice (None when there are none)."""
+    return round(sum(c[2] for c in checks) / len(checks), 4) if checks else None
+
+
 def draft_stats(results: list[dict[str, Any]], block_size: int) -> dict[str, Any] | None:
     """Draft precision: the share of accepted mask-slot tokens equal to the model's own greedy AR token,
     per slot and per confidence bin (the calibration: a confidence of 0.9 should be right 90% of the time)."""
@@ -147,18 +152,17 @@ def draft_stats(results: list[dict[str, Any]], block_size: int) -> dict[str, Any
         return None
     drafts = [c for c in checks if c[0] >= 1]
     ar = [c for c in checks if c[0] == 0]
-    per_slot = [[c[2] for c in drafts if c[0] == j] for j in range(1, block_size)]
     edges = (0.0, 0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.999, 1.01)
     bins = []
     for lo, hi in zip(edges, edges[1:]):
-        hit = [c[2] for c in drafts if lo <= c[1] < hi]
+        hit = [c for c in drafts if lo <= c[1] < hi]
         if hit:
-            bins.append({"confidence": [lo, min(hi, 1.0)], "n": len(hit), "precision": round(sum(hit) / len(hit), 4)})
+            bins.append({"confidence": [lo, min(hi, 1.0)], "n": len(hit), "precision": _precision(hit)})
     return {
         "drafts": len(drafts),
-        "precision": round(sum(c[2] for c in drafts) / len(drafts), 4) if drafts else None,
-        "precision_by_slot": [round(sum(p) / len(p), 4) if p else None for p in per_slot],
-        "ar_consistency": round(sum(c[2] for c in ar) / max(len(ar), 1), 4),
+        "precision": _precision(drafts),
+        "precision_by_slot": [_precision([c for c in drafts if c[0] == j]) for j in range(1, block_size)],
+        "ar_consistency": _precision(ar) or 0.0,
         "samples_with_a_wrong_draft": sum(any(c[0] >= 1 and not c[2] for c in x.get("checks", [])) for x in results),
         "calibration": bins,
     }
@@ -184,10 +188,6 @@ def _summary(records, results, threshold: float, category: str) -> dict[str, Any
         "tokens": tokens,
         "forwards": forwards,
     }
-
-
-def _precision(drafts: list[tuple[int, float, bool]]) -> float | None:
-    return round(sum(c[2] for c in drafts) / len(drafts), 4) if drafts else None
 
 
 def base_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
