@@ -85,7 +85,6 @@ def decode_records(
     results: list[dict[str, Any] | None] = [None] * len(records)
     order = sorted(range(len(records)), key=lambda i: (records[i].get("category", ""), len(records[i]["prompt"])))
     slot_hits = [0] * block_size
-    slot_total = 0
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
         prompts = [records[i]["prompt"] for i in idx]
@@ -102,18 +101,18 @@ def decode_records(
                     slot[k].extend(range(len(toks)))
                     conf[k].extend(ev.confidences[k])
                     fwd[k] += 1
-                    slot_total += 1
-                    for j in range(min(len(toks), block_size)):
-                        slot_hits[j] += 1
         seconds = time.perf_counter() - t0
         for k, i in enumerate(idx):
+            for j in slot[k]:  # a forward that committed >= j+1 tokens holds exactly one token at slot j
+                if j < block_size:
+                    slot_hits[j] += 1
             text = tokenizer.decode(ids[k], skip_special_tokens=True).strip()
             results[i] = {"text": text, "tokens": len(ids[k]), "forwards": fwd[k], "batch_seconds": seconds}
             if strategy == "sliding" and threshold < 1.0:
                 results[i]["checks"] = check_drafts(model, tokenizer, records[i]["prompt"], ids[k], slot[k], conf[k])
         if bar is not None:
             bar.update(len(idx))
-    return results, slot_hits, [slot_total] * block_size
+    return results, slot_hits, [sum(x["forwards"] for x in results)] * block_size
 
 
 def ar_choices(model, prompt_ids: list[int], out_ids: list[int]) -> list[int]:
