@@ -3,10 +3,11 @@
     python benchmarks/forward_cost.py [--model NAME] [--batch-sizes 1,16] [--widths 1,2,4,7,8] [--context 160]
     python benchmarks/forward_cost.py --profile [--batch-sizes 1 --widths 4]    # torch.profiler's top operators
 
-For each batch size and width k it times, interleaved (so drift hits every variant alike), the forward
-transformers' generate runs (no mask: the model builds its own causal one) and the forward our decoders run
-(an explicit boolean [b, 1, k, T+k] mask from mars_core.decoding.cache_mask), and prints medians in ms with
-the ratio to the 1-token forward: the t(k)/t(1) that bounds any multi-token method on this machine.
+For each batch size and width k it times (mars_core.evaluation.bench.forward_seconds, in interleaved rounds so
+drift hits every variant alike) the forward transformers' generate runs (no mask: the model builds its own causal
+one) and the forward our decoders run (an explicit boolean [b, 1, k, T+k] mask from
+mars_core.decoding.cache.cache_mask), and prints medians in ms with the ratio to the 1-token forward: the
+t(k)/t(1) that bounds any multi-token method on this machine.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -22,29 +22,22 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mars_core import load  # noqa: E402
-from mars_core.decoding import cache_mask, new_cache  # noqa: E402
-from mars_core.masks import as_model_mask  # noqa: E402
+from mars_core.decoding.cache import new_cache  # noqa: E402
+from mars_core.evaluation.bench import forward_seconds  # noqa: E402
+from mars_core.evaluation.prompts import prompt_set  # noqa: E402
 
 
-@torch.inference_mode()
-def timings(model, batch: int, width: int, context: int, repeats: int) -> dict[str, float]:
+def timings(model, tokenizer, batch: int, width: int, context: int, repeats: int, rounds: int = 3) -> dict[str, float]:
     """Median ms of a width-k cached forward after `context` tokens: without a mask and with our explicit one."""
-    vocab = model.config.vocab_size
-    prefix = torch.randint(100, vocab - 100, (batch, context))
-    cache = new_cache(model)
-    model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
-    step = torch.randint(100, vocab - 100, (batch, width))
-    positions = torch.arange(context, context + width)[None].expand(batch, -1)
-    mask = as_model_mask(cache_mask(torch.ones(batch, context + width, dtype=torch.bool), width), model)
-    variants = {"no mask": {}, "explicit mask": {"attention_mask": mask, "position_ids": positions}}
+    prompts = [r["prompt"] for r in prompt_set(batch)]
+    prompts = (prompts * batch)[:batch]
+    variants = {"no mask": False, "explicit mask": True}
     times: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(repeats + 1):
-        for name, extra in variants.items():
-            t0 = time.perf_counter()
-            model(input_ids=step, past_key_values=cache, use_cache=True, logits_to_keep=width, **extra)
-            times[name].append(time.perf_counter() - t0)
-            cache.crop(-width)
-    return {name: 1000 * statistics.median(t[1:]) for name, t in times.items()}  # the first round warms up
+    for _ in range(rounds):
+        for name, explicit in variants.items():
+            times[name].append(forward_seconds(model, tokenizer, prompts, width, context, max(repeats // rounds, 1),
+                                               explicit_mask=explicit))
+    return {name: 1000 * statistics.median(t) for name, t in times.items()}
 
 
 @torch.inference_mode()
@@ -73,7 +66,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--profile", action="store_true", help="print torch.profiler's top operators instead")
     args = p.parse_args()
-    model, _ = load(args.model)
+    model, tokenizer = load(args.model)
     if args.profile:
         for b in (int(x) for x in args.batch_sizes.split(",")):
             for k in (int(x) for x in args.widths.split(",")):
@@ -85,7 +78,7 @@ def main() -> None:
     for b in (int(x) for x in args.batch_sizes.split(",")):
         one = None
         for k in (int(x) for x in args.widths.split(",")):
-            t = timings(model, b, k, args.context, args.repeats)
+            t = timings(model, tokenizer, b, k, args.context, args.repeats)
             one = one or t["no mask"]
             print(f"{b:>5} {k:>3} {t['no mask']:>11.1f} {t['explicit mask']:>9.1f} "
                   f"{t['explicit mask'] / t['no mask']:>8.2f} {t['no mask'] / one:>10.2f}")

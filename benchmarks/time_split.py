@@ -18,7 +18,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mars_core import generate, load  # noqa: E402
-from mars_core.prompts import prompt_set  # noqa: E402
+from mars_core.evaluation.prompts import prompt_set  # noqa: E402
 
 
 def timed_forward(model: torch.nn.Module) -> list[float]:

@@ -16,6 +16,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).
 
 from mars_core import generate  # noqa: E402
 from mars_core.generate import encode_prompt  # noqa: E402
+
 from tiny import tiny_qwen2, tiny_tokenizer  # noqa: E402
 
 PROMPTS = ["Count from one to ten", "What is the capital of France?", "hello there", "List three colours"]

@@ -1,13 +1,13 @@
 """MARS Studio's engine: load, train and decode MARS multi-token generation."""
 
-from .control import DecodeControl
+from .decoding.control import DecodeControl
 from .generate import GenerationResult, StreamEvent, generate, stream
 from .load import load
-from .mars_config import MarsConfig
-from .mars_trainer import MarsTrainer
-from .masks import training_attention_mask, training_block_mask
-from .sft_config import SFTConfig
-from .sft_trainer import SFTTrainer
+from .training.mars_config import MarsConfig
+from .training.mars_trainer import MarsTrainer
+from .training.masks import training_attention_mask, training_block_mask
+from .training.sft_config import SFTConfig
+from .training.sft_trainer import SFTTrainer
 
 __all__ = [
     "DecodeControl",

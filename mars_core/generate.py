@@ -9,10 +9,10 @@ from typing import Any
 
 import torch
 
-from .block import block_decode
-from .control import DecodeControl
-from .decoding import DecodeSpec, Step
-from .sliding import sliding_decode
+from .decoding.block import block_decode
+from .decoding.control import DecodeControl
+from .decoding.sliding import sliding_decode
+from .decoding.spec import DecodeSpec, Step
 
 STRATEGIES = ("ar", "sliding", "block")
 Message = dict[str, str]

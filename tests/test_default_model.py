@@ -58,7 +58,7 @@ def test_one_token_mode_is_greedy(default):
 
 
 def test_threshold_09_commits_more_than_one_token_per_forward(default):
-    from mars_core.eval import heldout_path, load_heldout
+    from mars_core.evaluation.prompts import heldout_path, load_heldout
     from mars_core.generate import generate
 
     model, tok, _ = default

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from mars_core import DecodeControl, generate, stream
+
 from tiny import tiny_tokenizer
 
 PROMPTS = ["Count from one to ten", "What is the capital of France? Answer briefly please."]
@@ -136,9 +137,8 @@ def test_stop_ends_the_stream(model, tokenizer):
 def test_stop_strings_cut_the_text(model, tokenizer):
     free = generate(model, tokenizer, PROMPTS, threshold=0.3, max_new_tokens=24)
     # a printable stop string from the middle of some answer (the random model also emits broken UTF-8)
-    stop = next(
-        t[k : k + 2] for t in free.texts for k in range(3, len(t) - 1) if t[k : k + 2].isascii() and t[k : k + 2].strip()
-    )
+    pieces = (t[k : k + 2] for t in free.texts for k in range(3, len(t) - 1))
+    stop = next(p for p in pieces if p.isascii() and p.strip())
     cut = generate(model, tokenizer, PROMPTS, threshold=0.3, max_new_tokens=24, stop_strings=[stop])
     stopped = 0
     for text, ids, cut_text, cut_ids in zip(free.texts, free.token_ids, cut.texts, cut.token_ids):

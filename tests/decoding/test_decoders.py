@@ -3,6 +3,7 @@
 import pytest
 
 from mars_core import generate
+
 from reference import reference_block, reference_sliding
 
 PROMPTS = [

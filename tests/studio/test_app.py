@@ -1,4 +1,4 @@
-"""The app's handlers called directly, on a tiny model registered in app.MODELS."""
+"""The app's handlers called directly, on a tiny model registered in models.MODELS."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import pytest
 
 import app
 from mars_core.serving import adaptive_threshold
+from studio import explorer, inputs, models, race, walkthrough
+
 from tiny import tiny_qwen2, tiny_tokenizer
 
 PROMPT = "Count from one to ten"
@@ -23,11 +25,11 @@ def tiny():
 
 @pytest.fixture(autouse=True)
 def served(tiny, monkeypatch):
-    monkeypatch.setitem(app.MODELS, "tiny", tiny)
-    monkeypatch.setattr(app, "CONFIG", app.AppConfig(model="tiny"))
+    monkeypatch.setitem(models.MODELS, "tiny", tiny)
+    monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="tiny"))
     monkeypatch.delenv("SPACE_ID", raising=False)
     yield
-    assert app.TRACKER.active == 0  # every handler gives its slot back
+    assert models.TRACKER.active == 0  # every handler gives its slot back
 
 
 def final(outputs: list) -> dict:
@@ -35,8 +37,8 @@ def final(outputs: list) -> dict:
 
 
 def test_race_streams_both_runs_and_tau_one_is_ar():
-    session = app.new_session()
-    outputs = list(app.race(PROMPT, 1.0, 4, 0.0, 40, False, session))
+    session = race.new_session()
+    outputs = list(race.race(PROMPT, 1.0, 4, 0.0, 40, False, session))
     assert len(outputs) >= 20  # one update per forward of each run
     trace = final(outputs)
     assert trace["status"] == "done"
@@ -54,12 +56,12 @@ def test_race_streams_both_runs_and_tau_one_is_ar():
 
 
 def test_threshold_change_acts_on_the_running_generation():
-    session = app.new_session()
-    race = app.race(PROMPT, 1.0, 4, 0.0, 40, False, session)
+    session = race.new_session()
+    running = race.race(PROMPT, 1.0, 4, 0.0, 40, False, session)
     for _ in range(4):
-        next(race)
-    app.set_threshold(0.05, session)
-    trace = final([*race])
+        next(running)
+    race.set_threshold(0.05, session)
+    trace = final([*running])
     taus, counts = trace["mars"]["thresholds"], trace["mars"]["counts"]
     assert taus[:4] == [1.0] * 4 and set(taus[4:]) == {0.05}
     assert set(counts[:4]) == {1} and max(counts[4:]) > 1
@@ -67,39 +69,39 @@ def test_threshold_change_acts_on_the_running_generation():
 
 
 def test_bad_threshold_from_the_slider_is_ignored_with_a_warning():
-    session = app.new_session()
+    session = race.new_session()
     with pytest.warns(UserWarning, match="Threshold"):
-        app.set_threshold(1.7, session)
+        race.set_threshold(1.7, session)
     assert session["threshold"] == 0.9
 
 
 def test_adapt_to_load_lowers_the_threshold_in_force():
-    session = app.new_session()
-    with app.TRACKER, app.TRACKER:  # two other generations are running
-        outputs = list(app.race(PROMPT, 0.9, 4, 0.0, 12, True, session))
+    session = race.new_session()
+    with models.TRACKER, models.TRACKER:  # two other generations are running
+        outputs = list(race.race(PROMPT, 0.9, 4, 0.0, 12, True, session))
     expected = adaptive_threshold(0.9, 3)
     assert set(final(outputs)["mars"]["thresholds"]) == {expected}
     assert f"τ = {expected:.2f}" in outputs[-1][4] and "adapting to load" in outputs[-1][4]
 
 
 def test_adapt_switch_acts_mid_run():
-    session = app.new_session()
-    with app.TRACKER, app.TRACKER, app.TRACKER:
-        race = app.race(PROMPT, 0.9, 4, 0.0, 16, False, session)
+    session = race.new_session()
+    with models.TRACKER, models.TRACKER, models.TRACKER:
+        running = race.race(PROMPT, 0.9, 4, 0.0, 16, False, session)
         for _ in range(3):
-            next(race)
-        app.set_adapt(True, session)
-        taus = final([*race])["mars"]["thresholds"]
+            next(running)
+        race.set_adapt(True, session)
+        taus = final([*running])["mars"]["thresholds"]
     assert taus[:3] == [0.9] * 3 and set(taus[3:]) == {adaptive_threshold(0.9, 4)}
 
 
 def test_stop_ends_both_runs_before_their_next_forward():
-    session = app.new_session()
-    race = app.race(PROMPT, 0.9, 4, 0.0, 500, False, session)
+    session = race.new_session()
+    running = race.race(PROMPT, 0.9, 4, 0.0, 500, False, session)
     for _ in range(3):
-        next(race)
-    app.stop(session)
-    rest = list(race)
+        next(running)
+    race.stop(session)
+    rest = list(running)
     assert len(rest) <= 1
     trace = final(rest) if rest else None
     assert trace is None or trace["status"] == "stopped"
@@ -107,13 +109,13 @@ def test_stop_ends_both_runs_before_their_next_forward():
 
 
 def test_a_cancelled_race_gives_back_its_load_slot():
-    session = app.new_session()
-    race = app.race(PROMPT, 0.9, 4, 0.0, 500, False, session)
-    next(race)
-    next(race)
-    assert app.TRACKER.active == 1
-    race.close()  # what Gradio's cancel does to the generator
-    assert app.TRACKER.active == 0 and session["mars"] is None
+    session = race.new_session()
+    running = race.race(PROMPT, 0.9, 4, 0.0, 500, False, session)
+    next(running)
+    next(running)
+    assert models.TRACKER.active == 1
+    running.close()  # what Gradio's cancel does to the generator
+    assert models.TRACKER.active == 0 and session["mars"] is None
 
 
 @pytest.mark.parametrize(
@@ -121,7 +123,7 @@ def test_a_cancelled_race_gives_back_its_load_slot():
     [
         (("", 0.9, 4, 0.0, 10), "Empty prompt"),
         (("   ", 0.9, 4, 0.0, 10), "Empty prompt"),
-        (("x" * (app.MAX_PROMPT_CHARS + 1), 0.9, 4, 0.0, 10), "Prompt too long"),
+        (("x" * (inputs.MAX_PROMPT_CHARS + 1), 0.9, 4, 0.0, 10), "Prompt too long"),
         ((PROMPT, 0.0, 4, 0.0, 10), "Threshold"),
         ((PROMPT, 1.5, 4, 0.0, 10), "Threshold"),
         ((PROMPT, "abc", 4, 0.0, 10), "threshold must be a number"),
@@ -129,55 +131,55 @@ def test_a_cancelled_race_gives_back_its_load_slot():
         ((PROMPT, 0.9, 2.5, 0.0, 10), "whole number"),
         ((PROMPT, 0.9, 4, -1.0, 10), "Temperature"),
         ((PROMPT, 0.9, 4, 0.0, 0), "Max new tokens"),
-        ((PROMPT, 0.9, 4, 0.0, app.MAX_NEW_TOKENS + 1), "Max new tokens"),
+        ((PROMPT, 0.9, 4, 0.0, inputs.MAX_NEW_TOKENS + 1), "Max new tokens"),
         ((PROMPT, 0.9, 4, 0.0, None), "must be a number"),
         (("word " * 700, 0.9, 4, 0.0, 512), "prompt too long"),  # mars_core's context check
     ],
 )
 def test_bad_input_yields_a_message_not_a_traceback(args, message):
     with pytest.warns(UserWarning):
-        outputs = list(app.race(*args, False, app.new_session()))
+        outputs = list(race.race(*args, False, race.new_session()))
     assert len(outputs) == 1
     assert outputs[0][5]["status"] == "error"
     assert message in outputs[0][4] and outputs[0][4].startswith("⚠")
 
 
 def test_a_model_that_fails_to_load_gives_a_message(monkeypatch, tmp_path):
-    monkeypatch.setattr(app, "CONFIG", app.AppConfig(model=str(tmp_path / "missing")))
+    monkeypatch.setattr(models, "CONFIG", models.AppConfig(model=str(tmp_path / "missing")))
     with pytest.warns(UserWarning):
-        outputs = list(app.race(PROMPT, 0.9, 4, 0.0, 10, False, app.new_session()))
+        outputs = list(race.race(PROMPT, 0.9, 4, 0.0, 10, False, race.new_session()))
     assert "Could not load model" in outputs[-1][4] and outputs[-1][5]["status"] == "error"
-    assert str(tmp_path / "missing") not in app.MODELS  # a failure is not cached: a retry tries again
+    assert str(tmp_path / "missing") not in models.MODELS  # a failure is not cached: a retry tries again
 
 
 def test_models_load_once_per_name(monkeypatch, tiny):
     calls = []
-    monkeypatch.setattr(app, "load", lambda name=None: calls.append(name) or tiny)
-    monkeypatch.delitem(app.MODELS, "other", raising=False)
-    assert app.get_model("other") is app.get_model("other")
+    monkeypatch.setattr(models, "load", lambda name=None: calls.append(name) or tiny)
+    monkeypatch.delitem(models.MODELS, "other", raising=False)
+    assert models.get_model("other") is models.get_model("other")
     assert calls == ["other"]
-    del app.MODELS["other"]
+    del models.MODELS["other"]
 
 
 def test_separate_ar_model(monkeypatch, tiny):
-    monkeypatch.setitem(app.MODELS, "ar-tiny", tiny)
-    monkeypatch.setattr(app, "CONFIG", app.AppConfig(model="tiny", ar_model="ar-tiny"))
-    trace = final(list(app.race(PROMPT, 1.0, 4, 0.0, 16, False, app.new_session())))
+    monkeypatch.setitem(models.MODELS, "ar-tiny", tiny)
+    monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="tiny", ar_model="ar-tiny"))
+    trace = final(list(race.race(PROMPT, 1.0, 4, 0.0, 16, False, race.new_session())))
     assert trace["ar"]["text"] == trace["mars"]["text"]
     assert "ar-tiny" in app.intro_markdown()
 
 
 def test_sessions_do_not_share_settings_or_text():
-    alone = [final(list(app.race(p, 0.3, 4, 0.0, 24, False, app.new_session()))) for p in (PROMPT, "hello")]
-    a_session, b_session = app.new_session(), app.new_session()
-    a = app.race(PROMPT, 0.3, 4, 0.0, 24, False, a_session)
-    b = app.race("hello", 0.3, 4, 0.0, 24, False, b_session)
+    alone = [final(list(race.race(p, 0.3, 4, 0.0, 24, False, race.new_session()))) for p in (PROMPT, "hello")]
+    a_session, b_session = race.new_session(), race.new_session()
+    a = race.race(PROMPT, 0.3, 4, 0.0, 24, False, a_session)
+    b = race.race("hello", 0.3, 4, 0.0, 24, False, b_session)
     outs_a, outs_b = [], []
     for out_a, out_b in zip(a, b):  # interleaved, as two users at once
         outs_a.append(out_a)
         outs_b.append(out_b)
         if len(outs_a) == 2:
-            app.set_threshold(0.3, a_session)  # touches session a only
+            race.set_threshold(0.3, a_session)  # touches session a only
     outs_a += list(a)
     outs_b += list(b)
     assert b_session["threshold"] == 0.3 and a_session is not b_session
@@ -187,22 +189,22 @@ def test_sessions_do_not_share_settings_or_text():
 
 
 def test_pane_html_escapes_and_colours_by_tokens_per_forward(tiny):
-    run = app.Run("MARS", iter(()), tiny[1])
+    run = race.Run("MARS", iter(()), tiny[1])
     run.chunks = [(0, ["<script>"], [0.2]), (1, ["a", "b", "c"], [0.9, 0.95, 0.99])]
-    page = app.pane_html(run, "done")
+    page = race.pane_html(run, "done")
     assert "<script>" not in page and "&lt;script&gt;" in page
-    assert app.count_colour(1) in page and app.count_colour(3) in page
+    assert race.count_colour(1) in page and race.count_colour(3) in page
     assert "dotted" in page  # confidence 0.2 < 0.5
     assert "forward 1 · 3 tokens · confidence 0.95" in page
-    colours = [c for _, c, _ in app.COUNT_COLOURS]
-    assert [app.count_colour(n) for n in (1, 2, 3, 4, 5, 8, 9, 16)] == [
+    colours = [c for _, c, _ in race.COUNT_COLOURS]
+    assert [race.count_colour(n) for n in (1, 2, 3, 4, 5, 8, 9, 16)] == [
         colours[0], colours[1], colours[2], colours[3], colours[4], colours[4], colours[5], colours[5]]
 
 
 @pytest.mark.parametrize("n, block", [(1, 1), (5, 2), (8, 4), (9, 4), (16, 8), (6, 16)])
 def test_mask_colours_follow_the_rules_and_agree_with_the_mask(n, block):
-    cats = app.mask_categories(n, block)
-    fig = app.mask_figure(n, block)  # asserts agreement with training_attention_mask
+    cats = walkthrough.mask_categories(n, block)
+    fig = walkthrough.mask_figure(n, block)  # asserts agreement with training_attention_mask
     assert fig.data[0].z is not None
     assert (cats[n:, :n] == 0).all()  # clean -> noisy: never
     for q in range(n):
@@ -213,25 +215,25 @@ def test_mask_colours_follow_the_rules_and_agree_with_the_mask(n, block):
 
 
 def test_walkthrough_steps_show_inputs_proposals_and_verdicts():
-    page, walk = app.walk_decode(PROMPT, 0.3, 4, 16)
+    page, walk = walkthrough.walk_decode(PROMPT, 0.3, 4, 16)
     steps = walk["steps"]
     assert steps and walk["index"] == 0 and "Forward 1 of" in page
     assert sum(s["accepted"] for s in steps) == 16
     for s in steps:
         assert len(s["proposals"]) == len(s["confidences"]) == 4
         assert s["start"] == 0 and 1 <= s["accepted"] <= 4
-        accepted = [app.verdict(s, j).startswith("✓") for j in range(4)]
+        accepted = [walkthrough.verdict(s, j).startswith("✓") for j in range(4)]
         assert accepted == [j < s["accepted"] for j in range(4)]
         assert all(c >= 0.3 for c in s["confidences"][1:s["accepted"]])
-    second, walk2 = app.walk_move(walk, 1)
+    second, walk2 = walkthrough.walk_move(walk, 1)
     assert walk2["index"] == 1 and "Forward 2 of" in second and second.count("[MASK]") == 3
-    assert app.walk_move(walk, -5)[1]["index"] == 0
-    assert app.walk_move(walk, 10**6)[1]["index"] == len(steps) - 1
-    assert "Decode" in app.walk_move({"steps": [], "index": 0}, 1)[0]
+    assert walkthrough.walk_move(walk, -5)[1]["index"] == 0
+    assert walkthrough.walk_move(walk, 10**6)[1]["index"] == len(steps) - 1
+    assert "Decode" in walkthrough.walk_move({"steps": [], "index": 0}, 1)[0]
 
 
 def test_walkthrough_at_tau_one_commits_one_token_per_forward():
-    page, walk = app.walk_decode(PROMPT, 1.0, 3, 6)
+    page, walk = walkthrough.walk_decode(PROMPT, 1.0, 3, 6)
     assert [s["accepted"] for s in walk["steps"]] == [1] * 6
     assert all(s["masks"] == 0 and len(s["proposals"]) == 1 for s in walk["steps"])  # τ = 1 feeds no masks
     assert "no mask tokens" in page and "[MASK]" not in page
@@ -239,13 +241,13 @@ def test_walkthrough_at_tau_one_commits_one_token_per_forward():
 
 def test_walkthrough_bad_input():
     with pytest.warns(UserWarning):
-        page, walk = app.walk_decode("", 0.9, 4, 8)
+        page, walk = walkthrough.walk_decode("", 0.9, 4, 8)
     assert "Empty prompt" in page and walk["steps"] == []
 
 
 def test_sweep_handler_gives_chart_table_and_csv():
     seen = []
-    fig, table, path, status = app.run_sweep("1, 0.3, 0.05", 4, 8, ["lists", "counting"], 5,
+    fig, table, path, status = explorer.run_sweep("1, 0.3, 0.05", 4, 8, ["lists", "counting"], 5,
                                              progress=lambda f, d=None: seen.append(f))
     assert list(table["threshold"]) == [1.0, 0.3, 0.05] and table["quality"].iloc[0] == 1.0
     assert Path(path).read_text().splitlines()[0].startswith("threshold,tokens_per_forward,quality")
@@ -261,7 +263,7 @@ def test_sweep_handler_gives_chart_table_and_csv():
 )
 def test_sweep_handler_bad_input(taus, cats, message):
     with pytest.warns(UserWarning):
-        fig, table, path, status = app.run_sweep(taus, 4, 8, cats, progress=lambda *a, **k: None)
+        fig, table, path, status = explorer.run_sweep(taus, 4, 8, cats, progress=lambda *a, **k: None)
     assert fig is None and table is None and path is None and re.search(message, status)
 
 
@@ -269,17 +271,17 @@ def test_build_ui_wires_named_endpoints_and_a_queue():
     demo = app.build_ui()
     names = {d["api_name"] for d in demo.config["dependencies"]}
     assert {"race", "set_threshold", "set_adapt", "stop", "walkthrough", "sweep", "mask"} <= names
-    race = next(d for d in demo.config["dependencies"] if d["api_name"] == "race")
-    assert race["id"] in [c for d in demo.config["dependencies"] for c in (d["cancels"] or [])]  # Stop cancels it
-    assert demo._queue.default_concurrency_limit == app.CONFIG.concurrency
+    race_dep = next(d for d in demo.config["dependencies"] if d["api_name"] == "race")
+    assert race_dep["id"] in [c for d in demo.config["dependencies"] for c in (d["cancels"] or [])]  # Stop cancels it
+    assert demo._queue.default_concurrency_limit == models.CONFIG.concurrency
 
 
 def test_space_allows_only_the_fixed_model_list(monkeypatch):
     monkeypatch.setenv("SPACE_ID", "someone/mars-studio")
-    app.check_model_choice(None)
-    app.check_model_choice("Xalphinions/MARS-Qwen2.5-0.5B-blk4")
+    models.check_model_choice(None)
+    models.check_model_choice("Xalphinions/MARS-Qwen2.5-0.5B-blk4")
     with pytest.raises(ValueError, match="On a Space"):
-        app.check_model_choice("/etc/passwd")
+        models.check_model_choice("/etc/passwd")
     with pytest.raises(SystemExit):
         app.main(["--model", "/some/local/path", "--no-preload"])
 
@@ -296,9 +298,9 @@ def test_main_honours_env_and_flags(monkeypatch):
     monkeypatch.setenv("GRADIO_SERVER_PORT", "7999")
     app.main(["--no-preload", "--model", "tiny", "--ar-model", "tiny", "--concurrency", "2"])
     assert launched["server_name"] == "0.0.0.0" and launched["server_port"] == 7999
-    assert app.CONFIG == app.AppConfig(model="tiny", ar_model="tiny", concurrency=2)
+    assert models.CONFIG == models.AppConfig(model="tiny", ar_model="tiny", concurrency=2)
     app.main(["--no-preload", "--port", "7123"])
-    assert launched["server_port"] == 7123 and app.CONFIG.model is None
+    assert launched["server_port"] == 7123 and models.CONFIG.model is None
     assert launched["css"] == app.CSS and launched["theme"] is app.THEME
 
 

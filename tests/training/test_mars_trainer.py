@@ -9,10 +9,12 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoTokenizer
 
-from mars_core.data import ChatCollator, load_chat_dataset
-from mars_core.mars_config import MarsConfig
-from mars_core.mars_trainer import MarsTrainer
-from mars_core.masks import as_model_mask, training_attention_mask
+from mars_core.attention import as_model_mask
+from mars_core.training.data import ChatCollator, load_chat_dataset
+from mars_core.training.mars_config import MarsConfig
+from mars_core.training.mars_trainer import MarsTrainer
+from mars_core.training.masks import training_attention_mask
+
 from tiny import tiny_qwen2, tiny_tokenizer
 
 CHATS = [

@@ -2,8 +2,8 @@ import math
 
 import torch
 
-from mars_core.control import DecodeControl
-from mars_core.sampling import accept_prefix, cap_at_stop, confidence_of, select, top_p_filter
+from mars_core.decoding.control import DecodeControl
+from mars_core.decoding.sampling import accept_prefix, cap_at_stop, confidence_of, select, top_p_filter
 
 
 def test_accept_prefix_stops_at_first_miss():

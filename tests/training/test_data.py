@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from mars_core.data import IGNORE_INDEX, ChatCollator, load_chat_dataset, tokenize_chat
+from mars_core.training.data import IGNORE_INDEX, ChatCollator, load_chat_dataset, tokenize_chat
 
 ONE_TURN = [
     {"role": "system", "content": "Be brief."},

@@ -1,4 +1,4 @@
-"""Attention masks: the MARS training mask and the conversion to what a model's attention expects."""
+"""The MARS training attention mask over [noisy | clean], as a boolean tensor and as a flex-attention BlockMask."""
 
 from __future__ import annotations
 
@@ -40,18 +40,3 @@ def training_block_mask(n: int, block_size: int, device: str = "cpu"):
         return noisy_noisy | noisy_clean | clean_clean
 
     return create_block_mask(mask_mod, B=None, H=None, Q_LEN=2 * n, KV_LEN=2 * n, device=device)
-
-
-def as_model_mask(mask: torch.Tensor, model: torch.nn.Module) -> torch.Tensor:
-    """Shape a boolean mask [q, kv] or [b, q, kv] as the 4D mask the model's attention takes.
-
-    SDPA reads a boolean mask as True = attend. Eager attention *adds* the mask to the scores, so a
-    boolean there would be silently wrong: it gets an additive float mask (0 or the dtype's minimum).
-    """
-    while mask.dim() < 4:
-        mask = mask.unsqueeze(0 if mask.dim() < 3 else 1)
-    impl = getattr(model.config, "_attn_implementation", None) or "sdpa"
-    if impl == "eager":
-        dtype = model.dtype
-        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
-    return mask

@@ -1,7 +1,15 @@
-"""Prompt sets for sweeps, benchmarks and demos: the shipped held-out prompts, else a small built-in set."""
+"""Prompt sets for evaluation, sweeps, benchmarks and demos: the shipped held-out split, else a small built-in set."""
 
 from __future__ import annotations
 
+import os
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from .tasks import CATEGORIES as TASK_CATEGORIES
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 CATEGORIES = ("lists", "counting", "arithmetic", "explanation", "factual")
 
 DEFAULT_PROMPTS: list[dict[str, str]] = [
@@ -20,11 +28,48 @@ DEFAULT_PROMPTS: list[dict[str, str]] = [
 ]
 
 
+def heldout_path() -> Path:
+    """$MARS_HELDOUT, else data/heldout.jsonl next to the package (the repository checkout)."""
+    env = os.environ.get("MARS_HELDOUT")
+    return Path(env) if env else REPO_ROOT / "data" / "heldout.jsonl"
+
+
+def category_order(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Round-robin over categories, so any prefix covers every category."""
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        groups[r.get("category", "other")].append(r)
+    names = [c for c in TASK_CATEGORIES if c in groups] + sorted(c for c in groups if c not in TASK_CATEGORIES)
+    out, i = [], 0
+    while len(out) < len(records):
+        for name in names:
+            if i < len(groups[name]):
+                out.append(groups[name][i])
+        i += 1
+    return out
+
+
+def load_heldout(limit: int | None = None, path: str | os.PathLike | None = None) -> list[dict[str, Any]]:
+    """Held-out records (never trained on), each with "prompt", "reference" (the base greedy answer),
+    "category", "messages" and optional "gold"/"task". With limit, the first N round-robin over categories."""
+    from ..training.data import read_jsonl
+
+    file = Path(path) if path is not None else heldout_path()
+    if not file.is_file():
+        raise FileNotFoundError(f"no held-out data at {file}: build it with python -m mars_core.distill --out data/")
+    rows = []
+    for r in read_jsonl(file):
+        msgs = r["messages"]
+        user = [m["content"] for m in msgs if m["role"] == "user"]
+        answer = [m["content"] for m in msgs if m["role"] == "assistant"]
+        rows.append({**r, "prompt": user[-1], "reference": answer[-1] if answer else ""})
+    rows = category_order(rows)
+    return rows[:limit] if limit else rows
+
+
 def prompt_set(limit: int | None = None) -> list[dict]:
     """The held-out prompts (never trained on; round-robin over categories) when data/heldout.jsonl ships,
     else the built-in DEFAULT_PROMPTS. Each item has "prompt" and "category"."""
-    from .eval import load_heldout
-
     try:
         return load_heldout(limit)
     except FileNotFoundError:

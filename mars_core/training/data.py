@@ -122,7 +122,8 @@ def load_chat_dataset(source: ChatSource, tokenizer, max_length: int) -> dataset
     encoded = raw.map(encode, remove_columns=raw.column_names, desc="tokenizing chats")
     kept = encoded.filter(lambda ex: len(ex["input_ids"]) > 0, desc="dropping unlabelled chats")
     if len(kept) < len(encoded):
-        logger.warning("dropped %d of %d conversations with no assistant token left", len(encoded) - len(kept), len(encoded))
+        logger.warning("dropped %d of %d conversations with no assistant token left",
+                       len(encoded) - len(kept), len(encoded))
     if len(kept) == 0:
         raise ValueError("no conversation has an assistant token to learn from (check roles and max_length)")
     return kept

@@ -1,13 +1,15 @@
-"""Tests for mars-eval (mars_core.eval): held-out loading, the report schema, the JSON and the plot."""
+"""Tests for mars-eval (mars_core.evaluation.eval): held-out loading, the report schema, the JSON and the plot."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from tiny import tiny_qwen2, tiny_tokenizer
 
-from mars_core import eval as mars_eval
+from mars_core.evaluation import eval as mars_eval
+from mars_core.evaluation import prompts
+
+from tiny import tiny_qwen2, tiny_tokenizer
 
 ROWS = [
     {"messages": [{"role": "user", "content": "Count from 1 to 5."}, {"role": "assistant", "content": "1, 2, 3"}],
@@ -38,15 +40,15 @@ def tiny_dir(tmp_path):
 
 
 def test_load_heldout_round_robin(heldout):
-    rows = mars_eval.load_heldout(path=heldout)
+    rows = prompts.load_heldout(path=heldout)
     assert len(rows) == 4 and all(r["prompt"] and "reference" in r for r in rows)
-    assert len({r["category"] for r in mars_eval.load_heldout(3, path=heldout)}) == 3
+    assert len({r["category"] for r in prompts.load_heldout(3, path=heldout)}) == 3
 
 
 def test_shipped_heldout_is_usable():
-    if not mars_eval.heldout_path().is_file():
+    if not prompts.heldout_path().is_file():
         pytest.skip("data/heldout.jsonl not built")
-    rows = mars_eval.load_heldout()
+    rows = prompts.load_heldout()
     assert len(rows) >= 90 and len({r["category"] for r in rows}) >= 9
 
 

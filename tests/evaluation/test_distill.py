@@ -1,12 +1,12 @@
-"""Tests for the self-distillation data builder (mars_core.distill) and the prompt sources (mars_core.tasks)."""
+"""Tests for the self-distillation data builder (mars_core.evaluation.distill) and the prompt sources (tasks)."""
 
 from __future__ import annotations
 
 import json
 
-from tiny import tiny_qwen2, tiny_tokenizer
+from mars_core.evaluation import distill, tasks
 
-from mars_core import distill, tasks
+from tiny import tiny_qwen2, tiny_tokenizer
 
 COUNTS = {"lists": 3, "counting": 3, "arithmetic": 2, "explanation": 2, "chat": 2, "reasoning": 2}
 

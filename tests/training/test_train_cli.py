@@ -12,12 +12,13 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from mars_core.mars_config import MarsConfig
-from mars_core.sft_config import SFTConfig
-from mars_core.train import lora_targets, parse_args
+from mars_core.training.cli import lora_targets, parse_args
+from mars_core.training.mars_config import MarsConfig
+from mars_core.training.sft_config import SFTConfig
+
 from tiny import tiny_qwen2, tiny_tokenizer
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CHATS = [
     [{"role": "user", "content": "What is the capital of France?"},
      {"role": "assistant", "content": "Paris is the capital of France."}],
@@ -154,7 +155,7 @@ ACCELERATE = [
 
 @pytest.mark.parametrize("method", ["mars", "sft"])
 def test_accelerate_launch_two_processes(workspace, method: str) -> None:
-    """Two data-parallel CPU processes (mars_core.train turns on ACCELERATE_USE_CPU when there is no accelerator)."""
+    """Two data-parallel CPU processes (mars-train turns on ACCELERATE_USE_CPU when there is no accelerator)."""
     out = workspace["root"] / f"accelerate-{method}"
     args = common(workspace, out) + [
         "--method", method, "--max_steps", "2", "--per_device_train_batch_size", "1", "--save_strategy", "no",

@@ -6,9 +6,10 @@ from typing import Any
 
 import torch
 
+from ..attention import as_model_mask
 from .data import IGNORE_INDEX
 from .mars_config import MarsConfig
-from .masks import as_model_mask, training_attention_mask
+from .masks import training_attention_mask
 from .sft_trainer import ChatTrainer, shifted_targets, token_cross_entropy
 
 

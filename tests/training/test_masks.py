@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mars_core.masks import as_model_mask, training_attention_mask, training_block_mask
+from mars_core.attention import as_model_mask
+from mars_core.training.masks import training_attention_mask, training_block_mask
+
 from tiny import tiny_qwen2
 
 # (n, B): n a multiple of B, not a multiple, B = 1, B = n, B > n, n = 1.

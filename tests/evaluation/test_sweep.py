@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+
 import pytest
 
 from mars_core import generate
-from mars_core.prompts import CATEGORIES, DEFAULT_PROMPTS, prompt_categories, prompt_set, prompts_in
-from mars_core.sweep import SWEEP_COLUMNS, agreement, threshold_sweep
+from mars_core.evaluation.metrics import agreement
+from mars_core.evaluation.prompts import CATEGORIES, DEFAULT_PROMPTS, prompt_categories, prompt_set, prompts_in
+from mars_core.evaluation.sweep import SWEEP_COLUMNS, threshold_sweep
 
 PROMPTS = ["Count from one to ten", "What is the capital of France?", "hello"]
 

@@ -20,9 +20,10 @@ from collections.abc import Generator
 
 import torch
 
+from .cache import cache_mask, forward, left_pad, new_cache
 from .control import DecodeControl
-from .decoding import DecodeSpec, Step, cache_mask, forward, left_pad, new_cache, write_out
 from .sampling import accept_prefix, cap_at_stop, select
+from .spec import DecodeSpec, Step, write_out
 
 
 @torch.inference_mode()

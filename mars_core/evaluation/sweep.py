@@ -14,10 +14,11 @@ from typing import Any
 
 import torch
 
-from .generate import GenerationResult, generate
+from ..generate import GenerationResult, generate
+from .metrics import agreement
 from .prompts import DEFAULT_PROMPTS
 
-__all__ = ["DEFAULT_THRESHOLDS", "agreement", "threshold_sweep", "SWEEP_COLUMNS"]
+__all__ = ["DEFAULT_THRESHOLDS", "threshold_sweep", "SWEEP_COLUMNS"]
 
 DEFAULT_THRESHOLDS = (1.0, 0.95, 0.9, 0.8, 0.7, 0.6, 0.5)
 SWEEP_COLUMNS = (
@@ -25,20 +26,6 @@ SWEEP_COLUMNS = (
     "tokens_per_second", "prompts",
 )
 Progress = Callable[[float, str], Any]
-
-
-def agreement(reference: Sequence, answer: Sequence) -> float:
-    """Shared-prefix fraction of two token lists (or texts): common-prefix length over the longer one's length
-    (two empty answers agree)."""
-    longest = max(len(reference), len(answer))
-    if longest == 0:
-        return 1.0
-    shared = 0
-    for a, b in zip(reference, answer):
-        if a != b:
-            break
-        shared += 1
-    return shared / longest
 
 
 def _prompt_texts(prompts: Sequence[str | dict] | None) -> list[str]:

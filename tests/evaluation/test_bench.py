@@ -1,10 +1,10 @@
 import json
-
-import pytest
 import subprocess
 import sys
 
-from mars_core.bench import METHODS, bench, format_table, main
+import pytest
+
+from mars_core.evaluation.bench import METHODS, bench, format_table, main
 
 PROMPTS = ["Count from one to ten", "What is the capital of France?", "hello"]
 RECORDS = [{"prompt": p, "category": c} for p, c in zip(PROMPTS, ["counting", "factual", "counting"])]

@@ -7,9 +7,9 @@ import copy
 import pytest
 import torch
 
-from mars_core.data import ChatCollator, load_chat_dataset
-from mars_core.sft_config import SFTConfig
-from mars_core.sft_trainer import SFTTrainer, shifted_targets
+from mars_core.training.data import ChatCollator, load_chat_dataset
+from mars_core.training.sft_config import SFTConfig
+from mars_core.training.sft_trainer import SFTTrainer, shifted_targets
 
 CHATS = [
     [{"role": "user", "content": "What is the capital of France?"},

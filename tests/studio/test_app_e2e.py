@@ -17,7 +17,7 @@ import pytest
 
 from tiny import tiny_qwen2, tiny_tokenizer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROMPTS = ["Count from one to ten", "What is the capital of France?", "hello", "List three colours"]
 
 

@@ -1,0 +1,45 @@
+"""What a decoder is asked (DecodeSpec), what each forward reports (Step), and the output buffer they fill."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class DecodeSpec:
+    block_size: int  # B: the most tokens one forward may commit (1 = plain AR)
+    max_new_tokens: int  # per sample
+    stop_ids: torch.Tensor  # token ids that end a sample (EOS, chat end), committed then cut after
+    pad_id: int  # fills left padding and slots that mean nothing
+    mask_id: int | None  # the mask token (needed when block_size > 1)
+    generator: torch.Generator | None = None  # seeds sampling
+
+
+@dataclass
+class Step:
+    """What one forward committed, per sample: tokens[i, start[i]:end[i]] (tensors stay on the device)."""
+
+    tokens: torch.Tensor  # [b, k] the token chosen for each slot
+    confidence: torch.Tensor  # [b, k] its confidence
+    start: torch.Tensor  # [b] first committed slot
+    end: torch.Tensor  # [b] one past the last committed slot
+    done: list[bool]  # sample finished (stop token, max_new_tokens or stop request)
+    threshold: float  # the threshold this forward used
+    out: torch.Tensor  # [b, max_new_tokens + k] all tokens committed so far (row i valid up to lengths[i])
+    lengths: torch.Tensor  # [b] tokens committed so far
+
+
+def write_out(out: torch.Tensor, lengths: torch.Tensor, tokens: torch.Tensor, start: torch.Tensor, end: torch.Tensor):
+    """Append tokens[i, start:end] to row i of out at lengths[i], with one scatter (no loop over samples).
+
+    Slots outside the run go to scratch columns past max_new_tokens, one per slot, so nothing collides.
+    """
+    k = tokens.shape[1]
+    slots = torch.arange(k, device=tokens.device)
+    in_run = (slots >= start[:, None]) & (slots < end[:, None])
+    scratch = out.shape[1] - k + slots
+    dest = torch.where(in_run, (lengths[:, None] + slots - start[:, None]).clamp_max(out.shape[1] - k - 1), scratch)
+    out.scatter_(1, dest, tokens)
+    lengths += end - start

@@ -1,0 +1,333 @@
+"""mars-bench: wall-clock of our decoders against transformers' generate and prompt lookup, side by side.
+
+    mars-bench --json bench.json --batch-sizes 1,4,16 --block-sizes 4,8 --thresholds 1.0,0.95,0.9,0.8
+
+Every method decodes the same prompts (the held-out set by default) with the same max_new_tokens and stops
+at EOS, in one process. After a warm-up each configuration runs `--repeats` times; medians are reported,
+over all prompts and per prompt category. Each MARS row also carries the bound
+    steps_per_forward × t(1-token forward) / t(B-token forward)
+measured on the same model and batch size: the speedup over AR that MARS could reach with zero overhead.
+steps_per_forward is the number of AR forwards each batched forward replaces (per batch, AR takes as many
+forwards as its longest answer); at batch 1 it is tokens_per_forward, in a batch it is lower, because a
+batched forward lasts until its slowest sample and the block decoder's samples wait for each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+from tqdm.auto import tqdm
+
+from ..attention import as_model_mask
+from ..decoding.cache import cache_mask, new_cache
+from ..generate import encode_prompt, generate, stop_token_ids
+from .prompts import prompt_set
+from .tasks import OPEN, PREDICTABLE
+
+METHODS = ("hf_generate", "hf_prompt_lookup", "ar", "mars_sliding", "mars_block")
+
+
+@dataclass
+class Counts:
+    """What one pass decoded, summed over its batches."""
+
+    tokens: int  # generated tokens, every sample
+    sample_forwards: int | None  # forwards in which each sample advanced, summed over samples (None: unknown)
+    forwards: int | None  # batched forwards (None: unknown)
+    ar_steps: int  # forwards AR takes for the same answers: the longest answer of each batch
+
+    def __add__(self, other: "Counts") -> "Counts":
+        add = lambda a, b: None if a is None or b is None else a + b  # noqa: E731
+        return Counts(self.tokens + other.tokens, add(self.sample_forwards, other.sample_forwards),
+                      add(self.forwards, other.forwards), self.ar_steps + other.ar_steps)
+
+
+Runner = Callable[..., Counts]
+
+
+@dataclass
+class Row:
+    method: str
+    category: str  # "all" or a prompt category
+    batch_size: int
+    block_size: int | None  # None for one-token methods
+    threshold: float | None
+    tokens_per_forward: float | None  # per sample; None where transformers does not report forwards (lookup)
+    generated_tokens: int
+    seconds: float
+    tokens_per_second: float
+    speedup_vs_hf_generate: float | None = None
+    steps_per_forward: float | None = None  # AR forwards one batched forward replaces (= tpf at batch 1)
+    bound: float | None = None  # steps_per_forward × t(1-token forward) / t(B-token forward)
+    speedup_over_bound: float | None = None  # measured speedup / bound (1 = no overhead at all)
+
+
+def _hf(model, tokenizer, prompts: list[str], max_new: int, lookup: bool) -> Counts:
+    """transformers' generate, greedy with KV cache (or prompt lookup): generated tokens up to EOS."""
+    ids = [encode_prompt(tokenizer, p) for p in prompts]
+    tokenizer.padding_side = "left"
+    batch = tokenizer.pad({"input_ids": ids}, return_tensors="pt").to(model.device)
+    extra = {"prompt_lookup_num_tokens": 10} if lookup else {}
+    out = model.generate(**batch, max_new_tokens=max_new, do_sample=False, pad_token_id=tokenizer.pad_token_id,
+                         **extra)
+    stops = set(stop_token_ids(model, tokenizer))
+    rows = out[:, batch["input_ids"].shape[1] :].tolist()
+    lengths = [next((k + 1 for k, t in enumerate(r) if t in stops), len(r)) for r in rows]
+    forwards = None if lookup else max(lengths)
+    return Counts(sum(lengths), None if lookup else sum(lengths), forwards, max(lengths))
+
+
+def _ours(strategy: str, block_size: int, threshold: float) -> Runner:
+    def run(model, tokenizer, prompts, max_new):
+        r = generate(model, tokenizer, prompts, strategy=strategy, block_size=block_size, threshold=threshold,
+                     max_new_tokens=max_new)
+        return Counts(r.generated_tokens, sum(r.sample_forwards), r.forwards, max(map(len, r.token_ids)))
+
+    return run
+
+
+def configurations(methods, block_sizes, thresholds):
+    """(method, block_size, threshold, runner) for every requested combination."""
+    for m in methods:
+        if m in ("hf_generate", "hf_prompt_lookup"):
+            lookup = m == "hf_prompt_lookup"
+            yield m, None, None, lambda mo, tok, p, n, lookup=lookup: _hf(mo, tok, p, n, lookup)
+        elif m == "ar":
+            yield m, None, None, _ours("ar", 1, 1.0)
+        else:
+            for b in block_sizes:
+                for t in thresholds:
+                    yield m, b, t, _ours(m.removeprefix("mars_"), b, t)
+
+
+@torch.inference_mode()
+def forward_seconds(
+    model, tokenizer, prompts: list[str], new_tokens: int, context: int = 128, repeats: int = 7, *,
+    explicit_mask: bool = False, keep: int | None = None,
+) -> float:
+    """Median time of one cached forward of `new_tokens` tokens per sample after a `context`-token prefix.
+
+    explicit_mask: pass the boolean 4D mask and position ids our decoders pass (else the model builds its own
+    causal mask, as generate does); keep: logits kept per sample (default: one per new token)."""
+    ids = [encode_prompt(tokenizer, p) for p in prompts]
+    prefix = torch.tensor([(x * (context // len(x) + 1))[:context] for x in ids], device=model.device)
+    cache = new_cache(model)
+    model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    step = prefix[:, -new_tokens:]
+    extra = {}
+    if explicit_mask:
+        valid = torch.ones(len(ids), context + new_tokens, dtype=torch.bool, device=model.device)
+        positions = torch.arange(context, context + new_tokens, device=model.device).expand(len(ids), -1)
+        extra = {"attention_mask": as_model_mask(cache_mask(valid, new_tokens), model), "position_ids": positions}
+    times = []
+    for _ in range(repeats + 1):
+        t0 = time.perf_counter()
+        model(input_ids=step, past_key_values=cache, use_cache=True, logits_to_keep=keep or new_tokens, **extra)
+        times.append(time.perf_counter() - t0)
+        cache.crop(-new_tokens)
+    return statistics.median(times[1:])  # the first is a warm-up
+
+
+def time_pass(runner: Runner, model, tokenizer, batches: list[list[str]], max_new: int) -> tuple[float, Counts]:
+    """Seconds and counts of one pass over the batches."""
+    t0 = time.perf_counter()
+    counts = [runner(model, tokenizer, batch, max_new) for batch in batches]
+    return time.perf_counter() - t0, sum(counts[1:], counts[0])
+
+
+def total(results) -> tuple[float, Counts]:
+    """Seconds and counts summed over categories."""
+    results = list(results)
+    return sum(r[0] for r in results), sum((r[1] for r in results[1:]), results[0][1])
+
+
+def _row(method, category, bs, b, t, seconds, c: Counts) -> Row:
+    tpf = c.tokens / c.sample_forwards if c.sample_forwards else None
+    spf = c.ar_steps / c.forwards if c.forwards else None
+    return Row(method, category, bs, b, t, tpf, c.tokens, seconds, c.tokens / seconds, steps_per_forward=spf)
+
+
+def groups(categories) -> dict[str, list[str]]:
+    """Aggregate rows: "all" (unless a category is literally named so) and the predictable / open groups
+    of mars_core.evaluation.tasks, each the sum of its categories' tokens and seconds."""
+    out = {} if "all" in categories else {"all": list(categories)}
+    for name, members in (("predictable", PREDICTABLE), ("open", OPEN)):
+        present = [c for c in categories if c in members]
+        if present and name not in categories:
+            out[name] = present
+    return out
+
+
+def bench(
+    model, tokenizer, records: list[dict], *, methods=METHODS, batch_sizes=(1,), block_sizes=(4,),
+    thresholds=(1.0, 0.9), max_new_tokens=64, repeats=3, progress: bool = True,
+) -> list[Row]:
+    """Time every configuration at every batch size, per category and over all prompts.
+
+    records: dicts with "prompt" and optionally "category". Batches are formed within a category and the
+    "all" / "predictable" / "open" rows sum their categories' tokens and seconds of the same repeat; a batch
+    size larger than some category batches across categories instead and gives the "all" row only.
+    """
+    categories: dict[str, list[str]] = {}
+    for r in records:
+        categories.setdefault(r.get("category", "all"), []).append(r["prompt"])
+    jobs = [
+        (bs, cfg) for bs in batch_sizes for cfg in configurations(methods, block_sizes, thresholds)
+        if not (cfg[0] == "hf_prompt_lookup" and bs > 1)  # transformers' prompt lookup takes batch 1 only
+    ]
+    rows: list[Row] = []
+    prompts = [r["prompt"] for r in records]
+    for bs, (method, b, t, runner) in tqdm(jobs, desc="mars-bench", disable=not progress):
+        runner(model, tokenizer, [records[0]["prompt"]], 4)  # warm-up
+        # A category with fewer prompts than the batch: batch across categories, and report "all" only.
+        parts = categories if bs <= min(len(ps) for ps in categories.values()) else {"all": prompts}
+        passes = [
+            {c: time_pass(runner, model, tokenizer, [ps[i : i + bs] for i in range(0, len(ps), bs)], max_new_tokens)
+             for c, ps in parts.items()}
+            for _ in range(repeats)
+        ]
+        for c in parts:
+            runs = [p[c] for p in passes]
+            rows.append(_row(method, c, bs, b, t, statistics.median(r[0] for r in runs), runs[0][1]))
+        for group, members in groups(parts).items():
+            totals = [total(p[c] for c in members) for p in passes]
+            rows.append(_row(method, group, bs, b, t, statistics.median(x[0] for x in totals), totals[0][1]))
+    add_speedups(rows)
+    add_bounds(rows, model, tokenizer, prompts)
+    return rows
+
+
+def add_speedups(rows: list[Row]) -> None:
+    """speedup = this row's tokens/s over hf_generate's, same batch size and category. Throughput rather than
+    seconds because bf16 numerics can move an EOS by a token or two between methods (equal counts: the same)."""
+    base = {(r.batch_size, r.category): r.tokens_per_second for r in rows if r.method == "hf_generate"}
+    for r in rows:
+        if (r.batch_size, r.category) in base:
+            r.speedup_vs_hf_generate = r.tokens_per_second / base[(r.batch_size, r.category)]
+
+
+def add_bounds(rows: list[Row], model, tokenizer, prompts: list[str]) -> None:
+    """Attach bound = steps_per_forward × t(1-token forward) / t(B-token forward), timed at each batch size and B.
+    At τ >= 1 our decoders feed no masks (one token per forward), so there the bound is steps_per_forward = 1."""
+    cost: dict[tuple[int, int], float] = {}
+    for r in rows:
+        if r.block_size is None or r.steps_per_forward is None:
+            continue
+        width = 1 if r.threshold is not None and r.threshold >= 1.0 else r.block_size
+        for k in {1, width}:
+            if (r.batch_size, k) not in cost:
+                batch = (prompts * r.batch_size)[: r.batch_size]
+                cost[(r.batch_size, k)] = forward_seconds(model, tokenizer, batch, k)
+        r.bound = r.steps_per_forward * cost[(r.batch_size, 1)] / cost[(r.batch_size, width)]
+        if r.speedup_vs_hf_generate is not None:
+            r.speedup_over_bound = r.speedup_vs_hf_generate / r.bound
+
+
+def format_table(rows: list[Row], category: str | None = "all") -> str:
+    """A fixed-width table of the rows of one category (None: every row)."""
+    head = (f"{'method':<14}{'category':>13}{'batch':>6}{'B':>3}{'τ':>6}{'tok/fwd':>8}{'stp/fwd':>8}{'tokens':>7}"
+            f"{'sec':>8}{'tok/s':>8}{'speedup':>8}{'bound':>7}{'/bound':>7}")
+    lines = [head, "-" * len(head)]
+    fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
+    for r in rows:
+        if category is not None and r.category != category:
+            continue
+        lines.append(
+            f"{r.method:<14}{r.category:>13}{r.batch_size:>6}{fmt(r.block_size, 'd'):>3}{fmt(r.threshold, '.2f'):>6}"
+            f"{fmt(r.tokens_per_forward, '.2f'):>8}{fmt(r.steps_per_forward, '.2f'):>8}{r.generated_tokens:>7}"
+            f"{r.seconds:>8.2f}{r.tokens_per_second:>8.1f}"
+            f"{fmt(r.speedup_vs_hf_generate, '.2f'):>8}{fmt(r.bound, '.2f'):>7}{fmt(r.speedup_over_bound, '.2f'):>7}"
+        )
+    return "\n".join(lines)
+
+
+def plot(rows: list[Row], path: str, title: str = "") -> str | None:
+    """Speedup over hf_generate per configuration and batch size (all prompts) as a PNG; None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    rows = [r for r in rows if r.category == "all" and r.speedup_vs_hf_generate is not None]
+    sizes = sorted({r.batch_size for r in rows})
+    fig, axes = plt.subplots(1, len(sizes), figsize=(5.5 * len(sizes), 4.2), squeeze=False, sharey=True)
+    for ax, bs in zip(axes[0], sizes):
+        sub = [r for r in rows if r.batch_size == bs]
+        labels = [r.method + ("" if r.block_size is None else f"\nB{r.block_size} τ{r.threshold:g}") for r in sub]
+        colours = ["#94a3b8" if r.block_size is None else "#2563eb" if r.method == "mars_sliding" else "#7c3aed"
+                   for r in sub]
+        ax.bar(range(len(sub)), [r.speedup_vs_hf_generate for r in sub], color=colours)
+        ax.axhline(1.0, color="#0f172a", lw=1, ls="--")
+        ax.set_xticks(range(len(sub)), labels, rotation=90, fontsize=7)
+        ax.set_title(f"batch {bs}")
+    axes[0][0].set_ylabel("speedup vs transformers generate")
+    fig.suptitle(title or "mars-bench: wall-clock speedup (all prompts)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def parse_list(text: str, cast) -> list:
+    return [cast(x) for x in text.split(",") if x.strip()]
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="mars-bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default=None, help="name or path for mars_core.load (default: the embedded model)")
+    p.add_argument("--methods", default=",".join(METHODS), help=f"comma list of {', '.join(METHODS)}")
+    p.add_argument("--batch-sizes", default="1,4,16", help="comma list")
+    p.add_argument("--block-sizes", default="4,8", help="comma list")
+    p.add_argument("--thresholds", default="1.0,0.95,0.9,0.8", help="comma list")
+    p.add_argument("--limit", type=int, default=None, help="use the first N prompts (round-robin over categories)")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--repeats", type=int, default=3, help="timed runs per configuration; medians are kept")
+    p.add_argument("--dtype", default="auto", help="auto, bf16 or fp32")
+    p.add_argument("--quick", action="store_true",
+                   help="a small slice for CI: 4 prompts, 16 tokens, 1 repeat, batch 1, B 4, τ 1.0 and 0.9")
+    p.add_argument("--json", default=None, help="write the rows to this JSON file")
+    p.add_argument("--plot", default=None, help="PNG of the speedups (default: next to --json)")
+    args = p.parse_args(argv)
+    methods = parse_list(args.methods, str)
+    unknown = set(methods) - set(METHODS)
+    if unknown:
+        p.error(f"unknown methods {sorted(unknown)}; choose from {', '.join(METHODS)}")
+    if args.quick:
+        args.limit, args.max_new_tokens, args.repeats = 4, 16, 1
+        args.batch_sizes, args.block_sizes, args.thresholds = "1", "4", "1.0,0.9"
+
+    from ..load import load
+
+    records = prompt_set(args.limit)
+    model, tokenizer = load(args.model, dtype=args.dtype)
+    rows = bench(
+        model, tokenizer, records, methods=methods, batch_sizes=parse_list(args.batch_sizes, int),
+        block_sizes=parse_list(args.block_sizes, int), thresholds=parse_list(args.thresholds, float),
+        max_new_tokens=args.max_new_tokens, repeats=args.repeats,
+    )
+    print(format_table(rows))
+    device = f"{model.device} ({platform.machine()}, {torch.get_num_threads()} threads)"
+    if model.device.type == "cuda":
+        device = torch.cuda.get_device_name(model.device)
+    dtype = str(model.dtype).removeprefix("torch.")
+    if args.json:
+        info = {"device": device, "dtype": dtype, "model": args.model or "default", "prompts": len(records),
+                "max_new_tokens": args.max_new_tokens, "repeats": args.repeats}
+        with open(args.json, "w") as f:
+            json.dump({**info, "rows": [asdict(r) for r in rows]}, f, indent=2)
+    path = args.plot or (args.json.rsplit(".", 1)[0] + ".png" if args.json else None)
+    if path and plot(rows, path, f"mars-bench: speedup over transformers generate ({device}, {dtype})"):
+        print(f"plot: {path}")
+
+
+if __name__ == "__main__":
+    main()

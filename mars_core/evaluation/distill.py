@@ -1,0 +1,189 @@
+"""Build the self-distillation data: prompts from mars_core.evaluation.tasks, answered by the base model's own
+greedy decoding.
+
+    python -m mars_core.distill --out data/ [--model NAME] [--train 1200] [--heldout 117] [--batch-size 24]
+                                [--seed 0] [--exclude earlier/train.jsonl earlier/heldout.jsonl]
+
+Writes out/train.jsonl and out/heldout.jsonl, one record a line:
+    {"messages": [{"role": "user", ...}, {"role": "assistant", ...}], "category": ..., "gold": ..., "task": ...}
+The assistant turn is the model's greedy answer (stop at EOS, at most --max-new-tokens), so training on it keeps
+the model's answers by construction, and the held-out answer IS the base model's greedy answer. Held-out prompts
+are drawn per category before the training ones and never appear in train.jsonl. Answers are appended to
+out/.distill_partial.jsonl as batches finish, so an interrupted run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .tasks import CATEGORIES, build_prompts
+
+# Training prompts per category (predictable and open categories both well represented).
+DEFAULT_TRAIN = {
+    "lists": 70, "counting": 70, "tables": 60, "repeats": 60, "reformatting": 70, "arithmetic": 70,
+    "chat": 90, "explanation": 70, "reasoning": 80,
+}
+DEFAULT_HELDOUT_PER_CATEGORY = 11
+PARTIAL = ".distill_partial.jsonl"
+
+
+def split_prompts(
+    train_counts: dict[str, int], heldout_per_category: int, seed: int = 0
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(train, heldout) prompt records: per category the held-out ones come first; prompts never overlap."""
+    counts = {c: n + heldout_per_category for c, n in train_counts.items()}
+    records = build_prompts(counts, seed=seed)
+    rng = random.Random(seed + 1)
+    train, heldout = [], []
+    for cat in train_counts:
+        group = [r for r in records if r["category"] == cat]
+        rng.shuffle(group)
+        heldout.extend(group[:heldout_per_category])
+        train.extend(group[heldout_per_category:])
+    held = {r["prompt"] for r in heldout}
+    train = [r for r in train if r["prompt"] not in held]
+    return train, heldout
+
+
+def _batches(records: list[dict[str, Any]], size: int, tokenizer) -> list[list[dict[str, Any]]]:
+    """Batches of similar prompts (same category, similar length) so padding and stragglers cost less."""
+    order = sorted(records, key=lambda r: (r["category"], len(tokenizer(r["prompt"])["input_ids"])))
+    return [order[i : i + size] for i in range(0, len(order), size)]
+
+
+def distill(
+    model, tokenizer, records: list[dict[str, Any]], *, batch_size: int = 24, max_new_tokens: int = 128,
+    partial: Path | None = None, progress: bool = True,
+) -> list[dict[str, Any]]:
+    """Answer every prompt record with greedy AR decoding; return records with messages (same order)."""
+    from tqdm.auto import tqdm
+
+    from ..generate import generate
+
+    done: dict[str, dict[str, Any]] = {}
+    if partial is not None and partial.is_file():
+        for line in partial.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                row = json.loads(line)
+                done[row["messages"][0]["content"]] = row
+    todo = [r for r in records if r["prompt"] not in done]
+    bar = tqdm(total=len(records), initial=len(records) - len(todo), desc="distilling", disable=not progress)
+    sink = partial.open("a", encoding="utf-8") if partial is not None else None
+    try:
+        for batch in _batches(todo, batch_size, tokenizer):
+            result = generate(model, tokenizer, [r["prompt"] for r in batch], strategy="ar",
+                              max_new_tokens=max_new_tokens)
+            for rec, text, ids in zip(batch, result.texts, result.token_ids):
+                row = to_record(rec, text.strip(), truncated=len(ids) >= max_new_tokens)
+                done[rec["prompt"]] = row
+                if sink is not None:
+                    sink.write(json.dumps(row, ensure_ascii=False) + "\n")
+            if sink is not None:
+                sink.flush()
+            bar.update(len(batch))
+    finally:
+        bar.close()
+        if sink is not None:
+            sink.close()
+    return [done[r["prompt"]] for r in records]
+
+
+def to_record(rec: dict[str, Any], answer: str, truncated: bool = False) -> dict[str, Any]:
+    """A chat record: messages, category, and gold/task/truncated where present."""
+    row: dict[str, Any] = {
+        "messages": [{"role": "user", "content": rec["prompt"]}, {"role": "assistant", "content": answer}],
+        "category": rec["category"],
+    }
+    for key in ("gold", "task"):
+        if rec.get(key) is not None:
+            row[key] = rec[key]
+    if truncated:
+        row["truncated"] = True
+    return row
+
+
+def write_jsonl(rows: list[dict[str, Any]], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def build(
+    out: str | Path, model=None, tokenizer=None, *, model_name: str | None = "smollm2-135m-instruct",
+    train_counts: dict[str, int] | None = None, heldout_per_category: int = DEFAULT_HELDOUT_PER_CATEGORY,
+    batch_size: int = 24, max_new_tokens: int = 128, seed: int = 0, progress: bool = True,
+    exclude: Sequence[str | Path] = (),
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Build and write out/train.jsonl and out/heldout.jsonl; returns (train, heldout) records.
+    Prompts already in an `exclude` JSONL (an earlier build's files) are left out, so a build with another
+    seed adds fresh training prompts that never touch an existing held-out set."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if model is None:
+        from ..load import load
+
+        model, tokenizer = load(model_name)
+    train_p, held_p = split_prompts(train_counts or DEFAULT_TRAIN, heldout_per_category, seed)
+    if exclude:
+        from ..training.data import read_jsonl
+
+        seen = {r["messages"][0]["content"] for path in exclude for r in read_jsonl(path)}
+        train_p = [r for r in train_p if r["prompt"] not in seen]
+        held_p = [r for r in held_p if r["prompt"] not in seen]
+    rows = distill(model, tokenizer, held_p + train_p, batch_size=batch_size, max_new_tokens=max_new_tokens,
+                   partial=out / PARTIAL, progress=progress)
+    heldout, train = rows[: len(held_p)], rows[len(held_p):]
+    write_jsonl(train, out / "train.jsonl")
+    write_jsonl(heldout, out / "heldout.jsonl")
+    (out / PARTIAL).unlink(missing_ok=True)
+    return train, heldout
+
+
+def parse_counts(spec: str | None) -> dict[str, int] | None:
+    """'lists=100,chat=50' -> {...}; a bare integer N spreads N over the default mix proportionally."""
+    if not spec:
+        return None
+    if spec.strip().isdigit():
+        total, base = int(spec), sum(DEFAULT_TRAIN.values())
+        return {c: max(1, round(n * total / base)) for c, n in DEFAULT_TRAIN.items()}
+    counts = {}
+    for part in spec.split(","):
+        name, _, n = part.partition("=")
+        if name.strip() not in CATEGORIES:
+            raise ValueError(f"unknown category {name!r}; known: {CATEGORIES}")
+        counts[name.strip()] = int(n)
+    return counts
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="mars-distill", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="data", help="output folder (train.jsonl, heldout.jsonl)")
+    parser.add_argument("--model", default="smollm2-135m-instruct", help="the model that answers (the base)")
+    parser.add_argument("--train", default=None,
+                        help="training prompts: a total N (default mix scaled) or 'lists=100,chat=50,...'")
+    parser.add_argument("--heldout", type=int, default=DEFAULT_HELDOUT_PER_CATEGORY,
+                        help="held-out prompts per category")
+    parser.add_argument("--batch-size", type=int, default=24)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--exclude", nargs="*", default=(),
+                        help="JSONL files whose prompts to leave out (e.g. data/train.jsonl data/heldout.jsonl)")
+    args = parser.parse_args(argv)
+    train, heldout = build(args.out, model_name=args.model, train_counts=parse_counts(args.train),
+                           heldout_per_category=args.heldout, batch_size=args.batch_size,
+                           max_new_tokens=args.max_new_tokens, seed=args.seed, exclude=args.exclude)
+    for name, rows in (("train", train), ("heldout", heldout)):
+        cats = Counter(r["category"] for r in rows)
+        print(f"{name}: {len(rows)} records: " + ", ".join(f"{c}={n}" for c, n in sorted(cats.items())))
+
+
+if __name__ == "__main__":
+    main()

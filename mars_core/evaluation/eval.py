@@ -1,0 +1,388 @@
+"""mars-eval: decode the held-out prompts at several thresholds and measure speed and quality.
+
+    mars-eval [--model NAME] [--adapter DIR] [--json OUT.json] [--plot OUT.png] [--limit N]
+              [--thresholds 1.0,0.95,0.9,0.8,0.7,0.5] [--block-size 4] [--batch-size 16] [--max-new-tokens 128]
+
+Per threshold and per category (and "all"): tokens per forward, task accuracy where a gold answer exists
+(mars_core.evaluation.tasks.score: the reasoning-gym task's own scorer, or exact/contains matching), exact
+agreement with the base model's greedy answer (the distilled answer in heldout.jsonl IS the base greedy answer),
+the mean shared-prefix fraction with it, the draft precision, and n. Also the acceptance rate by slot position (slot j =
+j tokens ahead) and the base model's own accuracy (scored on the held-out answers, no decoding).
+Draft precision: every output is re-read in one causal forward, and each accepted mask-slot token is compared
+with the model's own greedy choice at that place. It says how far a threshold can be trusted: at threshold
+0.9 a calibrated model's drafts would be right at least 90% of the time (report["drafts"] bins them by
+confidence). Tokens after the first wrong draft are checked against the text that was actually committed.
+Draws the Pareto plot (tokens per forward vs accuracy, one labelled point per threshold) with matplotlib, or
+plotly+kaleido when that is what is installed, and the calibration plot of the drafts beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from .metrics import agreement
+from .prompts import load_heldout
+from .tasks import CATEGORIES, PREDICTABLE, score
+
+DEFAULT_THRESHOLDS = (1.0, 0.95, 0.9, 0.8, 0.7, 0.5)
+def decode_records(
+    model, tokenizer, records: list[dict[str, Any]], *, threshold: float, block_size: int, batch_size: int,
+    max_new_tokens: int, strategy: str = "sliding", bar=None,
+) -> tuple[list[dict[str, Any]], list[int], list[int]]:
+    """Decode every record (batched; batched sliding decoding equals one-by-one).
+
+    Returns per-record results (text, tokens, forwards) and, per slot j, how many forwards committed at
+    least j+1 tokens and how many forwards there were (for acceptance by slot position)."""
+    from ..generate import stream
+
+    results: list[dict[str, Any] | None] = [None] * len(records)
+    order = sorted(range(len(records)), key=lambda i: (records[i].get("category", ""), len(records[i]["prompt"])))
+    slot_hits = [0] * block_size
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        prompts = [records[i]["prompt"] for i in idx]
+        ids = [[] for _ in idx]
+        slot = [[] for _ in idx]  # per committed token: its place in its forward's accepted run (0 = AR)
+        conf = [[] for _ in idx]
+        fwd = [0] * len(idx)
+        t0 = time.perf_counter()
+        for ev in stream(model, tokenizer, prompts, strategy=strategy, block_size=block_size,
+                         max_new_tokens=max_new_tokens, threshold=threshold):
+            for k, toks in enumerate(ev.token_ids):
+                if toks:
+                    ids[k].extend(toks)
+                    slot[k].extend(range(len(toks)))
+                    conf[k].extend(ev.confidences[k])
+                    fwd[k] += 1
+        seconds = time.perf_counter() - t0
+        for k, i in enumerate(idx):
+            for j in slot[k]:  # a forward that committed >= j+1 tokens holds exactly one token at slot j
+                if j < block_size:
+                    slot_hits[j] += 1
+            text = tokenizer.decode(ids[k], skip_special_tokens=True).strip()
+            results[i] = {"text": text, "tokens": len(ids[k]), "forwards": fwd[k], "batch_seconds": seconds}
+            if strategy == "sliding" and threshold < 1.0:
+                results[i]["checks"] = check_drafts(model, tokenizer, records[i]["prompt"], ids[k], slot[k], conf[k])
+        if bar is not None:
+            bar.update(len(idx))
+    return results, slot_hits, [sum(x["forwards"] for x in results)] * block_size
+
+
+def ar_choices(model, prompt_ids: list[int], out_ids: list[int]) -> list[int]:
+    """The model's own greedy token at every output position, given the committed tokens before it
+    (one causal forward over prompt + output: what one-token decoding would have chosen there)."""
+    import torch
+
+    if not out_ids:
+        return []
+    ids = torch.tensor([prompt_ids + out_ids], device=model.device)
+    with torch.inference_mode():
+        logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1]
+    return logits.argmax(-1).tolist()
+
+
+def check_drafts(model, tokenizer, prompt, out_ids: list[int], slots: list[int], confs: list[float]):
+    """Per committed token: (slot, confidence, equals the model's own AR choice). Slot 0 is the AR prediction
+    itself (a mismatch there is bf16 rounding between a cached k-token forward and one long forward);
+    slot j >= 1 is a mask-slot draft accepted because its confidence reached the threshold."""
+    from ..generate import encode_prompt
+
+    choices = ar_choices(model, encode_prompt(tokenizer, prompt), out_ids)
+    return [(s, round(c, 4), t == a) for s, c, t, a in zip(slots, confs, out_ids, choices)]
+
+
+def _precision(checks: list[tuple[int, float, bool]]) -> float | None:
+    """The share of checks whose token equals the AR choice (None when there are none)."""
+    return round(sum(c[2] for c in checks) / len(checks), 4) if checks else None
+
+
+def draft_stats(results: list[dict[str, Any]], block_size: int) -> dict[str, Any] | None:
+    """Draft precision: the share of accepted mask-slot tokens equal to the model's own greedy AR token,
+    per slot and per confidence bin (the calibration: a confidence of 0.9 should be right 90% of the time)."""
+    checks = [c for x in results for c in x.get("checks", [])]
+    if not checks:
+        return None
+    drafts = [c for c in checks if c[0] >= 1]
+    ar = [c for c in checks if c[0] == 0]
+    edges = (0.0, 0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.999, 1.01)
+    bins = []
+    for lo, hi in zip(edges, edges[1:]):
+        hit = [c for c in drafts if lo <= c[1] < hi]
+        if hit:
+            bins.append({"confidence": [lo, min(hi, 1.0)], "n": len(hit), "precision": _precision(hit)})
+    return {
+        "drafts": len(drafts),
+        "precision": _precision(drafts),
+        "precision_by_slot": [_precision([c for c in drafts if c[0] == j]) for j in range(1, block_size)],
+        "ar_consistency": _precision(ar) or 0.0,
+        "samples_with_a_wrong_draft": sum(any(c[0] >= 1 and not c[2] for c in x.get("checks", [])) for x in results),
+        "calibration": bins,
+    }
+
+
+def _summary(records, results, threshold: float, category: str) -> dict[str, Any]:
+    pairs = [(r, x) for r, x in zip(records, results) if category == "all" or r.get("category") == category
+             or (category == "predictable" and r.get("category") in PREDICTABLE)]
+    tokens = sum(x["tokens"] for _, x in pairs)
+    forwards = sum(x["forwards"] for _, x in pairs)
+    scores = [s for s in (score(r, x["text"]) for r, x in pairs) if s is not None]
+    return {
+        "threshold": threshold,
+        "category": category,
+        "tokens_per_forward": round(tokens / max(forwards, 1), 4),
+        "accuracy": round(sum(scores) / len(scores), 4) if scores else None,
+        "agreement": round(sum(x["text"] == r["reference"].strip() for r, x in pairs) / max(len(pairs), 1), 4),
+        "shared_prefix": round(sum(agreement(r["reference"].strip(), x["text"]) for r, x in pairs)
+                               / max(len(pairs), 1), 4),
+        "draft_precision": _precision([c for _, x in pairs for c in x.get("checks", []) if c[0] >= 1]),
+        "n": len(pairs),
+        "n_gold": len(scores),
+        "tokens": tokens,
+        "forwards": forwards,
+    }
+
+
+def base_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The base model's accuracy per category, scored on the held-out answers (its own greedy output)."""
+    rows = []
+    cats = ["all", "predictable"] + [c for c in CATEGORIES if any(r.get("category") == c for r in records)]
+    for cat in cats:
+        sel = [r for r in records if cat == "all" or r.get("category") == cat
+               or (cat == "predictable" and r.get("category") in PREDICTABLE)]
+        scores = [s for s in (score(r, r["reference"]) for r in sel) if s is not None]
+        rows.append({"threshold": None, "category": cat, "tokens_per_forward": 1.0,
+                     "accuracy": round(sum(scores) / len(scores), 4) if scores else None,
+                     "agreement": 1.0, "shared_prefix": 1.0, "n": len(sel), "n_gold": len(scores)})
+    return rows
+
+
+def evaluate(
+    model, tokenizer, records: list[dict[str, Any]], *, thresholds=DEFAULT_THRESHOLDS, block_size: int = 4,
+    batch_size: int = 16, max_new_tokens: int = 128, progress: bool = True, samples: bool = False,
+) -> dict[str, Any]:
+    """Decode records at every threshold; return {"block_size", "rows", "base", "slot_acceptance", ...}."""
+    from tqdm.auto import tqdm
+
+    cats = ["all", "predictable", "open"] + [c for c in CATEGORIES if any(r.get("category") == c for r in records)]
+    rows, slots, drafts, outputs, timing = [], {}, {}, {}, {}
+    bar = tqdm(total=len(records) * len(thresholds), desc="mars-eval", disable=not progress)
+    for t in thresholds:
+        t0 = time.perf_counter()
+        results, hits, totals = decode_records(model, tokenizer, records, threshold=t, block_size=block_size,
+                                               batch_size=batch_size, max_new_tokens=max_new_tokens, bar=bar)
+        timing[str(t)] = round(time.perf_counter() - t0, 2)
+        for cat in cats:
+            if cat == "open":
+                sub = [(r, x) for r, x in zip(records, results) if r.get("category") not in PREDICTABLE]
+                if sub:
+                    row = _summary([r for r, _ in sub], [x for _, x in sub], t, "all")
+                    rows.append(row | {"category": "open"})
+                continue
+            if cat == "predictable" and not any(r.get("category") in PREDICTABLE for r in records):
+                continue
+            rows.append(_summary(records, results, t, cat))
+        slots[str(t)] = [round(h / max(n, 1), 4) for h, n in zip(hits, totals)]
+        if (stats := draft_stats(results, block_size)) is not None:
+            drafts[str(t)] = stats
+        if samples:
+            outputs[str(t)] = [x["text"] for x in results]
+    bar.close()
+    out = {"block_size": block_size, "max_new_tokens": max_new_tokens, "rows": rows, "base": base_rows(records),
+           "slot_acceptance": slots, "drafts": drafts, "seconds": timing}
+    if samples:
+        out["samples"] = outputs
+    return out
+
+
+# ----------------------------------------------------------------------------- plot
+
+
+def pareto_plot(report: dict[str, Any], path: str | os.PathLike, category: str = "all") -> str | None:
+    """Tokens per forward vs accuracy, one labelled point per threshold (+ the base model); returns the path."""
+    pts = [r for r in report["rows"] if r["category"] == category and r["accuracy"] is not None]
+    if not pts:
+        return None
+    base = next((r for r in report.get("base", []) if r["category"] == category), None)
+    xs = [r["tokens_per_forward"] for r in pts]
+    ys = [100 * r["accuracy"] for r in pts]
+    labels = [f"τ={r['threshold']:g}" for r in pts]
+    title = f"{report.get('model', 'model')}: held-out ({category}), block size {report['block_size']}"
+    path = str(path)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+        ax.plot(xs, ys, "o-", color="tab:blue", label="MARS (sliding)")
+        for x, y, lab in zip(xs, ys, labels):
+            ax.annotate(lab, (x, y), textcoords="offset points", xytext=(4, 5), fontsize=8)
+        if base and base["accuracy"] is not None:
+            ax.plot([1.0], [100 * base["accuracy"]], "s", color="tab:gray", label="base (AR)")
+        ax.set_xlabel("tokens per forward")
+        ax.set_ylabel("task accuracy (%)")
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path)
+        plt.close(fig)
+        return path
+    except ImportError:
+        pass
+    try:
+        import plotly.graph_objects as go
+
+        fig = go.Figure(go.Scatter(x=xs, y=ys, text=labels, mode="lines+markers+text", textposition="top right",
+                                   name="MARS"))
+        if base and base["accuracy"] is not None:
+            fig.add_trace(go.Scatter(x=[1.0], y=[100 * base["accuracy"]], mode="markers", name="base (AR)"))
+        fig.update_layout(title=title, xaxis_title="tokens per forward", yaxis_title="task accuracy (%)")
+        fig.write_image(path)  # needs kaleido
+        return path
+    except Exception:
+        return None
+
+
+def calibration_plot(reports: dict[str, dict[str, Any]], path: str | os.PathLike) -> str | None:
+    """Reliability of the mask slots: draft precision against confidence, one line per labelled report, read
+    at each report's lowest threshold (its accepted drafts span the widest confidence range). A calibrated
+    model sits on the diagonal; below it, a threshold of 0.9 lets through drafts that are right less often."""
+    lines = []
+    for label, report in reports.items():
+        drafts = report.get("drafts") or {}
+        if drafts:
+            t = min(drafts, key=float)
+            bins = drafts[t]["calibration"]
+            if bins:
+                lines.append((f"{label} (τ={float(t):g}, {drafts[t]['drafts']} drafts)",
+                              [sum(b["confidence"]) / 2 for b in bins], [100 * b["precision"] for b in bins]))
+    if not lines:
+        return None
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+    ax.plot([0.5, 1.0], [50, 100], "--", color="gray", label="calibrated")
+    for label, xs, ys in lines:
+        ax.plot(xs, ys, "o-", label=label)
+    ax.set_xlabel("confidence of the accepted mask-slot token (bin centre)")
+    ax.set_ylabel("equal to the model's own AR choice (%)")
+    ax.set_title("draft precision against confidence (held-out)", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return str(path)
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def load_model(name: str | None, adapter: str | None = None, dtype: str | None = None):
+    """mars_core.load(name), with a peft LoRA adapter merged in when one is given."""
+    from ..load import load, merge_adapter
+
+    model, tokenizer = load(name, dtype=dtype)
+    if adapter:
+        model = merge_adapter(model, adapter)
+    return model, tokenizer
+
+
+def format_table(report: dict[str, Any]) -> str:
+    lines = [f"{'thr':>5} {'category':<13} {'tok/fwd':>7} {'acc':>6} {'agree':>6} {'prefix':>6} {'drafts':>6} "
+             f"{'n':>4}"]
+    for r in report.get("base", []):
+        acc = "-" if r["accuracy"] is None else f"{100 * r['accuracy']:.1f}"
+        lines.append(f"{'base':>5} {r['category']:<13} {1.0:>7.2f} {acc:>6} {'':>6} {'':>6} {'':>6} {r['n']:>4}")
+    for r in report["rows"]:
+        acc = "-" if r["accuracy"] is None else f"{100 * r['accuracy']:.1f}"
+        prec = "-" if r.get("draft_precision") is None else f"{100 * r['draft_precision']:.1f}"
+        lines.append(f"{r['threshold']:>5g} {r['category']:<13} {r['tokens_per_forward']:>7.2f} {acc:>6} "
+                     f"{100 * r['agreement']:>6.1f} {100 * r['shared_prefix']:>6.1f} {prec:>6} {r['n']:>4}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="mars-eval", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=None, help="model name or path (default: the default model)")
+    parser.add_argument("--adapter", default=None, help="a LoRA adapter folder to merge into --model")
+    parser.add_argument("--dtype", default=None, help="auto (default), bf16 or fp32")
+    parser.add_argument("--data", default=None, help="held-out JSONL (default: data/heldout.jsonl)")
+    parser.add_argument("--json", default=None, help="write the report here")
+    parser.add_argument("--plot", default=None, help="Pareto PNG (default: next to --json)")
+    parser.add_argument("--limit", type=int, default=None,
+                        help="only the first N prompts (round-robin over categories)")
+    parser.add_argument("--thresholds", default=",".join(f"{t:g}" for t in DEFAULT_THRESHOLDS))
+    parser.add_argument("--block-size", type=int, default=4)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--samples", action="store_true", help="also store the decoded texts")
+    parser.add_argument("--combine", nargs="+", default=None,
+                        help="merge reports of the same model run at different thresholds (e.g. in parallel) "
+                             "into --json and the plot; decodes nothing")
+    args = parser.parse_args(argv)
+    if args.combine:
+        report = combine_reports([json.loads(Path(p).read_text()) for p in args.combine])
+        return _finish(report, args)
+
+    records = load_heldout(args.limit, args.data)
+    thresholds = [float(t) for t in args.thresholds.split(",") if t.strip()]
+    model, tokenizer = load_model(args.model, args.adapter, args.dtype)
+    report = evaluate(model, tokenizer, records, thresholds=thresholds, block_size=args.block_size,
+                      batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, samples=args.samples)
+    # source: the folder the weights came from (for the default, the merged cache named after its adapter)
+    report = {"model": args.model or "default", "adapter": args.adapter, "source": model.name_or_path, **report}
+    _finish(report, args)
+
+
+def combine_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """One report from several runs of the same model and held-out set at different thresholds."""
+    out = dict(reports[0])
+    out["rows"] = sorted((r for rep in reports for r in rep["rows"]), key=lambda r: -r["threshold"])
+    for key in ("slot_acceptance", "drafts", "seconds", "samples"):
+        if any(key in rep for rep in reports):
+            out[key] = {k: v for rep in reports for k, v in rep.get(key, {}).items()}
+    return out
+
+
+def _finish(report: dict[str, Any], args: argparse.Namespace) -> None:
+    """Print the table, write the JSON and draw the plot."""
+    print(format_table(report))
+    print("acceptance by slot (fraction of forwards committing >= j+1 tokens):",
+          json.dumps(report["slot_acceptance"]))
+    for t, d in report.get("drafts", {}).items():
+        bins = ", ".join(f"[{b['confidence'][0]:g}, {b['confidence'][1]:g}) {100 * b['precision']:.0f}% of {b['n']}"
+                         for b in d["calibration"])
+        print(f"τ={t}: {d['drafts']} drafts, {100 * (d['precision'] or 0):.1f}% equal to the model's own AR choice "
+              f"(by slot {d['precision_by_slot']}; AR tokens {100 * d['ar_consistency']:.1f}%); "
+              f"by confidence: {bins}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(report, indent=1))
+    plot = args.plot or (str(Path(args.json).with_suffix(".png")) if args.json else None)
+    if plot:
+        made = pareto_plot(report, plot)
+        print(f"pareto plot: {made or 'not drawn (install matplotlib)'}")
+        calib = calibration_plot({report.get("model", "model"): report},
+                                 Path(plot).with_name(Path(plot).stem + "_calibration.png"))
+        if calib:
+            print(f"calibration plot: {calib}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""The models the app serves: set once at launch, loaded once per name, and the shared count of running work."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from mars_core.load import load
+from mars_core.serving import LoadTracker
+
+log = logging.getLogger("mars_studio")
+
+SPACE_MODELS = (
+    "default",
+    "smollm2-135m-instruct",
+    "HuggingFaceTB/SmolLM2-135M-Instruct",
+    "Xalphinions/MARS-Qwen2.5-0.5B-AR-SFT",
+    "Xalphinions/MARS-Qwen2.5-0.5B-blk4",
+    "Xalphinions/MARS-Qwen2.5-0.5B-blk8",
+    "Xalphinions/MARS-Qwen2.5-0.5B-blk16",
+)
+
+
+@dataclass(frozen=True)
+class AppConfig:
+    """What the app serves: set once by main(), the same for every user."""
+
+    model: str | None = None  # MARS checkpoint: a local path, hub id, or None for the embedded default
+    ar_model: str | None = None  # separate AR baseline; None = the MARS checkpoint in one-token mode
+    concurrency: int = 4  # generations the queue runs at once
+
+
+CONFIG = AppConfig()
+MODELS: dict[str, tuple[Any, Any]] = {}  # loaded (model, tokenizer) by name: read-only once loaded
+_LOAD_LOCK = threading.Lock()
+TRACKER = LoadTracker()  # the one shared counter: generations running now, for "adapt to load"
+
+
+def check_model_choice(name: str | None) -> None:
+    """On a Space (SPACE_ID set) only the fixed SPACE_MODELS list may be served."""
+    if os.environ.get("SPACE_ID") and (name or "default") not in SPACE_MODELS:
+        raise ValueError(f"On a Space the model must be one of {', '.join(SPACE_MODELS)}; got {name!r}")
+
+
+def get_model(name: str | None) -> tuple[Any, Any]:
+    """The (model, tokenizer) for name, loaded on first use and cached; a ValueError says why loading failed."""
+    key = name or "default"
+    if key not in MODELS:
+        with _LOAD_LOCK:
+            if key not in MODELS:
+                check_model_choice(name)
+                try:
+                    MODELS[key] = load(name)
+                except Exception as err:  # any failure becomes a message in the UI
+                    log.exception("loading %s failed", key)
+                    raise ValueError(f"Could not load model {key!r}: {err}") from err
+    return MODELS[key]
+
+
+def model_label(name: str | None) -> str:
+    """How the UI names a model."""
+    return f"`{name}`" if name else "the embedded default (SmolLM2-135M-Instruct)"
