@@ -13,8 +13,13 @@ from .decoding.block import block_decode
 from .decoding.control import DecodeControl
 from .decoding.sliding import sliding_decode
 from .decoding.spec import DecodeSpec, Step
+from .decoding.verified import verified_decode
 
-STRATEGIES = ("ar", "sliding", "block")
+STRATEGIES = ("ar", "sliding", "block", "verified")
+DECODERS = {"ar": sliding_decode, "sliding": sliding_decode, "block": block_decode, "verified": verified_decode}
+# threshold=None means: accept mask predictions at confidence >= 0.9 (sliding, block); for verified, the drafts
+# worth checking (it never changes the answer there; the default is measured, see the README's speed section)
+DEFAULT_THRESHOLDS = {"ar": 1.0, "sliding": 0.9, "block": 0.9, "verified": 0.5}
 Message = dict[str, str]
 Prompts = str | Sequence[str] | Sequence[Message] | Sequence[Sequence[Message]]
 
@@ -33,6 +38,9 @@ class StreamEvent:
     proposed_ids: list[list[int]]  # every slot's prediction in this forward (sliding: slot j = j tokens ahead)
     proposed_confidences: list[list[float]]  # and their confidences; token_ids is an accepted run of these
     accepted_from: list[int]  # slot of proposed_ids where token_ids starts (sliding: 0; block: the first unfilled)
+    drafts: list[list[int]] = field(default_factory=list)  # verified: the drafts this forward checked
+    matched: list[int] = field(default_factory=list)  # verified: the first matched[i] of token_ids were drafts,
+    # the token after them (if any) is the bonus, the model's own prediction after the last matched draft
 
 
 @dataclass
@@ -109,9 +117,10 @@ def check_request(
         )
     ctx = context_length(model)
     longest = max(len(p) for p in prompt_ids)
-    if ctx is not None and longest + max_new_tokens + block_size - 1 > ctx:
+    ahead = (2 if strategy == "verified" else 1) * (block_size - 1)  # verified: drafts, then masks after them
+    if ctx is not None and longest + max_new_tokens + ahead > ctx:
         raise ValueError(
-            f"prompt too long: {longest} prompt tokens + max_new_tokens {max_new_tokens} + {block_size - 1} mask "
+            f"prompt too long: {longest} prompt tokens + max_new_tokens {max_new_tokens} + {ahead} mask and draft "
             f"slots exceed the model's context of {ctx} tokens; shorten the prompt or lower max_new_tokens"
         )
 
@@ -136,14 +145,15 @@ def _start(
         mask_id=tokenizer.mask_token_id,
         generator=generator,
     )
-    decode = block_decode if strategy == "block" else sliding_decode
-    return decode(model, prompt_ids, spec, control), prompt_ids
+    return DECODERS[strategy](model, prompt_ids, spec, control), prompt_ids
 
 
-def _control(control, threshold, temperature, top_p, confidence) -> DecodeControl:
+def _control(control, strategy, threshold, temperature, top_p, confidence) -> DecodeControl:
     if control is not None:
         control.snapshot()  # validates
         return control
+    if threshold is None:
+        threshold = DEFAULT_THRESHOLDS.get(strategy, 0.9)
     return DecodeControl(threshold=threshold, temperature=temperature, top_p=top_p, confidence=confidence)
 
 
@@ -181,7 +191,7 @@ def stream(
     block_size: int = 4,
     max_new_tokens: int = 256,
     control: DecodeControl | None = None,
-    threshold: float = 0.9,
+    threshold: float | None = None,
     temperature: float = 0.0,
     top_p: float = 1.0,
     confidence: str = "prob",
@@ -191,7 +201,7 @@ def stream(
 ) -> Iterator[StreamEvent]:
     """Yield a StreamEvent per forward. Settings are read from `control` at every forward, so a change
     made while streaming (threshold, temperature, stop()) acts from the next forward on."""
-    control = _control(control, threshold, temperature, top_p, confidence)
+    control = _control(control, strategy, threshold, temperature, top_p, confidence)
     steps, prompt_ids = _start(model, tokenizer, prompts, strategy, block_size, max_new_tokens, control, seed, chat)
     tracker = TextTracker(tokenizer, len(prompt_ids), stop_strings)
     t0, stop = time.perf_counter(), None
@@ -202,6 +212,11 @@ def stream(
             return
         tokens, conf = step.tokens.tolist(), step.confidence.tolist()
         starts, ends = step.start.tolist(), step.end.tolist()
+        drafts, matched = [], []
+        if step.drafts is not None:
+            drafted = step.drafted.tolist()
+            drafts = [row[:k] for row, k in zip(step.drafts.tolist(), drafted)]
+            matched = step.matched.tolist()
         ids = [row[s:e] for row, s, e in zip(tokens, starts, ends)]
         texts = [tracker.update(i, row, d) for i, (row, d) in enumerate(zip(ids, step.done))]
         cut = [c and not d for c, d in zip(tracker.cut, step.done)]
@@ -217,6 +232,8 @@ def stream(
             proposed_ids=tokens,
             proposed_confidences=conf,
             accepted_from=starts,
+            drafts=drafts,
+            matched=matched,
         )
 
 
@@ -228,7 +245,7 @@ def generate(
     strategy: str = "sliding",
     block_size: int = 4,
     max_new_tokens: int = 256,
-    threshold: float = 0.9,
+    threshold: float | None = None,
     temperature: float = 0.0,
     top_p: float = 1.0,
     confidence: str = "prob",
@@ -237,7 +254,7 @@ def generate(
     chat: bool = True,
     control: DecodeControl | None = None,
 ) -> GenerationResult:
-    """Decode prompts with one of the strategies ("ar", "sliding", "block") and return texts, ids and stats."""
+    """Decode prompts with one of the strategies ("ar", "sliding", "block", "verified"); return texts, ids, stats."""
     t0 = time.perf_counter()
     if stop_strings:  # the stop-string check needs the text, which the streaming path keeps
         events = list(
@@ -254,7 +271,7 @@ def generate(
         return GenerationResult(
             texts, ids, len(events), sum(map(len, ids)), time.perf_counter() - t0, per_sample
         )
-    control = _control(control, threshold, temperature, top_p, confidence)
+    control = _control(control, strategy, threshold, temperature, top_p, confidence)
     steps, prompt_ids = _start(model, tokenizer, prompts, strategy, block_size, max_new_tokens, control, seed, chat)
     forwards, active, last = 0, None, None
     for step in steps:  # the fast path: no per-sample Python work per forward

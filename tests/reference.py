@@ -67,3 +67,44 @@ def reference_block(model, prompt: list[int], block_size: int, threshold, max_ne
                 if t in stop_ids or len(out) + len(block) >= max_new:
                     return out + block, forwards
         out += block
+
+
+def _odds(conf: list[float], j: int) -> float:
+    """P(exactly j of the drafts match), the confidences read as independent odds."""
+    odds = 1.0
+    for c in conf[:j]:
+        odds *= c
+    return odds * (1 - conf[j]) if j < len(conf) else odds
+
+
+@torch.no_grad()
+def reference_verified(model, prompt: list[int], block_size: int, threshold: float, max_new: int, mask_id: int,
+                       stop_ids: set[int], group_floor: float) -> tuple[list[int], int]:
+    """Verify the drafts with one plain causal forward over prompt + out + drafts; propose the next drafts from
+    masks after the committed prefix (the group the decoder would use, if it would feed it). Returns (tokens,
+    forwards): one forward per step, as the decoder takes."""
+    g = block_size - 1
+    out, forwards = [], 0
+    drafts, conf = [], []
+    while len(out) < max_new:
+        seq = prompt + out
+        k = 0
+        while threshold < 1 and k < len(drafts) and conf[k] >= threshold:
+            k += 1
+        ar, _ = _predict(model, seq + drafts[:k], [len(seq) - 1 + a for a in range(k + 1)], threshold)
+        m = 0
+        while m < k and ar[m] == drafts[m]:
+            m += 1
+        fed = (threshold < 1 and g > 0 and _odds(conf[:k], m) >= group_floor) if forwards else threshold < 1 and g > 0
+        forwards += 1
+        if fed:
+            base = len(seq) + m
+            drafts, conf = _predict(model, seq + drafts[:m] + [mask_id] * g, [base + t for t in range(g)], threshold)
+        else:
+            drafts, conf = [], []
+        for t in ar[: m + 1]:
+            if len(out) < max_new:
+                out.append(t)
+                if t in stop_ids:
+                    return out, forwards
+    return out, forwards

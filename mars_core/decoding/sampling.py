@@ -31,18 +31,29 @@ def confidence_of(probs: torch.Tensor, tokens: torch.Tensor, kind: str) -> torch
     return top2[..., 0] - top2[..., 1]
 
 
+def distribution(logits: torch.Tensor, ctl: DecodeControl) -> torch.Tensor:
+    """The distribution tokens are drawn from: softmax(logits / temperature), top-p filtered (greedy: softmax)."""
+    logits = logits.float()
+    if ctl.temperature == 0:
+        return logits.softmax(-1)
+    return top_p_filter((logits / ctl.temperature).softmax(-1), ctl.top_p)
+
+
+def draw(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One token per row of probs [..., V] (multinomial)."""
+    flat = probs.reshape(-1, probs.shape[-1])
+    return torch.multinomial(flat, 1, generator=generator).view(probs.shape[:-1])
+
+
 def select(
     logits: torch.Tensor, ctl: DecodeControl, generator: torch.Generator | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Tokens [..., k] and their confidences for logits [..., k, V]: argmax when greedy, else sampled."""
-    logits = logits.float()
+    probs = distribution(logits, ctl)
     if ctl.temperature == 0:
-        tokens = logits.argmax(-1)  # argmax on logits, as transformers does, so ties break the same way
-        probs = logits.softmax(-1)
+        tokens = logits.float().argmax(-1)  # argmax on logits, as transformers does, so ties break the same way
     else:
-        probs = top_p_filter((logits / ctl.temperature).softmax(-1), ctl.top_p)
-        flat = probs.reshape(-1, probs.shape[-1])
-        tokens = torch.multinomial(flat, 1, generator=generator).view(probs.shape[:-1])
+        tokens = draw(probs, generator)
     return tokens, confidence_of(probs, tokens, ctl.confidence)
 
 

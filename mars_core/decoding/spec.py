@@ -29,6 +29,10 @@ class Step:
     threshold: float  # the threshold this forward used
     out: torch.Tensor  # [b, max_new_tokens + k] all tokens committed so far (row i valid up to lengths[i])
     lengths: torch.Tensor  # [b] tokens committed so far
+    # verified decoding only: the drafts this forward checked, how many were real per sample, how many it committed
+    drafts: torch.Tensor | None = None  # [b, K]
+    drafted: torch.Tensor | None = None  # [b]
+    matched: torch.Tensor | None = None  # [b] accepted drafts among the committed tokens (the rest is the bonus)
 
 
 def write_out(out: torch.Tensor, lengths: torch.Tensor, tokens: torch.Tensor, start: torch.Tensor, end: torch.Tensor):

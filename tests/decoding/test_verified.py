@@ -1,0 +1,205 @@
+"""Verified MARS decoding: exactly greedy AR (transformers' generate), the no-cache reference, batches, sampling."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mars_core import DecodeControl, generate, stream
+from mars_core.decoding import verified
+
+from reference import reference_verified
+from test_decoders import PROMPTS, encode, hf_greedy
+from trained import ANSWERS, mars_trained
+
+NEW_PROMPTS = ["Count from one to ten, please", "List three colours and a fruit"]  # near the toy task, not in it
+
+
+@pytest.fixture(scope="module", params=["qwen2", "llama"])
+def trained(request, tokenizer):
+    return mars_trained(request.param, tokenizer)
+
+
+def drafts_matched(model, tokenizer, prompts, **kw) -> int:
+    return sum(sum(e.matched) for e in stream(model, tokenizer, prompts, strategy="verified", **kw))
+
+
+@pytest.mark.parametrize("block_size", [2, 4, 8])
+@pytest.mark.parametrize("threshold", [1.0, 0.9, 0.5, 0.1])
+def test_verified_equals_hf_generate(trained, tokenizer, block_size, threshold):
+    prompts = PROMPTS + NEW_PROMPTS + list(ANSWERS)[:2]
+    want = hf_greedy(trained, tokenizer, prompts, 40)
+    kw = dict(strategy="verified", block_size=block_size, threshold=threshold, max_new_tokens=40)
+    batched = generate(trained, tokenizer, prompts, **kw)
+    alone = [generate(trained, tokenizer, p, **kw).token_ids[0] for p in prompts]
+    assert alone == want
+    assert batched.token_ids == want
+    if threshold == 1.0:
+        assert batched.tokens_per_forward == 1.0
+    else:  # drafts were really checked and accepted: the test is not a disguised AR run
+        assert drafts_matched(trained, tokenizer, prompts, block_size=block_size, threshold=threshold,
+                              max_new_tokens=40) > 20
+        assert batched.tokens_per_forward > 1.3
+
+
+@pytest.mark.parametrize("floor", [0.0, verified.GROUP_FLOOR, 0.6])
+@pytest.mark.parametrize("threshold", [0.9, 0.3])
+def test_cached_equals_no_cache_reference(trained, tokenizer, monkeypatch, floor, threshold):
+    """Same tokens and the same number of forwards as recomputing everything each step (the cache holds real
+    tokens only), whichever groups the floor lets through."""
+    monkeypatch.setattr(verified, "GROUP_FLOOR", floor)
+    stop = {tokenizer.eos_token_id}
+    for text in PROMPTS + NEW_PROMPTS:
+        got = generate(trained, tokenizer, text, strategy="verified", threshold=threshold, max_new_tokens=30)
+        want, forwards = reference_verified(trained, encode(tokenizer, text), 4, threshold, 30,
+                                            tokenizer.mask_token_id, stop, floor)
+        assert got.token_ids[0] == want
+        assert got.forwards == forwards
+
+
+def test_a_random_model_is_exact_too(model, tokenizer):
+    """Drafts from an untrained model are mostly wrong: every one is rejected and the answer is still AR's."""
+    want = hf_greedy(model, tokenizer, PROMPTS, 24)
+    got = generate(model, tokenizer, PROMPTS, strategy="verified", threshold=0.05, max_new_tokens=24)
+    assert got.token_ids == want
+
+
+def test_threshold_one_feeds_one_token_per_forward(trained, tokenizer):
+    """τ = 1: no draft is worth checking, so no masks are fed either: every forward after the prefill is [b, 1]."""
+    widths = []
+    hook = trained.get_decoder().register_forward_pre_hook(
+        lambda m, a, kw: widths.append(kw["input_ids"].shape[1]), with_kwargs=True)
+    try:
+        r = generate(trained, tokenizer, PROMPTS, strategy="verified", threshold=1.0, max_new_tokens=24)
+    finally:
+        hook.remove()
+    assert len(widths) == r.forwards > 10
+    assert widths[1:] == [1] * (len(widths) - 1)
+
+
+def test_pruning_narrows_the_tree(trained, tokenizer, monkeypatch):
+    """Groups unlikely to be used are not fed: narrower forwards than feeding every group, same answer."""
+    def widths_and_result(floor):
+        monkeypatch.setattr(verified, "GROUP_FLOOR", floor)
+        widths = []
+        hook = trained.get_decoder().register_forward_pre_hook(
+            lambda m, a, kw: widths.append(kw["input_ids"].shape[1]), with_kwargs=True)
+        try:
+            return widths, generate(trained, tokenizer, list(ANSWERS), strategy="verified", threshold=0.3,
+                                    max_new_tokens=40)
+        finally:
+            hook.remove()
+
+    every, full = widths_and_result(0.0)
+    pruned, lean = widths_and_result(0.1)
+    assert lean.token_ids == full.token_ids
+    assert sum(pruned[1:]) < sum(every[1:])
+    assert max(every[1:]) == 1 + 3 + 4 * 3  # pending, 3 drafts, 4 groups of 3 masks
+
+
+def test_stream_events_say_what_was_drafted_and_matched(trained, tokenizer):
+    events = list(stream(trained, tokenizer, list(ANSWERS)[4], strategy="verified", threshold=0.3,
+                         max_new_tokens=40))
+    assert events[0].drafts == [[]] and events[0].matched == [0]  # the prefill checks nothing
+    for e in events:
+        ids, drafts, m = e.token_ids[0], e.drafts[0], e.matched[0]
+        assert ids[:m] == drafts[:m]  # the matched drafts are the first committed tokens
+        assert len(ids) <= m + 1  # then at most the bonus token
+        if m < len(drafts) and len(ids) == m + 1:
+            assert ids[m] != drafts[m]  # the bonus replaced the first draft that did not match
+    assert sum(e.matched[0] for e in events) > 10
+
+
+def test_stop_and_max_new_tokens(trained, tokenizer):
+    free = generate(trained, tokenizer, list(ANSWERS)[4], strategy="ar", max_new_tokens=30).token_ids[0]
+    cut = generate(trained, tokenizer, list(ANSWERS)[4], strategy="verified", threshold=0.3, max_new_tokens=13)
+    assert cut.token_ids[0] == free[:13]
+    stop = free[7]
+    old = trained.generation_config.eos_token_id
+    trained.generation_config.eos_token_id = stop
+    try:
+        got = generate(trained, tokenizer, list(ANSWERS)[4], strategy="verified", threshold=0.3, max_new_tokens=30)
+        assert got.token_ids[0] == free[: free.index(stop) + 1]
+    finally:
+        trained.generation_config.eos_token_id = old
+
+
+def test_threshold_changed_mid_run_keeps_the_answer(trained, tokenizer):
+    control = DecodeControl(threshold=1.0)
+    want = hf_greedy(trained, tokenizer, [list(ANSWERS)[4]], 40)[0]
+    ids, taus = [], []
+    for e in stream(trained, tokenizer, list(ANSWERS)[4], strategy="verified", max_new_tokens=40, control=control):
+        ids += e.token_ids[0]
+        taus.append(e.threshold)
+        control.threshold = 0.2 if e.forward < 6 else 1.0
+    assert ids == want
+    assert 0.2 in taus and taus[0] == 1.0
+
+
+# ----------------------------------------------------------------------------- sampling
+
+
+def exact_next(model, prefixes: list[list[int]], temperature: float) -> torch.Tensor:
+    """p(next token | prefix) at a temperature, one row per prefix (plain causal forwards, no cache)."""
+    with torch.no_grad():
+        logits = model(torch.tensor(prefixes)).logits[:, -1].float()
+    return (logits / temperature).softmax(-1)
+
+
+def chi_square_p(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    """p-value of Pearson's goodness-of-fit test, categories with an expected count < 5 pooled into one."""
+    from scipy.stats import chi2
+
+    n = counts.sum()
+    expected = probs * n
+    big = expected >= 5
+    obs = torch.cat([counts[big], counts[~big].sum()[None]])
+    exp = torch.cat([expected[big], expected[~big].sum()[None]])
+    keep = exp > 0
+    stat = (((obs - exp) ** 2)[keep] / exp[keep]).sum().item()
+    return float(chi2.sf(stat, int(keep.sum()) - 1))
+
+
+def pit_p(probs: torch.Tensor, tokens: list[int]) -> float:
+    """p-value of a KS test that u = F(t - 1) + V p(t) (V uniform) is uniform: true exactly when each token t was
+    drawn from its row of probs (the randomised probability integral transform of a discrete variable)."""
+    from scipy.stats import kstest
+
+    t = torch.tensor(tokens)[:, None]
+    below = (probs.cumsum(-1) - probs).gather(1, t).squeeze(1)
+    u = below + torch.rand(len(tokens), generator=torch.Generator().manual_seed(0)) * probs.gather(1, t).squeeze(1)
+    return float(kstest(u.numpy(), "uniform").pvalue)
+
+
+def test_sampling_keeps_the_ar_distribution(tokenizer):
+    """Speculative sampling over the mask slots' drafts: the tokens follow the model's own AR distribution. The first
+    token and the marginal of the second by chi-square tests against the exact probabilities; the 2nd and 3rd
+    tokens (checked as drafts, accepted or replaced) against their exact conditionals by a PIT test."""
+    pytest.importorskip("scipy")
+    model = mars_trained("qwen2", tokenizer, steps=40)  # half-trained: drafts often right, often not
+    text = list(ANSWERS)[0]
+    prompt = encode(tokenizer, text)
+    temperature, batch, runs, accepted, rejected = 1.0, 1000, [], 0, 0
+    for seed in range(16):
+        ids = [[] for _ in range(batch)]
+        for e in stream(model, tokenizer, [text] * batch, strategy="verified", threshold=0.05,
+                        temperature=temperature, max_new_tokens=3, seed=seed):
+            accepted += sum(e.matched)
+            rejected += sum(len(d) > m for d, m in zip(e.drafts, e.matched))
+            for row, new in zip(ids, e.token_ids):
+                row += new
+        runs += ids
+    assert accepted > 4000 and rejected > 2000  # both branches of the rule ran many times
+    vocab = len(tokenizer)
+    stops = torch.tensor(sorted({tokenizer.eos_token_id, model.generation_config.eos_token_id}))
+    p1 = exact_next(model, [prompt], temperature)[0]
+    go_on = p1.clone()
+    go_on[stops] = 0  # a run that stopped after one token has no second token
+    p2 = (go_on / go_on.sum()) @ exact_next(model, [prompt + [t] for t in range(vocab)], temperature)
+    count = lambda tokens: torch.bincount(torch.tensor(tokens), minlength=vocab).float()  # noqa: E731
+    assert chi_square_p(count([r[0] for r in runs]), p1) > 1e-3
+    assert chi_square_p(count([r[1] for r in runs if len(r) > 1]), p2) > 1e-3
+    for k in (1, 2):  # each later token against its exact conditional, given the tokens drawn before it
+        rows = [r for r in runs if len(r) > k]
+        assert len(rows) > 8000
+        assert pit_p(exact_next(model, [prompt + r[:k] for r in rows], temperature), [r[k] for r in rows]) > 1e-3

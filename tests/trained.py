@@ -1,0 +1,41 @@
+"""A tiny model taught MARS on a repetitive toy task (a few seconds on CPU), so its mask slots really draft."""
+
+from __future__ import annotations
+
+import tempfile
+
+import torch
+
+from tiny import tiny_llama, tiny_qwen2
+
+ANSWERS = {
+    "Count from one to ten": "1, 2, 3, 4, 5, 6, 7, 8, 9, 10.",
+    "List three colours": "red, green, blue. Apples are red and bananas are yellow.",
+    "What is the capital of France? Answer briefly and clearly please, with the reason.":
+        "Paris is the capital of France. Paris is the capital of France.",
+    "hello": "hello world, please answer briefly and clearly!",
+    "Tell me about the fox":
+        "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog.",
+}
+
+
+def toy_chats() -> list[dict]:
+    return [{"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]}
+            for q, a in ANSWERS.items()]
+
+
+def mars_trained(kind: str, tokenizer, steps: int = 150, block_size: int = 4) -> torch.nn.Module:
+    """A tiny Qwen2 or Llama after `steps` MARS steps on the toy answers (fp32, deterministic)."""
+    from mars_core import MarsConfig, MarsTrainer
+    from mars_core.training.data import load_chat_dataset
+
+    torch.manual_seed(0)
+    model = (tiny_qwen2 if kind == "qwen2" else tiny_llama)(len(tokenizer), scale=1.0)
+    model.train()
+    with tempfile.TemporaryDirectory() as out:
+        args = MarsConfig(output_dir=out, block_size=block_size, per_device_train_batch_size=8, learning_rate=3e-3,
+                          lr_scheduler_type="constant", max_steps=steps, use_cpu=True, save_strategy="no",
+                          report_to="none", disable_tqdm=True, logging_steps=steps, seed=0)
+        data = load_chat_dataset(toy_chats() * 8, tokenizer, 128)
+        MarsTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer).train()
+    return model.eval()
