@@ -3,6 +3,7 @@ greedy decoding.
 
     python -m mars_core.distill --out data/ [--model NAME] [--train 1200] [--heldout 117] [--batch-size 24]
                                 [--seed 0] [--exclude earlier/train.jsonl earlier/heldout.jsonl]
+    python -m mars_core.distill --out data/ --never-trained      # data/never_trained.jsonl (never trained on)
 
 Writes out/train.jsonl and out/heldout.jsonl, one record a line:
     {"messages": [{"role": "user", ...}, {"role": "assistant", ...}], "category": ..., "gold": ..., "task": ...}
@@ -95,12 +96,12 @@ def distill(
 
 
 def to_record(rec: dict[str, Any], answer: str, truncated: bool = False) -> dict[str, Any]:
-    """A chat record: messages, category, and gold/task/truncated where present."""
+    """A chat record: messages, category, and gold/task/kind/source/truncated where present."""
     row: dict[str, Any] = {
         "messages": [{"role": "user", "content": rec["prompt"]}, {"role": "assistant", "content": answer}],
         "category": rec["category"],
     }
-    for key in ("gold", "task"):
+    for key in ("gold", "task", "kind", "source"):
         if rec.get(key) is not None:
             row[key] = rec[key]
     if truncated:
@@ -146,6 +147,28 @@ def build(
     return train, heldout
 
 
+def build_never_trained(
+    out: str | Path, model=None, tokenizer=None, *, model_name: str | None = "smollm2-135m-instruct",
+    batch_size: int = 24, max_new_tokens: int = 128, seed: int = 0, progress: bool = True,
+) -> list[dict[str, Any]]:
+    """Answer the never-trained split's prompts (mars_core.evaluation.never_trained) with the base model and write
+    out/never_trained.jsonl: the split that measures what users will feel."""
+    from .never_trained import never_trained_prompts
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if model is None:
+        from ..load import load
+
+        model, tokenizer = load(model_name)
+    partial = out / ".never_trained_partial.jsonl"
+    rows = distill(model, tokenizer, never_trained_prompts(seed=seed), batch_size=batch_size,
+                   max_new_tokens=max_new_tokens, partial=partial, progress=progress)
+    write_jsonl(rows, out / "never_trained.jsonl")
+    partial.unlink(missing_ok=True)
+    return rows
+
+
 def parse_counts(spec: str | None) -> dict[str, int] | None:
     """'lists=100,chat=50' -> {...}; a bare integer N spreads N over the default mix proportionally."""
     if not spec:
@@ -176,7 +199,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--exclude", nargs="*", default=(),
                         help="JSONL files whose prompts to leave out (e.g. data/train.jsonl data/heldout.jsonl)")
+    parser.add_argument("--never-trained", action="store_true",
+                        help="build out/never_trained.jsonl instead: the evaluation split from sources training "
+                             "never uses (hand-written prompts, gsm_symbolic, HumanEval)")
     args = parser.parse_args(argv)
+    if args.never_trained:
+        rows = build_never_trained(args.out, model_name=args.model, batch_size=args.batch_size,
+                                   max_new_tokens=args.max_new_tokens, seed=args.seed)
+        cats = Counter(r["category"] for r in rows)
+        print(f"never_trained: {len(rows)} records: " + ", ".join(f"{c}={n}" for c, n in sorted(cats.items())))
+        return
     train, heldout = build(args.out, model_name=args.model, train_counts=parse_counts(args.train),
                            heldout_per_category=args.heldout, batch_size=args.batch_size,
                            max_new_tokens=args.max_new_tokens, seed=args.seed, exclude=args.exclude)

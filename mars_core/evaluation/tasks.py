@@ -1,7 +1,8 @@
 """Prompt sources for self-distillation and evaluation, with gold answers and scorers where they exist.
 
 Categories: predictable spans ("lists", "counting", "tables", "repeats", "reformatting", "arithmetic") and open
-ones ("chat", "explanation", "reasoning"). Programmatic prompts are built here from a seeded RNG; "chat" comes
+ones ("chat", "explanation", "reasoning", and the prompts that look like use from mars_core.evaluation.sources:
+"code", "writing", "everyday", "translation"). Programmatic prompts are built here from a seeded RNG; "chat" comes
 from the chatterbot-corpus YAML files when that package is installed, "reasoning" from reasoning-gym task
 generators when it is installed (each falls back to built-in prompts otherwise, so nothing is downloaded).
 """
@@ -15,8 +16,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from .sources import SOURCE_CATEGORIES, SOURCES
+
 PREDICTABLE = ("lists", "counting", "tables", "repeats", "reformatting", "arithmetic")
-OPEN = ("chat", "explanation", "reasoning")
+OPEN = ("chat", "explanation", "reasoning") + SOURCE_CATEGORIES  # + code, writing, everyday, translation
 CATEGORIES = PREDICTABLE + OPEN
 
 # reasoning-gym tasks with short questions and gold answers a small model can at least attempt.
@@ -307,10 +310,11 @@ def build_prompts(counts: dict[str, int], seed: int = 0) -> list[Record]:
     for cat, n in counts.items():
         if n <= 0:
             continue
-        if cat in GENERATORS:
+        if cat in GENERATORS or cat in SOURCES:
+            gen = GENERATORS.get(cat) or SOURCES[cat]
             seen: dict[str, Record] = {}
             for _ in range(n * 50):
-                rec = GENERATORS[cat](rng)
+                rec = gen(rng)
                 seen.setdefault(rec["prompt"], rec)
                 if len(seen) >= n:
                     break
