@@ -41,6 +41,7 @@ class StreamEvent:
     drafts: list[list[int]] = field(default_factory=list)  # verified: the drafts this forward checked
     matched: list[int] = field(default_factory=list)  # verified: the first matched[i] of token_ids were drafts,
     # the token after them (if any) is the bonus, the model's own prediction after the last matched draft
+    draft_source: list[str] = field(default_factory=list)  # verified: "mask" (the mask slots) or "lookup" (the text)
 
 
 @dataclass
@@ -212,11 +213,12 @@ def stream(
             return
         tokens, conf = step.tokens.tolist(), step.confidence.tolist()
         starts, ends = step.start.tolist(), step.end.tolist()
-        drafts, matched = [], []
+        drafts, matched, sources = [], [], []
         if step.drafts is not None:
             drafted = step.drafted.tolist()
             drafts = [row[:k] for row, k in zip(step.drafts.tolist(), drafted)]
             matched = step.matched.tolist()
+            sources = ["lookup" if x else "mask" for x in step.looked_up.tolist()]
         ids = [row[s:e] for row, s, e in zip(tokens, starts, ends)]
         texts = [tracker.update(i, row, d) for i, (row, d) in enumerate(zip(ids, step.done))]
         cut = [c and not d for c, d in zip(tracker.cut, step.done)]
@@ -234,6 +236,7 @@ def stream(
             accepted_from=starts,
             drafts=drafts,
             matched=matched,
+            draft_source=sources,
         )
 
 

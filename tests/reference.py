@@ -5,6 +5,7 @@ They spell out the method as simply as possible, so the cached decoders can be c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -77,12 +78,25 @@ def _odds(conf: list[float], j: int) -> float:
     return odds * (1 - conf[j]) if j < len(conf) else odds
 
 
+def _lookup(text: list[int], start: int, ngrams: tuple[int, ...], width: int) -> list[int]:
+    """Prompt lookup: what followed the latest earlier occurrence of the text's last n tokens (longest n first)."""
+    for n in sorted(ngrams, reverse=True):
+        if len(text) - start <= n:
+            continue
+        tail = text[-n:]
+        for p in range(len(text) - n - 1, start - 1, -1):
+            if text[p : p + n] == tail:
+                return text[p + n : p + n + width]
+    return []
+
+
 @torch.no_grad()
 def reference_verified(model, prompt: list[int], block_size: int, threshold: float, max_new: int, mask_id: int,
-                       stop_ids: set[int], group_floor: float) -> tuple[list[int], int]:
+                       stop_ids: set[int], group_floor: float, lookup: int = 0, ngrams: tuple[int, ...] = (3, 2),
+                       lookup_odds: float = 0.6) -> tuple[list[int], int]:
     """Verify the drafts with one plain causal forward over prompt + out + drafts; propose the next drafts from
-    masks after the committed prefix (the group the decoder would use, if it would feed it). Returns (tokens,
-    forwards): one forward per step, as the decoder takes."""
+    masks after the committed prefix (the group the decoder would use, if it would feed it), or from prompt lookup
+    when its chain promises more. Returns (tokens, forwards): one forward per step, as the decoder takes."""
     g = block_size - 1
     out, forwards = [], 0
     drafts, conf = [], []
@@ -107,4 +121,15 @@ def reference_verified(model, prompt: list[int], block_size: int, threshold: flo
                 out.append(t)
                 if t in stop_ids:
                     return out, forwards
+        if lookup and threshold < 1 and g > 0:
+            found = _lookup(prompt + out, 0, ngrams, lookup)
+            found_conf = []  # the mask draft's confidence where both agree, at most 1 - it where they differ
+            for i, t in enumerate(found):
+                c = conf[i] if i < len(conf) else 0.0
+                mask_says = drafts[i] if i < len(drafts) else None
+                found_conf.append(max(c, lookup_odds) if t == mask_says else min(lookup_odds, 1 - c))
+            run = lambda cs: sum(math.prod(cs[: i + 1]) for i in range(len(cs)))  # noqa: E731
+            leading = lambda cs: next((i for i, c in enumerate(cs) if c < threshold), len(cs))  # noqa: E731
+            if run(found_conf[: leading(found_conf)]) > run(conf[: leading(conf)]):
+                drafts, conf = found, found_conf
     return out, forwards

@@ -33,6 +33,7 @@ class Step:
     drafts: torch.Tensor | None = None  # [b, K]
     drafted: torch.Tensor | None = None  # [b]
     matched: torch.Tensor | None = None  # [b] accepted drafts among the committed tokens (the rest is the bonus)
+    looked_up: torch.Tensor | None = None  # [b] the drafts came from prompt lookup (else from the mask slots)
 
 
 def write_out(out: torch.Tensor, lengths: torch.Tensor, tokens: torch.Tensor, start: torch.Tensor, end: torch.Tensor):

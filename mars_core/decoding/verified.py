@@ -20,6 +20,13 @@ Which groups to feed: with draft confidences c_1..c_k, exactly j drafts match wi
     P(m = j) = c_1 ... c_j (1 - c_{j+1})        P(m = k) = c_1 ... c_k
 and G_j is fed when P(m = j) >= GROUP_FLOOR: width goes where it is likely to pay.
 
+A second draft source, prompt lookup: the tokens that followed the latest earlier occurrence of the text's last
+3 (else 2) tokens in the prompt and the answer so far, up to LOOKUP_DRAFTS of them. A lookup token's confidence is
+the mask draft's where both propose the same token (at least that likely), at most 1 - the mask draft's where they
+differ, and LOOKUP_ODDS past the mask drafts. Per sample, the forward checks the chain with the longer expected run
+of matches, sum_i c_1 ... c_i, each chain cut where its confidence falls below the threshold. Groups hang after
+whichever chain is checked.
+
 Sampling (temperature > 0) keeps the AR distribution with the speculative-sampling rule: a draft x drawn from its
 mask slot's distribution q is accepted with probability min(1, p(x)/q(x)); at the first rejection the token is
 drawn from max(0, p - q) renormalised, after the last fed draft from p. Whether a draft is fed depends on q alone
@@ -44,6 +51,9 @@ from .sampling import cap_at_stop, confidence_of, distribution, draw
 from .spec import DecodeSpec, Step, write_out
 
 GROUP_FLOOR = 0.1  # feed G_j when P(exactly j drafts match) >= this; measured in benchmarks/verified_layout.py
+LOOKUP_DRAFTS = 7  # longest prompt-lookup chain checked in one forward (0: mask drafts only)
+LOOKUP_NGRAMS = (3, 2)  # n-gram sizes matched, the longest that matches wins
+LOOKUP_ODDS = 0.6  # a lookup draft's assumed chance of matching (it has no confidence of its own)
 
 
 @lru_cache(maxsize=64)
@@ -84,6 +94,44 @@ def group_odds(conf: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
     return torch.cat([ones, c.cumprod(-1)], 1) * (1 - torch.cat([c, 0 * ones], 1))
 
 
+def lookup_drafts(seq: torch.Tensor, start: torch.Tensor, end: torch.Tensor, ngrams: tuple[int, ...],
+                  width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompt lookup per row of seq [b, S] (text in start..end-1): the `width` tokens that followed the latest
+    earlier occurrence of the row's last n tokens, for the longest n in ngrams that occurs. (drafts, count)."""
+    b, size = seq.shape
+    after = torch.full((b,), -1, dtype=torch.long, device=seq.device)  # where the continuation starts
+    for n in sorted(ngrams):  # a longer match overrides a shorter one
+        if size <= n:
+            continue
+        last = seq.gather(1, (end[:, None] - n + torch.arange(n, device=seq.device)).clamp(0, size - 1))
+        at = torch.arange(size - n + 1, device=seq.device)
+        hit = (seq.unfold(1, n, 1) == last[:, None, :]).all(-1) & (at >= start[:, None]) & (at + n < end[:, None])
+        pos = torch.where(hit & (end - start > n)[:, None], at, -1).max(-1).values
+        after = torch.where(pos >= 0, pos + n, after)
+    count = torch.where(after >= 0, (end - after).clamp(0, width), 0)
+    idx = (after.clamp_min(0)[:, None] + torch.arange(width, device=seq.device)).clamp_max(size - 1)
+    return seq.gather(1, idx), count
+
+
+def lookup_confidence(found: torch.Tensor, drafts: torch.Tensor, conf: torch.Tensor) -> torch.Tensor:
+    """Confidence of each lookup token [b, D]: the mask draft's where the two agree, at most 1 - it where they
+    differ, LOOKUP_ODDS where no mask draft says anything (conf 0 there)."""
+    odds = torch.full_like(conf, LOOKUP_ODDS)
+    return torch.where(found == drafts, torch.maximum(conf, odds), torch.minimum(odds, 1 - conf))
+
+
+def expected_run(conf: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """Expected number of leading matches, sum_i c_1 ... c_i over the first count[i] drafts."""
+    c = torch.where(torch.arange(conf.shape[1], device=conf.device) < count[:, None], conf, 0.0)
+    return c.cumprod(-1).sum(-1)
+
+
+def widen(x: torch.Tensor, width: int, value: float) -> torch.Tensor:
+    """x [b, k, ...] padded with `value` along dim 1 to `width`."""
+    pad = torch.full((x.shape[0], width - x.shape[1], *x.shape[2:]), value, dtype=x.dtype, device=x.device)
+    return torch.cat([x, pad], 1)
+
+
 def speculative(p: torch.Tensor, drafts: torch.Tensor, q: torch.Tensor | None, fed: torch.Tensor,
                 generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Speculative sampling over K drafts: (accepted count m [b], tokens [b, K+1] = accepted drafts, then the
@@ -112,22 +160,26 @@ def verified_decode(
 ) -> Generator[Step, torch.Tensor | None, None]:
     """Yield one Step per forward. send() a bool [b] tensor to stop samples (stop strings)."""
     dev, b, g = model.device, len(prompts), spec.block_size - 1
+    look = LOOKUP_DRAFTS if g > 0 else 0
+    D = max(g, look)  # the longest draft chain a forward may check
     body, head = model.get_decoder(), model.get_output_embeddings()
     mask_id = spec.mask_id if g > 0 else spec.pad_id
     pending, pending_valid = left_pad(prompts, spec.pad_id, dev)  # prefill is the first step's pending run
+    prompt, text_start = pending, (~pending_valid).sum(1)  # the text lookup searches: prompt, then answer
     length = pending_valid.sum(1)  # committed tokens per sample, the pending ones included
     valid = torch.zeros((b, 0), dtype=torch.bool, device=dev)  # which cache slots hold real tokens
     drafts = torch.zeros((b, 0), dtype=torch.long, device=dev)
     fed = torch.zeros((b, 0), dtype=torch.bool, device=dev)  # which draft slots are real, per sample
     draft_q: torch.Tensor | None = None  # the drafts' distributions (None: greedy drafts)
-    out = torch.full((b, spec.max_new_tokens + g + 1), spec.pad_id, dtype=torch.long, device=dev)
+    out = torch.full((b, spec.max_new_tokens + D + 1), spec.pad_id, dtype=torch.long, device=dev)
     generated = torch.zeros(b, dtype=torch.long, device=dev)
     done = torch.zeros(b, dtype=torch.bool, device=dev)
     zero = torch.zeros(b, dtype=torch.long, device=dev)
     ctl = control.snapshot()
     tau = ctl.threshold  # the threshold that chose the drafts the coming forward checks
     groups = (0,) if g > 0 and tau < 1.0 else ()  # prefill: G_0 after the prompt proposes the first drafts
-    group_fed = torch.ones((b, g + 1), dtype=torch.bool, device=dev)
+    group_fed = torch.ones((b, D + 1), dtype=torch.bool, device=dev)
+    drafted_by = torch.zeros(b, dtype=torch.bool, device=dev)  # the checked drafts came from prompt lookup
     cache = new_cache(model)
     while True:
         if control.stopped:
@@ -158,7 +210,7 @@ def verified_decode(
         write_out(out, generated, tokens, zero, end)
 
         # the next drafts: the predictions of the group each sample goes on with (G_m), if it was fed
-        column = torch.full((g + 1,), -1, dtype=torch.long, device=dev)
+        column = torch.full((D + 1,), -1, dtype=torch.long, device=dev)
         column[cols] = torch.arange(len(groups), device=dev)
         has = (column[m] >= 0) & group_fed.gather(1, m[:, None]).squeeze(1) & ~done
         nxt = torch.full((b, g), spec.pad_id, dtype=torch.long, device=dev)
@@ -176,17 +228,32 @@ def verified_decode(
         # the next forward's layout, with the threshold in force now: drafts while confident, groups while likely
         checked_with, ctl = tau, control.snapshot()
         tau = ctl.threshold
+        nxt, nxt_conf = widen(nxt, D, spec.pad_id), widen(nxt_conf, D, 0.0)
+        looked = torch.zeros(b, dtype=torch.bool, device=dev)
         if tau < 1.0 and g > 0:
             count = leading(nxt_conf >= tau)
+            if look:  # prompt lookup over the prompt and the answer so far, where its chain promises more
+                found, found_count = lookup_drafts(torch.cat([prompt, out], 1), text_start,
+                                                   prompt.shape[1] + generated, LOOKUP_NGRAMS, look)
+                found = widen(found, D, spec.pad_id)
+                found_conf = lookup_confidence(found, nxt, nxt_conf)
+                found_count = torch.minimum(found_count, leading(found_conf >= tau))
+                looked = expected_run(found_conf, found_count) > expected_run(nxt_conf, count)
+                nxt = torch.where(looked[:, None], found, nxt)
+                nxt_conf = torch.where(looked[:, None], found_conf, nxt_conf)
+                count = torch.where(looked, found_count, count)
+                if nxt_q is not None:  # a lookup draft is a point mass
+                    point = torch.zeros(b, D, nxt_q.shape[-1], device=dev).scatter_(-1, nxt[..., None], 1.0)
+                    nxt_q = torch.where(looked[:, None, None], point, widen(nxt_q, D, 0.0))
             likely = group_odds(nxt_conf, count) >= GROUP_FLOOR
-            group_fed = (torch.arange(g + 1, device=dev) <= count[:, None]) & likely & ~done[:, None]
+            group_fed = (torch.arange(D + 1, device=dev) <= count[:, None]) & likely & ~done[:, None]
         else:  # no draft is worth checking: plain one-token forwards from here on
-            count, group_fed = zero, torch.zeros((b, g + 1), dtype=torch.bool, device=dev)
+            count, group_fed = zero, torch.zeros((b, D + 1), dtype=torch.bool, device=dev)
         host = torch.cat([done.long(), m, count, group_fed.any(0).long()]).tolist()  # the one host sync
         dones, ms, counts = host[:b], host[b : 2 * b], host[2 * b : 3 * b]
-        groups = tuple(j for j in range(g + 1) if host[3 * b + j])
+        groups = tuple(j for j in range(D + 1) if host[3 * b + j])
         stop = yield Step(tokens, conf, zero, end, [bool(d) for d in dones], checked_with, out, generated,
-                          drafts=drafts, drafted=fed.sum(1), matched=torch.minimum(m, end))
+                          drafts=drafts, drafted=fed.sum(1), matched=torch.minimum(m, end), looked_up=drafted_by)
         if stop is not None:
             done = done | stop.to(dev)
             group_fed &= ~done[:, None]
@@ -202,3 +269,4 @@ def verified_decode(
         drafts = nxt[:, :most]
         fed = (torch.arange(most, device=dev) < count[:, None]) & ~done[:, None]
         draft_q = None if nxt_q is None else nxt_q[:, :most]
+        drafted_by = looked

@@ -20,7 +20,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 from tqdm.auto import tqdm
@@ -28,10 +28,10 @@ from tqdm.auto import tqdm
 from ..attention import as_model_mask
 from ..decoding.cache import cache_mask, new_cache
 from ..generate import encode_prompt, generate, stop_token_ids
-from .prompts import prompt_set
+from .prompts import load_split, prompt_set
 from .tasks import OPEN, PREDICTABLE
 
-METHODS = ("hf_generate", "hf_prompt_lookup", "ar", "mars_sliding", "mars_block")
+METHODS = ("hf_generate", "hf_prompt_lookup", "ar", "mars_sliding", "mars_block", "mars_verified")
 
 
 @dataclass
@@ -42,11 +42,12 @@ class Counts:
     sample_forwards: int | None  # forwards in which each sample advanced, summed over samples (None: unknown)
     forwards: int | None  # batched forwards (None: unknown)
     ar_steps: int  # forwards AR takes for the same answers: the longest answer of each batch
+    ids: list[list[int]] = field(default_factory=list)  # the answers, in prompt order (compared across methods)
 
     def __add__(self, other: "Counts") -> "Counts":
         add = lambda a, b: None if a is None or b is None else a + b  # noqa: E731
         return Counts(self.tokens + other.tokens, add(self.sample_forwards, other.sample_forwards),
-                      add(self.forwards, other.forwards), self.ar_steps + other.ar_steps)
+                      add(self.forwards, other.forwards), self.ar_steps + other.ar_steps, self.ids + other.ids)
 
 
 Runner = Callable[..., Counts]
@@ -67,6 +68,8 @@ class Row:
     steps_per_forward: float | None = None  # AR forwards one batched forward replaces (= tpf at batch 1)
     bound: float | None = None  # steps_per_forward × t(1-token forward) / t(B-token forward)
     speedup_over_bound: float | None = None  # measured speedup / bound (1 = no overhead at all)
+    same_as_generate: float | None = None  # share of answers token for token equal to hf_generate's (same batches)
+    ids: list[list[int]] = field(default_factory=list, repr=False)  # the answers (dropped from the JSON)
 
 
 def _hf(model, tokenizer, prompts: list[str], max_new: int, lookup: bool) -> Counts:
@@ -81,20 +84,21 @@ def _hf(model, tokenizer, prompts: list[str], max_new: int, lookup: bool) -> Cou
     rows = out[:, batch["input_ids"].shape[1] :].tolist()
     lengths = [next((k + 1 for k, t in enumerate(r) if t in stops), len(r)) for r in rows]
     forwards = None if lookup else max(lengths)
-    return Counts(sum(lengths), None if lookup else sum(lengths), forwards, max(lengths))
+    ids = [r[:n] for r, n in zip(rows, lengths)]
+    return Counts(sum(lengths), None if lookup else sum(lengths), forwards, max(lengths), ids)
 
 
 def _ours(strategy: str, block_size: int, threshold: float) -> Runner:
     def run(model, tokenizer, prompts, max_new):
         r = generate(model, tokenizer, prompts, strategy=strategy, block_size=block_size, threshold=threshold,
                      max_new_tokens=max_new)
-        return Counts(r.generated_tokens, sum(r.sample_forwards), r.forwards, max(map(len, r.token_ids)))
+        return Counts(r.generated_tokens, sum(r.sample_forwards), r.forwards, max(map(len, r.token_ids)), r.token_ids)
 
     return run
 
 
-def configurations(methods, block_sizes, thresholds):
-    """(method, block_size, threshold, runner) for every requested combination."""
+def configurations(methods, block_sizes, thresholds, verified_thresholds=(0.5,)):
+    """(method, block_size, threshold, runner) for every requested combination (verified: its draft thresholds)."""
     for m in methods:
         if m in ("hf_generate", "hf_prompt_lookup"):
             lookup = m == "hf_prompt_lookup"
@@ -103,7 +107,7 @@ def configurations(methods, block_sizes, thresholds):
             yield m, None, None, _ours("ar", 1, 1.0)
         else:
             for b in block_sizes:
-                for t in thresholds:
+                for t in verified_thresholds if m == "mars_verified" else thresholds:
                     yield m, b, t, _ours(m.removeprefix("mars_"), b, t)
 
 
@@ -151,7 +155,7 @@ def total(results) -> tuple[float, Counts]:
 def _row(method, category, bs, b, t, seconds, c: Counts) -> Row:
     tpf = c.tokens / c.sample_forwards if c.sample_forwards else None
     spf = c.ar_steps / c.forwards if c.forwards else None
-    return Row(method, category, bs, b, t, tpf, c.tokens, seconds, c.tokens / seconds, steps_per_forward=spf)
+    return Row(method, category, bs, b, t, tpf, c.tokens, seconds, c.tokens / seconds, steps_per_forward=spf, ids=c.ids)
 
 
 def groups(categories) -> dict[str, list[str]]:
@@ -167,7 +171,7 @@ def groups(categories) -> dict[str, list[str]]:
 
 def bench(
     model, tokenizer, records: list[dict], *, methods=METHODS, batch_sizes=(1,), block_sizes=(4,),
-    thresholds=(1.0, 0.9), max_new_tokens=64, repeats=3, progress: bool = True,
+    thresholds=(1.0, 0.9), verified_thresholds=(0.5,), max_new_tokens=64, repeats=3, progress: bool = True,
 ) -> list[Row]:
     """Time every configuration at every batch size, per category and over all prompts.
 
@@ -179,7 +183,7 @@ def bench(
     for r in records:
         categories.setdefault(r.get("category", "all"), []).append(r["prompt"])
     jobs = [
-        (bs, cfg) for bs in batch_sizes for cfg in configurations(methods, block_sizes, thresholds)
+        (bs, cfg) for bs in batch_sizes for cfg in configurations(methods, block_sizes, thresholds, verified_thresholds)
         if not (cfg[0] == "hf_prompt_lookup" and bs > 1)  # transformers' prompt lookup takes batch 1 only
     ]
     rows: list[Row] = []
@@ -200,6 +204,7 @@ def bench(
             totals = [total(p[c] for c in members) for p in passes]
             rows.append(_row(method, group, bs, b, t, statistics.median(x[0] for x in totals), totals[0][1]))
     add_speedups(rows)
+    add_agreement(rows)
     add_bounds(rows, model, tokenizer, prompts)
     return rows
 
@@ -213,13 +218,23 @@ def add_speedups(rows: list[Row]) -> None:
             r.speedup_vs_hf_generate = r.tokens_per_second / base[(r.batch_size, r.category)]
 
 
+def add_agreement(rows: list[Row]) -> None:
+    """same_as_generate: the share of a row's answers equal token for token to hf_generate's on the same batches
+    (lossless methods: 1, up to bf16 rounding between forwards of different widths)."""
+    base = {(r.batch_size, r.category): r.ids for r in rows if r.method == "hf_generate"}
+    for r in rows:
+        want = base.get((r.batch_size, r.category))
+        if want and len(want) == len(r.ids):
+            r.same_as_generate = sum(a == b for a, b in zip(want, r.ids)) / len(want)
+
+
 def add_bounds(rows: list[Row], model, tokenizer, prompts: list[str]) -> None:
     """Attach bound = steps_per_forward × t(1-token forward) / t(B-token forward), timed at each batch size and B.
     At τ >= 1 our decoders feed no masks (one token per forward), so there the bound is steps_per_forward = 1."""
     cost: dict[tuple[int, int], float] = {}
     for r in rows:
-        if r.block_size is None or r.steps_per_forward is None:
-            continue
+        if r.block_size is None or r.steps_per_forward is None or r.method == "mars_verified":
+            continue  # verified forwards have no fixed width
         width = 1 if r.threshold is not None and r.threshold >= 1.0 else r.block_size
         for k in {1, width}:
             if (r.batch_size, k) not in cost:
@@ -233,7 +248,7 @@ def add_bounds(rows: list[Row], model, tokenizer, prompts: list[str]) -> None:
 def format_table(rows: list[Row], category: str | None = "all") -> str:
     """A fixed-width table of the rows of one category (None: every row)."""
     head = (f"{'method':<14}{'category':>13}{'batch':>6}{'B':>3}{'τ':>6}{'tok/fwd':>8}{'stp/fwd':>8}{'tokens':>7}"
-            f"{'sec':>8}{'tok/s':>8}{'speedup':>8}{'bound':>7}{'/bound':>7}")
+            f"{'sec':>8}{'tok/s':>8}{'speedup':>8}{'bound':>7}{'/bound':>7}{'same':>6}")
     lines = [head, "-" * len(head)]
     fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
     for r in rows:
@@ -244,6 +259,7 @@ def format_table(rows: list[Row], category: str | None = "all") -> str:
             f"{fmt(r.tokens_per_forward, '.2f'):>8}{fmt(r.steps_per_forward, '.2f'):>8}{r.generated_tokens:>7}"
             f"{r.seconds:>8.2f}{r.tokens_per_second:>8.1f}"
             f"{fmt(r.speedup_vs_hf_generate, '.2f'):>8}{fmt(r.bound, '.2f'):>7}{fmt(r.speedup_over_bound, '.2f'):>7}"
+            f"{fmt(r.same_as_generate, '.2f'):>6}"
         )
     return "\n".join(lines)
 
@@ -263,8 +279,8 @@ def plot(rows: list[Row], path: str, title: str = "") -> str | None:
     for ax, bs in zip(axes[0], sizes):
         sub = [r for r in rows if r.batch_size == bs]
         labels = [r.method + ("" if r.block_size is None else f"\nB{r.block_size} τ{r.threshold:g}") for r in sub]
-        colours = ["#94a3b8" if r.block_size is None else "#2563eb" if r.method == "mars_sliding" else "#7c3aed"
-                   for r in sub]
+        colours = ["#94a3b8" if r.block_size is None else {"mars_sliding": "#2563eb", "mars_block": "#7c3aed"}.get(
+            r.method, "#059669") for r in sub]
         ax.bar(range(len(sub)), [r.speedup_vs_hf_generate for r in sub], color=colours)
         ax.axhline(1.0, color="#0f172a", lw=1, ls="--")
         ax.set_xticks(range(len(sub)), labels, rotation=90, fontsize=7)
@@ -287,8 +303,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--methods", default=",".join(METHODS), help=f"comma list of {', '.join(METHODS)}")
     p.add_argument("--batch-sizes", default="1,4,16", help="comma list")
     p.add_argument("--block-sizes", default="4,8", help="comma list")
-    p.add_argument("--thresholds", default="1.0,0.95,0.9,0.8", help="comma list")
+    p.add_argument("--thresholds", default="1.0,0.95,0.9,0.8", help="comma list (sliding and block)")
+    p.add_argument("--verified-thresholds", default="1.0,0.5",
+                   help="comma list: the draft thresholds of mars_verified (1.0 = no drafts, plain AR)")
     p.add_argument("--limit", type=int, default=None, help="use the first N prompts (round-robin over categories)")
+    p.add_argument("--split", default="heldout", help="the prompts: heldout (default) or never_trained")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--repeats", type=int, default=3, help="timed runs per configuration; medians are kept")
     p.add_argument("--dtype", default="auto", help="auto, bf16 or fp32")
@@ -304,14 +323,16 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         args.limit, args.max_new_tokens, args.repeats = 4, 16, 1
         args.batch_sizes, args.block_sizes, args.thresholds = "1", "4", "1.0,0.9"
+        args.verified_thresholds = "0.5"
 
     from ..load import load
 
-    records = prompt_set(args.limit)
+    records = prompt_set(args.limit) if args.split == "heldout" else load_split(args.split, args.limit)
     model, tokenizer = load(args.model, dtype=args.dtype)
     rows = bench(
         model, tokenizer, records, methods=methods, batch_sizes=parse_list(args.batch_sizes, int),
         block_sizes=parse_list(args.block_sizes, int), thresholds=parse_list(args.thresholds, float),
+        verified_thresholds=parse_list(args.verified_thresholds, float),
         max_new_tokens=args.max_new_tokens, repeats=args.repeats,
     )
     print(format_table(rows))
@@ -320,10 +341,11 @@ def main(argv: list[str] | None = None) -> None:
         device = torch.cuda.get_device_name(model.device)
     dtype = str(model.dtype).removeprefix("torch.")
     if args.json:
-        info = {"device": device, "dtype": dtype, "model": args.model or "default", "prompts": len(records),
+        info = {"device": device, "dtype": dtype, "model": args.model or "default", "split": args.split,
+                "prompts": len(records),
                 "max_new_tokens": args.max_new_tokens, "repeats": args.repeats}
         with open(args.json, "w") as f:
-            json.dump({**info, "rows": [asdict(r) for r in rows]}, f, indent=2)
+            json.dump({**info, "rows": [{k: v for k, v in asdict(r).items() if k != "ids"} for r in rows]}, f, indent=2)
     path = args.plot or (args.json.rsplit(".", 1)[0] + ".png" if args.json else None)
     if path and plot(rows, path, f"mars-bench: speedup over transformers generate ({device}, {dtype})"):
         print(f"plot: {path}")

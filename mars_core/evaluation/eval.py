@@ -1,7 +1,11 @@
-"""mars-eval: decode the held-out prompts at several thresholds and measure speed and quality.
+"""mars-eval: decode an evaluation split at several thresholds and measure speed and quality.
 
-    mars-eval [--model NAME] [--adapter DIR] [--json OUT.json] [--plot OUT.png] [--limit N]
-              [--thresholds 1.0,0.95,0.9,0.8,0.7,0.5] [--block-size 4] [--batch-size 16] [--max-new-tokens 128]
+    mars-eval [--model NAME] [--adapter DIR] [--json OUT.json] [--plot OUT.png] [--limit N] [--split heldout]
+              [--thresholds 1.0,0.95,0.9,0.8,0.7,0.5] [--verified-thresholds 0.5] [--block-size 4]
+              [--batch-size 16] [--max-new-tokens 128]
+
+Threshold mode (sliding) at each --thresholds value, verified mode at each --verified-thresholds value (its
+answers equal the one-token answers up to bf16 rounding: "same" says how many do, against the τ = 1 run).
 
 Per threshold and per category (and "all"): tokens per forward, task accuracy where a gold answer exists
 (mars_core.evaluation.tasks.score: the reasoning-gym task's own scorer, or exact/contains matching), exact
@@ -26,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .metrics import agreement
-from .prompts import load_heldout
+from .prompts import load_heldout, split_path
 from .tasks import CATEGORIES, PREDICTABLE, score
 
 DEFAULT_THRESHOLDS = (1.0, 0.95, 0.9, 0.8, 0.7, 0.5)
@@ -65,7 +69,8 @@ def decode_records(
                 if j < block_size:
                     slot_hits[j] += 1
             text = tokenizer.decode(ids[k], skip_special_tokens=True).strip()
-            results[i] = {"text": text, "tokens": len(ids[k]), "forwards": fwd[k], "batch_seconds": seconds}
+            results[i] = {"text": text, "ids": ids[k], "tokens": len(ids[k]), "forwards": fwd[k],
+                          "batch_seconds": seconds}
             if strategy == "sliding" and threshold < 1.0:
                 results[i]["checks"] = check_drafts(model, tokenizer, records[i]["prompt"], ids[k], slot[k], conf[k])
         if bar is not None:
@@ -125,13 +130,19 @@ def draft_stats(results: list[dict[str, Any]], block_size: int) -> dict[str, Any
     }
 
 
-def _summary(records, results, threshold: float, category: str) -> dict[str, Any]:
-    pairs = [(r, x) for r, x in zip(records, results) if category == "all" or r.get("category") == category
-             or (category == "predictable" and r.get("category") in PREDICTABLE)]
+def _summary(records, results, threshold: float, category: str, strategy: str = "sliding",
+             one_token: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    chosen = [i for i, r in enumerate(records) if category == "all" or r.get("category") == category
+              or (category == "predictable" and r.get("category") in PREDICTABLE)]
+    pairs = [(records[i], results[i]) for i in chosen]
+    same = None
+    if one_token is not None:  # answers token for token equal to one-token decoding's in the same run
+        same = round(sum(results[i]["ids"] == one_token[i]["ids"] for i in chosen) / max(len(chosen), 1), 4)
     tokens = sum(x["tokens"] for _, x in pairs)
     forwards = sum(x["forwards"] for _, x in pairs)
     scores = [s for s in (score(r, x["text"]) for r, x in pairs) if s is not None]
     return {
+        "strategy": strategy,
         "threshold": threshold,
         "category": category,
         "tokens_per_forward": round(tokens / max(forwards, 1), 4),
@@ -140,6 +151,7 @@ def _summary(records, results, threshold: float, category: str) -> dict[str, Any
         "shared_prefix": round(sum(agreement(r["reference"].strip(), x["text"]) for r, x in pairs)
                                / max(len(pairs), 1), 4),
         "draft_precision": _precision([c for _, x in pairs for c in x.get("checks", []) if c[0] >= 1]),
+        "same_as_one_token": same,
         "n": len(pairs),
         "n_gold": len(scores),
         "tokens": tokens,
@@ -161,36 +173,55 @@ def base_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def run_key(strategy: str, threshold: float) -> str:
+    """The key of one decoding run in a report's per-run dicts: "0.9" (threshold mode), "verified 0.5"."""
+    return str(threshold) if strategy == "sliding" else f"{strategy} {threshold}"
+
+
 def evaluate(
     model, tokenizer, records: list[dict[str, Any]], *, thresholds=DEFAULT_THRESHOLDS, block_size: int = 4,
     batch_size: int = 16, max_new_tokens: int = 128, progress: bool = True, samples: bool = False,
+    verified_thresholds=(),
 ) -> dict[str, Any]:
-    """Decode records at every threshold; return {"block_size", "rows", "base", "slot_acceptance", ...}."""
+    """Decode records at every threshold (threshold mode), then in verified mode at every draft threshold; return
+    {"block_size", "rows", "base", "slot_acceptance", ...}. Rows say how many answers equal the one-token answers
+    of the same run (same_as_one_token) when the thresholds include 1.0."""
     from tqdm.auto import tqdm
 
-    cats = ["all", "predictable", "open"] + [c for c in CATEGORIES if any(r.get("category") == c for r in records)]
+    known = [c for c in CATEGORIES if any(r.get("category") == c for r in records)]
+    extra = sorted({r.get("category", "other") for r in records} - set(CATEGORIES))
+    cats = ["all", "predictable", "open"] + known + extra
+    runs = [("sliding", t) for t in thresholds] + [("verified", t) for t in verified_thresholds]
+    runs.sort(key=lambda run: run != ("sliding", 1.0))  # one-token mode first: the others are compared with it
     rows, slots, drafts, outputs, timing = [], {}, {}, {}, {}
-    bar = tqdm(total=len(records) * len(thresholds), desc="mars-eval", disable=not progress)
-    for t in thresholds:
+    one_token = None
+    bar = tqdm(total=len(records) * len(runs), desc="mars-eval", disable=not progress)
+    for strategy, t in runs:
         t0 = time.perf_counter()
         results, hits, totals = decode_records(model, tokenizer, records, threshold=t, block_size=block_size,
-                                               batch_size=batch_size, max_new_tokens=max_new_tokens, bar=bar)
-        timing[str(t)] = round(time.perf_counter() - t0, 2)
+                                               batch_size=batch_size, max_new_tokens=max_new_tokens, bar=bar,
+                                               strategy=strategy)
+        key = run_key(strategy, t)
+        timing[key] = round(time.perf_counter() - t0, 2)
+        if (strategy, t) == ("sliding", 1.0):
+            one_token = results
         for cat in cats:
             if cat == "open":
                 sub = [(r, x) for r, x in zip(records, results) if r.get("category") not in PREDICTABLE]
                 if sub:
-                    row = _summary([r for r, _ in sub], [x for _, x in sub], t, "all")
+                    ones = None if one_token is None else [o for r, o in zip(records, one_token)
+                                                           if r.get("category") not in PREDICTABLE]
+                    row = _summary([r for r, _ in sub], [x for _, x in sub], t, "all", strategy, ones)
                     rows.append(row | {"category": "open"})
                 continue
             if cat == "predictable" and not any(r.get("category") in PREDICTABLE for r in records):
                 continue
-            rows.append(_summary(records, results, t, cat))
-        slots[str(t)] = [round(h / max(n, 1), 4) for h, n in zip(hits, totals)]
+            rows.append(_summary(records, results, t, cat, strategy, one_token))
+        slots[key] = [round(h / max(n, 1), 4) for h, n in zip(hits, totals)]
         if (stats := draft_stats(results, block_size)) is not None:
-            drafts[str(t)] = stats
+            drafts[key] = stats
         if samples:
-            outputs[str(t)] = [x["text"] for x in results]
+            outputs[key] = [x["text"] for x in results]
     bar.close()
     out = {"block_size": block_size, "max_new_tokens": max_new_tokens, "rows": rows, "base": base_rows(records),
            "slot_acceptance": slots, "drafts": drafts, "seconds": timing}
@@ -204,14 +235,17 @@ def evaluate(
 
 def pareto_plot(report: dict[str, Any], path: str | os.PathLike, category: str = "all") -> str | None:
     """Tokens per forward vs accuracy, one labelled point per threshold (+ the base model); returns the path."""
-    pts = [r for r in report["rows"] if r["category"] == category and r["accuracy"] is not None]
+    rows = [r for r in report["rows"] if r["category"] == category and r["accuracy"] is not None]
+    pts = [r for r in rows if r.get("strategy", "sliding") == "sliding"]
+    checked = [r for r in rows if r.get("strategy") == "verified"]
     if not pts:
         return None
     base = next((r for r in report.get("base", []) if r["category"] == category), None)
     xs = [r["tokens_per_forward"] for r in pts]
     ys = [100 * r["accuracy"] for r in pts]
     labels = [f"τ={r['threshold']:g}" for r in pts]
-    title = f"{report.get('model', 'model')}: held-out ({category}), block size {report['block_size']}"
+    split = report.get("split", "heldout").replace("_", "-")
+    title = f"{report.get('model', 'model')}: {split} ({category}), block size {report['block_size']}"
     path = str(path)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -224,6 +258,12 @@ def pareto_plot(report: dict[str, Any], path: str | os.PathLike, category: str =
         ax.plot(xs, ys, "o-", color="tab:blue", label="MARS (sliding)")
         for x, y, lab in zip(xs, ys, labels):
             ax.annotate(lab, (x, y), textcoords="offset points", xytext=(4, 5), fontsize=8)
+        if checked:
+            ax.plot([r["tokens_per_forward"] for r in checked], [100 * r["accuracy"] for r in checked], "D",
+                    color="tab:green", label="MARS verified (= one-token answer)")
+            for r in checked:
+                ax.annotate(f"drafts ≥ {r['threshold']:g}", (r["tokens_per_forward"], 100 * r["accuracy"]),
+                            textcoords="offset points", xytext=(4, -11), fontsize=8, color="tab:green")
         if base and base["accuracy"] is not None:
             ax.plot([1.0], [100 * base["accuracy"]], "s", color="tab:gray", label="base (AR)")
         ax.set_xlabel("tokens per forward")
@@ -303,16 +343,19 @@ def load_model(name: str | None, adapter: str | None = None, dtype: str | None =
 
 
 def format_table(report: dict[str, Any]) -> str:
-    lines = [f"{'thr':>5} {'category':<13} {'tok/fwd':>7} {'acc':>6} {'agree':>6} {'prefix':>6} {'drafts':>6} "
-             f"{'n':>4}"]
+    """Per run and category: tokens per forward, accuracy, agreement with the base answers, draft precision,
+    and the share of answers equal to the one-token answers ("same")."""
+    lines = [f"{'mode':<9}{'thr':>5} {'category':<13} {'tok/fwd':>7} {'acc':>6} {'agree':>6} {'prefix':>6} "
+             f"{'drafts':>6} {'same':>6} {'n':>4}"]
+    pct = lambda v: "-" if v is None else f"{100 * v:.1f}"  # noqa: E731
     for r in report.get("base", []):
-        acc = "-" if r["accuracy"] is None else f"{100 * r['accuracy']:.1f}"
-        lines.append(f"{'base':>5} {r['category']:<13} {1.0:>7.2f} {acc:>6} {'':>6} {'':>6} {'':>6} {r['n']:>4}")
+        lines.append(f"{'base':<9}{'':>5} {r['category']:<13} {1.0:>7.2f} {pct(r['accuracy']):>6} {'':>6} {'':>6} "
+                     f"{'':>6} {'':>6} {r['n']:>4}")
     for r in report["rows"]:
-        acc = "-" if r["accuracy"] is None else f"{100 * r['accuracy']:.1f}"
-        prec = "-" if r.get("draft_precision") is None else f"{100 * r['draft_precision']:.1f}"
-        lines.append(f"{r['threshold']:>5g} {r['category']:<13} {r['tokens_per_forward']:>7.2f} {acc:>6} "
-                     f"{100 * r['agreement']:>6.1f} {100 * r['shared_prefix']:>6.1f} {prec:>6} {r['n']:>4}")
+        lines.append(f"{r.get('strategy', 'sliding'):<9}{r['threshold']:>5g} {r['category']:<13} "
+                     f"{r['tokens_per_forward']:>7.2f} {pct(r['accuracy']):>6} {pct(r['agreement']):>6} "
+                     f"{pct(r['shared_prefix']):>6} {pct(r.get('draft_precision')):>6} "
+                     f"{pct(r.get('same_as_one_token')):>6} {r['n']:>4}")
     return "\n".join(lines)
 
 
@@ -322,12 +365,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default=None, help="model name or path (default: the default model)")
     parser.add_argument("--adapter", default=None, help="a LoRA adapter folder to merge into --model")
     parser.add_argument("--dtype", default=None, help="auto (default), bf16 or fp32")
-    parser.add_argument("--data", default=None, help="held-out JSONL (default: data/heldout.jsonl)")
+    parser.add_argument("--split", default="heldout", help="heldout (default) or never_trained (data/<split>.jsonl)")
+    parser.add_argument("--data", default=None, help="another JSONL in the same format (overrides --split)")
     parser.add_argument("--json", default=None, help="write the report here")
     parser.add_argument("--plot", default=None, help="Pareto PNG (default: next to --json)")
     parser.add_argument("--limit", type=int, default=None,
                         help="only the first N prompts (round-robin over categories)")
-    parser.add_argument("--thresholds", default=",".join(f"{t:g}" for t in DEFAULT_THRESHOLDS))
+    parser.add_argument("--thresholds", default=",".join(f"{t:g}" for t in DEFAULT_THRESHOLDS),
+                        help="threshold mode (sliding); include 1.0 for the one-token answers the rows compare with")
+    parser.add_argument("--verified-thresholds", default="0.5",
+                        help="verified mode's draft thresholds (empty: no verified rows)")
     parser.add_argument("--block-size", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=128)
@@ -340,20 +387,24 @@ def main(argv: list[str] | None = None) -> None:
         report = combine_reports([json.loads(Path(p).read_text()) for p in args.combine])
         return _finish(report, args)
 
-    records = load_heldout(args.limit, args.data)
+    records = load_heldout(args.limit, args.data or split_path(args.split))
     thresholds = [float(t) for t in args.thresholds.split(",") if t.strip()]
+    checked = [float(t) for t in args.verified_thresholds.split(",") if t.strip()]
     model, tokenizer = load_model(args.model, args.adapter, args.dtype)
     report = evaluate(model, tokenizer, records, thresholds=thresholds, block_size=args.block_size,
-                      batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, samples=args.samples)
+                      batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, samples=args.samples,
+                      verified_thresholds=checked)
     # source: the folder the weights came from (for the default, the merged cache named after its adapter)
-    report = {"model": args.model or "default", "adapter": args.adapter, "source": model.name_or_path, **report}
+    report = {"model": args.model or "default", "adapter": args.adapter, "source": model.name_or_path,
+              "split": "custom" if args.data else args.split, **report}
     _finish(report, args)
 
 
 def combine_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
     """One report from several runs of the same model and held-out set at different thresholds."""
     out = dict(reports[0])
-    out["rows"] = sorted((r for rep in reports for r in rep["rows"]), key=lambda r: -r["threshold"])
+    out["rows"] = sorted((r for rep in reports for r in rep["rows"]),
+                         key=lambda r: (r.get("strategy", "sliding") != "sliding", -r["threshold"]))
     for key in ("slot_acceptance", "drafts", "seconds", "samples"):
         if any(key in rep for rep in reports):
             out[key] = {k: v for rep in reports for k, v in rep.get(key, {}).items()}

@@ -28,10 +28,21 @@ DEFAULT_PROMPTS: list[dict[str, str]] = [
 ]
 
 
+SPLITS = ("heldout", "never_trained")  # data/<split>.jsonl: prompts with the base model's answers, never trained on
+
+
 def heldout_path() -> Path:
     """$MARS_HELDOUT, else data/heldout.jsonl next to the package (the repository checkout)."""
     env = os.environ.get("MARS_HELDOUT")
     return Path(env) if env else REPO_ROOT / "data" / "heldout.jsonl"
+
+
+def split_path(name: str) -> Path:
+    """The file of an evaluation split: "heldout" (same generators as training, other prompts) or "never_trained"
+    (sources training never uses: mars_core.evaluation.never_trained)."""
+    if name not in SPLITS:
+        raise ValueError(f"unknown split {name!r}; known: {SPLITS}")
+    return heldout_path() if name == "heldout" else REPO_ROOT / "data" / f"{name}.jsonl"
 
 
 def category_order(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -65,6 +76,11 @@ def load_heldout(limit: int | None = None, path: str | os.PathLike | None = None
         rows.append({**r, "prompt": user[-1], "reference": answer[-1] if answer else ""})
     rows = category_order(rows)
     return rows[:limit] if limit else rows
+
+
+def load_split(name: str = "heldout", limit: int | None = None) -> list[dict[str, Any]]:
+    """An evaluation split's records (see load_heldout), the first `limit` round-robin over categories."""
+    return load_heldout(limit, split_path(name))
 
 
 def prompt_set(limit: int | None = None) -> list[dict]:

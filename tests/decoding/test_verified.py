@@ -42,17 +42,20 @@ def test_verified_equals_hf_generate(trained, tokenizer, block_size, threshold):
         assert batched.tokens_per_forward > 1.3
 
 
+@pytest.mark.parametrize("lookup", [0, 7])
 @pytest.mark.parametrize("floor", [0.0, verified.GROUP_FLOOR, 0.6])
-@pytest.mark.parametrize("threshold", [0.9, 0.3])
-def test_cached_equals_no_cache_reference(trained, tokenizer, monkeypatch, floor, threshold):
+@pytest.mark.parametrize("threshold", [0.9, 0.5, 0.3])
+def test_cached_equals_no_cache_reference(trained, tokenizer, monkeypatch, floor, threshold, lookup):
     """Same tokens and the same number of forwards as recomputing everything each step (the cache holds real
-    tokens only), whichever groups the floor lets through."""
+    tokens only), whichever groups the floor lets through, with and without prompt-lookup drafts."""
     monkeypatch.setattr(verified, "GROUP_FLOOR", floor)
+    monkeypatch.setattr(verified, "LOOKUP_DRAFTS", lookup)
     stop = {tokenizer.eos_token_id}
-    for text in PROMPTS + NEW_PROMPTS:
+    for text in PROMPTS + NEW_PROMPTS + list(ANSWERS)[3:]:
         got = generate(trained, tokenizer, text, strategy="verified", threshold=threshold, max_new_tokens=30)
         want, forwards = reference_verified(trained, encode(tokenizer, text), 4, threshold, 30,
-                                            tokenizer.mask_token_id, stop, floor)
+                                            tokenizer.mask_token_id, stop, floor, lookup, verified.LOOKUP_NGRAMS,
+                                            verified.LOOKUP_ODDS)
         assert got.token_ids[0] == want
         assert got.forwards == forwards
 
@@ -90,6 +93,7 @@ def test_pruning_narrows_the_tree(trained, tokenizer, monkeypatch):
         finally:
             hook.remove()
 
+    monkeypatch.setattr(verified, "LOOKUP_DRAFTS", 0)
     every, full = widths_and_result(0.0)
     pruned, lean = widths_and_result(0.1)
     assert lean.token_ids == full.token_ids
@@ -108,6 +112,33 @@ def test_stream_events_say_what_was_drafted_and_matched(trained, tokenizer):
         if m < len(drafts) and len(ids) == m + 1:
             assert ids[m] != drafts[m]  # the bonus replaced the first draft that did not match
     assert sum(e.matched[0] for e in events) > 10
+
+
+def test_lookup_drafts_the_text_that_repeats(trained, tokenizer, monkeypatch):
+    """The fox answer says its sentence twice: the second time, prompt lookup drafts it from the first, the drafts
+    are accepted, and the answer is still exactly AR's. Without lookup the same answer takes more forwards."""
+    text = list(ANSWERS)[4]
+    want = hf_greedy(trained, tokenizer, [text], 40)[0]
+    events = list(stream(trained, tokenizer, text, strategy="verified", threshold=0.5, max_new_tokens=40))
+    assert [t for e in events for t in e.token_ids[0]] == want
+    looked = [e for e in events if e.draft_source[0] == "lookup"]
+    assert looked and max(len(e.token_ids[0]) for e in looked) > 4  # more than B = 4 tokens in one forward
+    monkeypatch.setattr(verified, "LOOKUP_DRAFTS", 0)
+    alone = generate(trained, tokenizer, text, strategy="verified", threshold=0.5, max_new_tokens=40)
+    assert alone.token_ids[0] == want and alone.forwards > len(events)
+
+
+def test_lookup_finds_the_latest_longest_match():
+    seq = torch.tensor([[9, 9, 1, 2, 3, 4, 5, 1, 2, 3, 6, 7, 1, 2, 3],    # "1 2 3": the latest earlier match wins
+                        [9, 9, 5, 1, 2, 8, 8, 4, 2, 0, 0, 0, 0, 0, 0],    # text ends at 9: "4 2" -> only "2" matches
+                        [0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0]])   # no repeat at all
+    start, end = torch.tensor([2, 2, 5]), torch.tensor([15, 9, 13])
+    drafts, count = verified.lookup_drafts(seq, start, end, (3, 2), 4)
+    assert count.tolist() == [4, 0, 0]
+    assert drafts[0].tolist() == [6, 7, 1, 2]
+    drafts, count = verified.lookup_drafts(seq, start, end, (3, 2, 1), 4)
+    assert count.tolist() == [4, 4, 0]  # a 1-gram "2" at position 4: what follows it, up to the text's end
+    assert drafts[1].tolist() == [8, 8, 4, 2]
 
 
 def test_stop_and_max_new_tokens(trained, tokenizer):

@@ -30,7 +30,8 @@ def test_bench_rows_cover_every_configuration(model, tokenizer):
     assert ("hf_prompt_lookup", 1, None, None) in keys
     assert not any(m == "hf_prompt_lookup" and b == 2 for m, b, _, _ in keys)  # batch 1 only in transformers
     assert ("mars_block", 2, 4, 0.3) in keys and ("mars_sliding", 1, 2, 1.0) in keys
-    assert len(rows) == 2 * (1 + 1 + 2 * 2 * 2) + 1
+    assert ("mars_verified", 2, 4, 0.5) in keys  # verified rows use their own draft thresholds
+    assert len(rows) == 2 * (1 + 1 + 2 * 2 * 2 + 2) + 1
     for r in rows:
         assert r.generated_tokens == 3 * 8  # every method decodes every prompt to max_new_tokens (no EOS here)
         assert r.seconds > 0 and r.tokens_per_second > 0 and r.speedup_vs_hf_generate > 0
@@ -41,8 +42,11 @@ def test_bench_rows_cover_every_configuration(model, tokenizer):
             if r.batch_size == 1:
                 assert r.steps_per_forward == pytest.approx(r.tokens_per_forward)
     assert all(r.speedup_vs_hf_generate == 1.0 for r in rows if r.method == "hf_generate")
-    for r in rows:  # the bound exists for MARS rows: steps/forward × t(1-token forward) / t(B-token forward)
-        assert (r.bound is not None) == r.method.startswith("mars_")
+    for r in rows:  # lossless methods answer exactly what generate answers (fp32 here)
+        if r.method in ("hf_generate", "hf_prompt_lookup", "ar", "mars_verified") or r.threshold == 1.0:
+            assert r.same_as_generate == 1.0, r
+    for r in rows:  # the bound exists for MARS rows of fixed width: steps/forward × t(1-token) / t(B-token forward)
+        assert (r.bound is not None) == (r.method in ("mars_sliding", "mars_block"))
         if r.bound is not None:
             assert r.bound > 0  # its size is a timing ratio: no bound on it here, the machine may be busy
             if r.threshold == 1.0:  # one token per forward: nothing to gain, nothing fed beyond AR
