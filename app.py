@@ -18,13 +18,15 @@ import pandas as pd
 from mars_core.evaluation.prompts import prompt_categories, prompt_set
 from mars_core.evaluation.sweep import DEFAULT_THRESHOLDS, SWEEP_COLUMNS
 from studio import explorer, models, race, walkthrough
+from studio.charts import plotly_data
 from studio.inputs import (
     MAX_BLOCK_SIZE,
-    MAX_NEW_TOKENS,
     MAX_PROMPT_CHARS,
-    MAX_TEMPERATURE,
     SWEEP_MAX_NEW_TOKENS,
     WALK_MAX_NEW_TOKENS,
+    page_js,
+    typed_js,
+    unchecked,
 )
 
 log = logging.getLogger("mars_studio")
@@ -75,39 +77,52 @@ def build_ui() -> gr.Blocks:
         session = gr.State(race.new_session())
         with gr.Tab("Race"):
             with gr.Row(equal_height=True):
-                prompt = gr.Textbox(label="Prompt", lines=2, scale=5, placeholder="Ask something…",
-                                    max_length=MAX_PROMPT_CHARS, elem_id="race-prompt")
+                prompt = gr.Textbox(race.DEFAULT_PROMPT, label="Prompt", lines=2, scale=5,
+                                    placeholder="Ask something…", max_length=MAX_PROMPT_CHARS, elem_id="race-prompt")
                 with gr.Column(scale=1, min_width=140):
                     run_button = gr.Button("Run", variant="primary", elem_id="race-run")
                     stop_button = gr.Button("Stop", variant="stop", elem_id="race-stop")
-            gr.Examples(race.EXAMPLES, inputs=prompt, label="Examples")
+            gr.Examples([[p] for p, _ in race.EXAMPLES], inputs=prompt, label="Examples",
+                        example_labels=[f"{label} · {p}" for p, label in race.EXAMPLES])
             with gr.Row():
-                threshold = gr.Slider(0.05, 1.0, value=0.9, step=0.01, label="Threshold τ",
-                                      info="applies from the next forward, even mid-run", elem_id="race-threshold")
-                block = gr.Slider(1, MAX_BLOCK_SIZE, value=4, step=1, label="Block size B",
-                                  info="most tokens per forward")
-                temperature = gr.Slider(0.0, MAX_TEMPERATURE, value=0.0, step=0.05, label="Temperature",
-                                        info="0 = greedy")
-                max_new = gr.Slider(8, MAX_NEW_TOKENS, value=128, step=8, label="Max new tokens",
-                                    elem_id="race-max-new")
+                sliders = {}
+                for field, label, info, elem in (
+                    ("threshold", "Threshold τ (MARS τ lane)", "applies from the next forward, even mid-run",
+                     "race-threshold"),
+                    ("block size", "Block size B", "most tokens per forward from the mask slots", "race-block"),
+                    ("temperature", "Temperature", "0 = greedy", "race-temperature"),
+                    ("max new tokens", "Max new tokens", None, "race-max-new"),
+                ):
+                    low, high, step, value = race.SLIDERS[field]
+                    sliders[field] = unchecked(gr.Slider(low, high, value=value, step=step, label=label, info=info,
+                                                         elem_id=elem))
+                threshold, block = sliders["threshold"], sliders["block size"]
+                temperature, max_new = sliders["temperature"], sliders["max new tokens"]
                 adapt = gr.Checkbox(value=False, label="Adapt to load",
                                     info="τ drops 0.05 per extra concurrent run, down to 0.5")
             gr.HTML(race.legend_html())
+            panes = []
             with gr.Row():
-                with gr.Column():
-                    gr.Markdown("**AR** · one token per forward")
-                    ar_pane = gr.HTML(race.pane_html(None), label="AR text", elem_id="ar-pane", **race.PANE)
-                with gr.Column():
-                    gr.Markdown("**MARS** · up to B tokens per forward")
-                    mars_pane = gr.HTML(race.pane_html(None), label="MARS text", elem_id="mars-pane", **race.PANE)
-            stats = gr.Markdown("Press **Run**: both panes stream at the same time.", label="stats",
+                for key, title in (("ar", "**AR** · one token per forward"),
+                                   ("mars", "**MARS τ** · mask predictions accepted while confidence ≥ τ"),
+                                   ("verified", "**MARS verified** · drafts checked by the model: AR's answer")):
+                    with gr.Column(min_width=260):
+                        gr.Markdown(title)
+                        panes.append(gr.HTML(race.pane_html(None), label=f"{key} text", elem_id=f"{key}-pane",
+                                             **race.PANE))
+            stats = gr.Markdown("Press **Run**: the three lanes stream at the same time.", label="stats",
                                 elem_id="race-stats")
             with gr.Row():
-                forwards_plot = gr.Plot(label="tokens per forward", show_label=False, elem_id="forwards-plot")
-                time_plot = gr.Plot(label="tokens against time", show_label=False, elem_id="time-plot")
+                forwards_plot = gr.Plot(plotly_data(race.forwards_figure({}, 4)), label="tokens per forward",
+                                        show_label=False, elem_id="forwards-plot")
+                time_plot = gr.Plot(plotly_data(race.time_figure({})), label="tokens against time",
+                                    show_label=False, elem_id="time-plot")
             gr.Markdown(
-                "<small>Both runs share this machine's CPU: the app advances them in turn, one forward each, and "
-                "times each run by its own forwards only, so neither is charged for the other's work.</small>"
+                "<small>The lanes share this machine's CPU: the app advances them in turn, one forward each, and "
+                "times each by its own forwards only, so none is charged for another's work. MARS verified checks "
+                "the mask slots' drafts (and, where the text repeats itself, prompt-lookup drafts) with the model's "
+                "own next-token predictions in the same forward that proposes the next drafts: every token is the "
+                "one AR picks, several per forward when the drafts are right.</small>"
             )
             with gr.Accordion("Per-forward data (JSON)", open=False):
                 data = gr.JSON(label="trace", show_label=False)
@@ -121,10 +136,11 @@ def build_ui() -> gr.Blocks:
                 {"left": "$$", "right": "$$", "display": True}, {"left": "$", "right": "$", "display": False}])
             gr.Markdown("### Decoding, one forward at a time")
             with gr.Row(equal_height=True):
-                walk_prompt = gr.Textbox(race.EXAMPLES[0], label="Prompt", scale=3, max_length=MAX_PROMPT_CHARS)
-                walk_tau = gr.Slider(0.05, 1.0, value=0.9, step=0.01, label="Threshold τ")
-                walk_block = gr.Slider(1, 8, value=4, step=1, label="Block size B")
-                walk_new = gr.Slider(4, WALK_MAX_NEW_TOKENS, value=24, step=1, label="Max new tokens")
+                walk_prompt = gr.Textbox(walkthrough.DEFAULT_PROMPT, label="Prompt", scale=3,
+                                         max_length=MAX_PROMPT_CHARS)
+                walk_tau = unchecked(gr.Slider(0.05, 1.0, value=0.9, step=0.01, label="Threshold τ"))
+                walk_block = unchecked(gr.Slider(1, 8, value=4, step=1, label="Block size B"))
+                walk_new = unchecked(gr.Slider(4, WALK_MAX_NEW_TOKENS, value=24, step=1, label="Max new tokens"))
             with gr.Row():
                 decode_button = gr.Button("Decode", variant="primary")
                 prev_button = gr.Button("◀ Previous forward")
@@ -139,8 +155,8 @@ def build_ui() -> gr.Blocks:
             )
             with gr.Row():
                 sweep_taus = gr.Textbox(", ".join(f"{t:g}" for t in DEFAULT_THRESHOLDS), label="Thresholds")
-                sweep_block = gr.Slider(1, MAX_BLOCK_SIZE, value=4, step=1, label="Block size B")
-                sweep_new = gr.Slider(8, SWEEP_MAX_NEW_TOKENS, value=48, step=8, label="Max new tokens")
+                sweep_block = unchecked(gr.Slider(1, MAX_BLOCK_SIZE, value=4, step=1, label="Block size B"))
+                sweep_new = unchecked(gr.Slider(8, SWEEP_MAX_NEW_TOKENS, value=48, step=8, label="Max new tokens"))
             cats, pool = prompt_categories(), len(prompt_set())
             with gr.Row():
                 sweep_cats = gr.CheckboxGroup(cats, value=cats, label="Prompt categories", scale=3)
@@ -152,14 +168,17 @@ def build_ui() -> gr.Blocks:
             table = gr.Dataframe(pd.DataFrame(columns=list(SWEEP_COLUMNS)), label="Results", interactive=False)
             csv_file = gr.File(label="CSV")
 
-        outputs = [ar_pane, mars_pane, forwards_plot, time_plot, stats, data]
-        run_event = run_button.click(
-            gpu(race.race), [prompt, threshold, block, temperature, max_new, adapt, session], outputs,
-            api_name="race", show_progress="minimal",
-        )
+        outputs = [*panes, forwards_plot, time_plot, stats, data]
+        # No Gradio concurrency limit: the race takes an app-wide generation slot itself (models.slots), so it
+        # exists from the moment it is submitted, and a /set_threshold sent with it is not lost.
+        race_inputs = [prompt, threshold, block, temperature, max_new, adapt, session]
+        run_button.click(gpu(race.race), race_inputs, outputs, api_name="race", show_progress="minimal",
+                         concurrency_limit=None, js=typed_js([None, *(s.elem_id for s in race_inputs[1:5])], True))
         quick = dict(concurrency_limit=None, show_progress="hidden", queue=True)
-        stop_button.click(race.stop, session, None, cancels=[run_event], api_name="stop", **quick)
-        threshold.change(race.set_threshold, [threshold, session], None, api_name="set_threshold", **quick)
+        # Stop ends the lanes from inside (their controls): Gradio's `cancels` would mark every output as an error
+        stop_button.click(race.stop, session, None, api_name="stop", **quick)
+        threshold.change(race.set_threshold, [threshold, session], None, api_name="set_threshold",
+                         js=typed_js([threshold.elem_id], False), **quick)
         adapt.change(race.set_adapt, [adapt, session], None, api_name="set_adapt", **quick)
         gr.on([mask_n.change, mask_b.change], walkthrough.mask_figure, [mask_n, mask_b], mask_plot, api_name="mask",
               show_progress="hidden")
@@ -192,6 +211,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="separate AR baseline (default: the MARS checkpoint decoding one token per forward)")
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
+    parser.add_argument("--dtype", default=os.environ.get("MARS_DTYPE"), choices=["auto", "bf16", "fp32"],
+                        help="weights' dtype (default auto: bf16 where the CPU/GPU runs it fast; fp32: verified lanes "
+                             "then equal AR token for token, no bf16 rounding)")
     parser.add_argument("--concurrency", type=int, default=int(os.environ.get("MARS_CONCURRENCY", "4")),
                         help="generations served at once (the queue holds the rest)")
     parser.add_argument("--no-preload", action="store_true", help="load the models on the first request only")
@@ -205,10 +227,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.concurrency < 1:
         parser.error("--concurrency must be at least 1")
     models.CONFIG = models.AppConfig(model=args.model or None, ar_model=args.ar_model or None,
-                                     concurrency=args.concurrency)
+                                     concurrency=args.concurrency,
+                                     dtype=None if args.dtype in (None, "auto") else args.dtype)
     if not args.no_preload:
         threading.Thread(target=preload, name="preload", daemon=True).start()
-    build_ui().launch(server_name=args.host, server_port=args.port, theme=THEME, css=CSS)
+    build_ui().launch(server_name=args.host, server_port=args.port, theme=THEME, css=CSS, js=page_js())
 
 
 if __name__ == "__main__":

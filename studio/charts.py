@@ -7,7 +7,7 @@ from typing import Any
 
 from gradio.components.plot import PlotData
 
-AR_COLOUR, MARS_COLOUR, TAU_COLOUR = "#94a3b8", "#2563eb", "#f59e0b"
+AR_COLOUR, MARS_COLOUR, VERIFIED_COLOUR, TAU_COLOUR = "#94a3b8", "#2563eb", "#059669", "#f59e0b"
 
 
 def plotly_data(fig: dict) -> PlotData:
@@ -16,11 +16,12 @@ def plotly_data(fig: dict) -> PlotData:
 
 
 def chart_layout(title: str, x: str, y: str, **extra: Any) -> dict:
-    """The common chart layout: title, axes, horizontal legend, white background."""
+    """The common chart layout: title, axes, white background, the legend under the plot (the toolbar sits at the
+    top right, where a legend would hide under it)."""
     axis = dict(gridcolor="#eef2f7", zerolinecolor="#cbd5e1")
     return {
-        "title": {"text": title, "x": 0.02, "font": {"size": 14}}, "height": 300,
-        "margin": {"l": 50, "r": 50, "t": 40, "b": 40}, "plot_bgcolor": "#ffffff", "paper_bgcolor": "#ffffff",
-        "legend": {"orientation": "h", "y": 1.02, "x": 1, "xanchor": "right", "yanchor": "bottom"},
+        "title": {"text": title, "x": 0.02, "font": {"size": 14}}, "height": 320,
+        "margin": {"l": 50, "r": 20, "t": 40, "b": 70}, "plot_bgcolor": "#ffffff", "paper_bgcolor": "#ffffff",
+        "legend": {"orientation": "h", "y": -0.22, "x": 0, "xanchor": "left", "yanchor": "top"},
         "xaxis": {**axis, "title": {"text": x}}, "yaxis": {**axis, "title": {"text": y}}, **extra,
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import gradio as gr
@@ -12,6 +13,15 @@ MAX_BLOCK_SIZE = 16
 MAX_TEMPERATURE = 2.0
 WALK_MAX_NEW_TOKENS = 64
 SWEEP_MAX_NEW_TOKENS = 256
+
+
+def unchecked(slider: gr.Slider) -> gr.Slider:
+    """Let the slider's value reach the handler as sent: the handler's own check (check_inputs) then gives the one
+    message for a value out of range, in the browser and the API alike, and nothing runs. (gr.Slider's own check
+    raises a toast and logs a traceback for each bad value, and the browser then clamps the value and runs anyway.)
+    An instance attribute, not a subclass: Gradio writes a .pyi stub next to the module of any component class."""
+    slider.preprocess = lambda payload: payload
+    return slider
 
 
 def number(value: Any, name: str) -> float:
@@ -28,6 +38,30 @@ def integer(value: Any, name: str) -> int:
     return int(whole)
 
 
+def check_field(field: str, value: Any, cap: int = MAX_NEW_TOKENS) -> float | int:
+    """One numeric setting checked alone ("threshold", "block size", "temperature", "max new tokens"); a ValueError
+    says what is wrong and what is allowed."""
+    if field == "threshold":
+        tau = number(value, "threshold")
+        if not 0.0 < tau <= 1.0:
+            raise ValueError(f"Threshold must be in (0, 1] (1 = one token per forward), got {tau:g}.")
+        return tau
+    if field == "block size":
+        block = integer(value, "block size")
+        if not 1 <= block <= MAX_BLOCK_SIZE:
+            raise ValueError(f"Block size must be between 1 and {MAX_BLOCK_SIZE}, got {block}.")
+        return block
+    if field == "temperature":
+        temp = number(value, "temperature")
+        if not 0.0 <= temp <= MAX_TEMPERATURE:
+            raise ValueError(f"Temperature must be between 0 and {MAX_TEMPERATURE:g}, got {temp:g}.")
+        return temp
+    new = integer(value, "max new tokens")
+    if not 1 <= new <= cap:
+        raise ValueError(f"Max new tokens must be between 1 and {cap}, got {new}.")
+    return new
+
+
 def check_inputs(
     prompt: Any, threshold: Any, block_size: Any, temperature: Any, max_new_tokens: Any, cap: int = MAX_NEW_TOKENS
 ) -> tuple[str, float, int, float, int]:
@@ -36,19 +70,45 @@ def check_inputs(
         raise ValueError("Empty prompt: type something (or pick an example) first.")
     if len(prompt) > MAX_PROMPT_CHARS:
         raise ValueError(f"Prompt too long: {len(prompt)} characters, the limit is {MAX_PROMPT_CHARS}.")
-    tau = number(threshold, "threshold")
-    if not 0.0 < tau <= 1.0:
-        raise ValueError(f"Threshold must be in (0, 1] (1 = one token per forward), got {tau:g}.")
-    block = integer(block_size, "block size")
-    if not 1 <= block <= MAX_BLOCK_SIZE:
-        raise ValueError(f"Block size must be between 1 and {MAX_BLOCK_SIZE}, got {block}.")
-    temp = number(temperature, "temperature")
-    if not 0.0 <= temp <= MAX_TEMPERATURE:
-        raise ValueError(f"Temperature must be between 0 and {MAX_TEMPERATURE:g}, got {temp:g}.")
-    new = integer(max_new_tokens, "max new tokens")
-    if not 1 <= new <= cap:
-        raise ValueError(f"Max new tokens must be between 1 and {cap}, got {new}.")
-    return prompt, tau, block, temp, new
+    return (prompt, check_field("threshold", threshold), check_field("block size", block_size),
+            check_field("temperature", temperature), check_field("max new tokens", max_new_tokens, cap))
+
+
+# Slider boxes whose typed values the page watches (their elem_id): app.py names them, page_js watches them.
+WATCHED = ("race-threshold", "race-block", "race-temperature", "race-max-new", "walk-threshold", "walk-block",
+           "walk-max-new", "sweep-block", "sweep-max-new", "sweep-limit", "batch-threshold", "batch-block",
+           "batch-max-new")
+
+
+def page_js() -> str:
+    """The browser clamps a number typed into a slider's box to the slider's range before any event sees it. This
+    page script remembers, per watched slider, a value typed out of range (window.marsTyped)."""
+    return """() => {
+  const watched = new Set(%s);
+  window.marsTyped = {};
+  const note = (event) => {
+    const box = event.target;
+    if (!(box instanceof HTMLInputElement) || box.type !== "number") return;
+    let holder = box;
+    while (holder && !watched.has(holder.id)) holder = holder.parentElement;
+    if (!holder || box.value === "") return;
+    const value = box.valueAsNumber, low = parseFloat(box.min), high = parseFloat(box.max);
+    if (Number.isNaN(value) || value < low || value > high) window.marsTyped[holder.id] = box.value;
+    else if (event.type === "input") delete window.marsTyped[holder.id];  // typed again, within range
+  };
+  // capture phase: a blur reaches this listener before the box's own handler, which clamps the value
+  for (const kind of ["input", "blur", "keydown"]) document.addEventListener(kind, note, true);
+}""" % json.dumps(list(WATCHED))
+
+
+def typed_js(ids: list[str | None], consume: bool) -> str:
+    """An event's js step: every input whose slider (elem_id in `ids`, by position) had a value typed out of range is
+    handed to the handler as typed, not as the browser clamped it, so the handler's own check gives its one message
+    and nothing runs. A Run consumes it (pressed again, it runs with what the box now shows); a change only peeks."""
+    take = "delete typed[id];" if consume else ""
+    return (f"(...args) => {{ const ids = {json.dumps(ids)}; const typed = window.marsTyped || {{}}; "
+            f"return args.map((v, k) => {{ const id = ids[k]; if (!id || !(id in typed)) return v; "
+            f"const t = typed[id]; {take} const n = Number(t); return Number.isNaN(n) ? t : n; }}); }}")
 
 
 def warn(message: str) -> str:

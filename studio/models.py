@@ -30,13 +30,22 @@ class AppConfig:
 
     model: str | None = None  # MARS checkpoint: a local path, hub id, or None for the embedded default
     ar_model: str | None = None  # separate AR baseline; None = the MARS checkpoint in one-token mode
-    concurrency: int = 4  # generations the queue runs at once
+    concurrency: int = 4  # generations decoding at once, all tabs together (the others wait for a slot)
+    dtype: str | None = None  # weights' dtype: None = mars_core.load's choice (bf16 where fast), "fp32" for exactness
 
 
 CONFIG = AppConfig()
 MODELS: dict[str, tuple[Any, Any]] = {}  # loaded (model, tokenizer) by name: read-only once loaded
 _LOAD_LOCK = threading.Lock()
 TRACKER = LoadTracker()  # the one shared counter: generations running now, for "adapt to load"
+_SLOTS: dict[int, threading.Semaphore] = {}
+
+
+def slots() -> threading.Semaphore:
+    """The app-wide generation slots (CONFIG.concurrency of them). Handlers take one inside, rather than waiting
+    in Gradio's queue, so a race exists from the moment it is submitted (see race.race)."""
+    with _LOAD_LOCK:
+        return _SLOTS.setdefault(CONFIG.concurrency, threading.Semaphore(CONFIG.concurrency))
 
 
 def check_model_choice(name: str | None) -> None:
@@ -53,7 +62,7 @@ def get_model(name: str | None) -> tuple[Any, Any]:
             if key not in MODELS:
                 check_model_choice(name)
                 try:
-                    MODELS[key] = load(name)
+                    MODELS[key] = load(name, dtype=CONFIG.dtype) if CONFIG.dtype else load(name)
                 except Exception as err:  # any failure becomes a message in the UI
                     log.exception("loading %s failed", key)
                     raise ValueError(f"Could not load model {key!r}: {err}") from err

@@ -1,41 +1,61 @@
-"""The Race tab: AR and MARS stream side by side, one forward each in turn, with live charts and a stats line."""
+"""The Race tab: AR, MARS at a threshold and MARS verified stream side by side, one forward each in turn.
+
+What the race says in bold is deterministic and true of the answers on screen: forwards, tokens per forward, and
+whether each MARS answer is AR's (the first token where it departs is marked). Wall-clock is a measurement on a
+shared CPU and is labelled so: each lane is timed by its own forwards only, the lanes taking turns.
+"""
 
 from __future__ import annotations
 
 import html
 import logging
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import gradio as gr
+
 from mars_core import DecodeControl, stream
-from mars_core.evaluation.metrics import agreement
+from mars_core.generate import DEFAULT_THRESHOLDS
 from mars_core.serving import adaptive_threshold
 
 from . import models
-from .charts import AR_COLOUR, MARS_COLOUR, TAU_COLOUR, chart_layout, plotly_data
-from .inputs import check_inputs, number, warn
+from .charts import AR_COLOUR, MARS_COLOUR, TAU_COLOUR, VERIFIED_COLOUR, chart_layout, plotly_data
+from .inputs import MAX_BLOCK_SIZE, MAX_NEW_TOKENS, MAX_TEMPERATURE, check_field, check_inputs, warn
 
 log = logging.getLogger("mars_studio")
 
+LANES = ("ar", "mars", "verified")
+LANE_NAMES = {"ar": "AR", "mars": "MARS τ", "verified": "MARS verified"}
+LANE_COLOURS = {"ar": AR_COLOUR, "mars": MARS_COLOUR, "verified": VERIFIED_COLOUR}
+# (prompt, what it shows): each finishes in well under 20 s on a 2-core CPU with the embedded model
 EXAMPLES = [
-    "List the days of the week.",
-    "Count from 1 to 20, separated by commas.",
-    "Explain in two sentences why the sky is blue.",
-    "Write a haiku about the sea.",
+    ("Count from 1 to 30, separated by commas.", "counting: MARS gains much"),
+    ("Name 4 colours, as a numbered list.", "a list: MARS gains much"),
+    ("Make a markdown table with columns Name and Age: Ana is 31, Ben is 45, Chloe is 27.", "a table: gains much"),
+    ("Write a Python function that returns the squares of a list of numbers.", "code: gains"),
+    ("Explain in two sentences what a volcano is.", "open explanation: MARS gains little"),
 ]
+DEFAULT_PROMPT = EXAMPLES[0][0]
+# The race's sliders: field -> (minimum, maximum, step, default). The handlers refuse values outside, with one message.
+SLIDERS = {"threshold": (0.05, 1.0, 0.01, 0.9), "block size": (1, MAX_BLOCK_SIZE, 1, 4),
+           "temperature": (0.0, MAX_TEMPERATURE, 0.05, 0.0), "max new tokens": (8, MAX_NEW_TOKENS, 8, 96)}
+FRAME_SECONDS = 0.25  # at most one update of the page per this much time (and the last): a browser re-drawing
+# three panes and two charts after every forward of a fast model falls behind and stops answering clicks
+RECENT_SECONDS = 2.0  # a /set_threshold this close before a race starts was sent with it (clients send concurrently)
 # Background of a forward's tokens by how many tokens that forward committed: (most tokens, colour, legend).
 COUNT_COLOURS = (
     (1, "#e8ebf0", "1"), (2, "#c9e2ff", "2"), (3, "#93c5fd", "3"), (4, "#60a5fa", "4"),
     (8, "#c4b5fd", "5–8"), (10**9, "#f9a8d4", "9+"),
 )
-PANE = dict(min_height=320, max_height=320, autoscroll=True)  # both panes the same fixed height, following the text
+PANE = dict(min_height=300, max_height=300, autoscroll=True)  # every pane the same fixed height, following the text
 
 
 def new_session() -> dict:
-    """Per-session race state: the slider's threshold, the adapt switch, and the running controls."""
-    return {"threshold": 0.9, "adapt": False, "mars": None, "ar": None}
+    """Per-session race state: the slider's threshold (and when it was last set), the adapt switch, the controls."""
+    return {"threshold": 0.9, "threshold_at": -math.inf, "adapt": False, "ar": None, "mars": None, "verified": None}
 
 
 def threshold_in_force(session: dict) -> float:
@@ -45,48 +65,48 @@ def threshold_in_force(session: dict) -> float:
 
 
 def set_threshold(threshold: float, session: dict) -> None:
-    """Slider change: the running MARS generation uses the new threshold from its next forward."""
+    """Slider change (or /set_threshold): the running MARS generation uses it from its next forward; sent with a
+    race or after it, the newest value wins. A value out of range is refused with one message (no traceback)."""
     try:
-        tau = number(threshold, "threshold")
-        if not 0.0 < tau <= 1.0:
-            raise ValueError(f"Threshold must be in (0, 1], got {tau:g}.")
+        tau = check_field("threshold", threshold)
     except ValueError as err:
-        warn(str(err))
-        return
-    session["threshold"] = tau
-    control = session.get("mars")
-    if control is not None:
-        control.threshold = threshold_in_force(session)
+        session["told"] = str(err)  # a Run that follows with the same value need not say it twice
+        raise gr.Error(str(err), print_exception=False) from None
+    session["threshold"], session["threshold_at"] = tau, time.monotonic()
+    if session.get("mars") is not None:
+        session["mars"].threshold = threshold_in_force(session)
 
 
 def set_adapt(adapt: bool, session: dict) -> None:
     """"Adapt to load" switch: on or off for the running generation too."""
     session["adapt"] = bool(adapt)
-    control = session.get("mars")
-    if control is not None:
-        control.threshold = threshold_in_force(session)
+    if session.get("mars") is not None:
+        session["mars"].threshold = threshold_in_force(session)
 
 
 def stop(session: dict) -> None:
-    """Stop button: both generations end before their next forward."""
-    for key in ("mars", "ar"):
+    """Stop button: every lane ends before its next forward; the race then shows what it has, status "stopped"."""
+    for key in LANES:
         if session.get(key) is not None:
             session[key].stop()
 
 
 @dataclass
 class Run:
-    """One pane's generation: its event stream and what it has committed, timed by its own forwards only."""
+    """One lane's generation: its event stream and what it has committed, timed by its own forwards only."""
 
     name: str
     events: Iterator
     tokenizer: Any
-    chunks: list[tuple[int, list[str], list[float]]] = field(default_factory=list)  # per forward: index, pieces, conf
+    chunks: list[tuple[int, list[str], list[float], str]] = field(default_factory=list)  # forward, pieces, conf, note
     counts: list[int] = field(default_factory=list)  # tokens committed by each forward
     thresholds: list[float] = field(default_factory=list)  # threshold each forward used
     times: list[float] = field(default_factory=list)  # own busy seconds after each forward
     totals: list[int] = field(default_factory=list)  # tokens committed after each forward
     ids: list[int] = field(default_factory=list)  # every committed token id
+    drafted: int = 0  # verified: drafts checked
+    matched: int = 0  # verified: drafts that matched (each a token committed without a forward of its own)
+    looked_up: int = 0  # verified: forwards whose drafts came from prompt lookup
     text: str = ""
     busy: float = 0.0
     finished: bool = False
@@ -107,11 +127,18 @@ class Run:
         self.totals.append((self.totals[-1] if self.totals else 0) + len(ids))
         self.text += text
         self.ids += ids
+        note = ""
+        if event.drafts:
+            drafts, matched = len(event.drafts[0]), event.matched[0]
+            self.drafted, self.matched = self.drafted + drafts, self.matched + matched
+            self.looked_up += event.draft_source[0] == "lookup"
+            if drafts:
+                note = f" · {matched} of {drafts} drafts ({event.draft_source[0]}) matched"
         if ids:
             pieces = [self.tokenizer.decode([i], skip_special_tokens=True) for i in ids]
             if "".join(pieces) != text:  # a character split over tokens: show the forward's text as one piece
                 pieces = [text]
-            self.chunks.append((event.forward, pieces, conf))
+            self.chunks.append((event.forward, pieces, conf, note))
         self.finished = event.done[0]
 
     def summary(self) -> dict:
@@ -121,6 +148,16 @@ class Run:
             "forwards": forwards, "tokens": tokens, "tokens_per_forward": tokens / max(forwards, 1),
             "seconds": self.busy, "tokens_per_second": tokens / self.busy if self.busy > 0 else 0.0,
         }
+
+
+def departure(reference: list[int], ids: list[int], both_done: bool) -> int | None:
+    """Index of the first token where ids departs from reference, as far as both have gone (None: not yet)."""
+    for k, (a, b) in enumerate(zip(reference, ids)):
+        if a != b:
+            return k
+    if both_done and len(reference) != len(ids):
+        return min(len(reference), len(ids))
+    return None
 
 
 def count_colour(count: int) -> str:
@@ -134,152 +171,225 @@ def legend_html() -> str:
     chips = "".join(f'<span style="background:{c};{chip}">{label}</span>' for _, c, label in COUNT_COLOURS)
     return (
         f'<div style="font-size:0.9em">Tokens committed by one forward: {chips}'
-        ' &nbsp;·&nbsp; <span style="border-bottom:2px dotted #dc2626">dotted</span> = confidence below 0.5'
-        " &nbsp;·&nbsp; hover a token for its forward and confidence</div>"
+        ' &nbsp;·&nbsp; <span style="outline:2px solid #dc2626;padding:0 2px">outlined</span> = the first token where'
+        ' a MARS answer departs from AR\'s &nbsp;·&nbsp; <span style="border-bottom:2px dotted #dc2626">dotted</span>'
+        ' = confidence below 0.5 &nbsp;·&nbsp; hover a token for its forward and confidence</div>'
     )
 
 
-def pane_html(run: Run | None, status: str = "") -> str:
-    """A pane's text, each forward's tokens on a background coloured by how many it committed."""
-    spans = []
-    for forward, pieces, conf in run.chunks if run else []:
+def pane_html(run: Run | None, status: str = "", depart: int | None = None) -> str:
+    """A lane's text, each forward's tokens on a background coloured by how many it committed; token `depart` (the
+    first that differs from AR's) outlined in red."""
+    spans, index = [], 0
+    for forward, pieces, conf, note in run.chunks if run else []:
         colour, n = count_colour(len(conf)), len(conf)
         for k, piece in enumerate(pieces):
             c = conf[k] if len(pieces) == n else min(conf)
-            underline = "border-bottom:2px dotted #dc2626;" if c < 0.5 else ""
-            tip = f"forward {forward} · {n} token{'s' * (n > 1)} · confidence {c:.2f}"
+            tip = f"forward {forward} · {n} token{'s' * (n > 1)} · confidence {c:.2f}{note}"
             left = "border-top-left-radius:4px;border-bottom-left-radius:4px;margin-left:2px;" if k == 0 else ""
             right = "border-top-right-radius:4px;border-bottom-right-radius:4px;" if k == len(pieces) - 1 else ""
+            span = index if len(pieces) == n else None  # a merged multi-byte piece spans several tokens
+            first = depart is not None and (span == depart or (span is None and index <= depart < index + n))
+            mark = "outline:2px solid #dc2626;" if first else ""
+            mark += "border-bottom:2px dotted #dc2626;" if c < 0.5 else ""
+            if first:
+                tip = f"first token where this answer departs from AR's · {tip}"
             spans.append(
-                f'<span title="{tip}" style="background:{colour};{left}{right}{underline}padding:2px 0;'
+                f'<span title="{html.escape(tip)}" style="background:{colour};{left}{right}{mark}padding:2px 0;'
                 f'box-decoration-break:clone">{html.escape(piece)}</span>'
             )
+            index += 1 if len(pieces) == n else n
     body = "".join(spans) or '<span style="color:#94a3b8">(the text streams here)</span>'
     foot = f'<div style="margin-top:8px;color:#64748b;font-size:0.85em">{html.escape(status)}</div>' if status else ""
     return (
-        '<div style="white-space:pre-wrap;line-height:2;font-size:15px;min-height:300px;padding:10px 12px;'
+        '<div style="white-space:pre-wrap;line-height:2;font-size:15px;min-height:280px;padding:10px 12px;'
         f'border:1px solid #e2e8f0;border-radius:8px;background:#fff;color:#0f172a">{body}{foot}</div>'
     )
 
 
-def forwards_figure(ar: Run | None, mars: Run | None, block_size: int) -> dict:
-    """Tokens committed by each forward: MARS bars against AR's flat 1, with the threshold each MARS forward used."""
+def forwards_figure(runs: dict[str, Run | None], block_size: int) -> dict:
+    """Tokens committed by each forward, per lane; the threshold each MARS forward used in its own panel below."""
     data = []
-    if mars:
-        xs = list(range(len(mars.counts)))
-        data.append({"type": "bar", "x": xs, "y": mars.counts, "name": "MARS", "marker": {"color": MARS_COLOUR}})
-        data.append({"type": "scatter", "mode": "lines", "x": xs, "y": mars.thresholds, "name": "threshold τ",
-                     "yaxis": "y2", "line": {"color": TAU_COLOUR, "dash": "dot", "shape": "hv"}})
-    if ar:
+    for key in ("mars", "verified"):
+        run = runs.get(key)
+        if run:
+            data.append({"type": "bar", "x": list(range(len(run.counts))), "y": run.counts, "name": LANE_NAMES[key],
+                         "marker": {"color": LANE_COLOURS[key]}, "opacity": 0.85})
+    if runs.get("ar"):
+        ar = runs["ar"]
         data.append({"type": "scatter", "mode": "lines", "x": list(range(len(ar.counts))), "y": ar.counts,
                      "name": "AR", "line": {"color": AR_COLOUR, "width": 3}})
-    layout = chart_layout("Tokens per forward", "forward", "tokens committed", bargap=0.15)
-    layout["yaxis"].update(range=[0, block_size + 0.5], dtick=1)
-    layout["yaxis2"] = {"overlaying": "y", "side": "right", "range": [0, 1.05], "title": {"text": "τ"},
-                        "showgrid": False}
+    if runs.get("mars"):
+        mars = runs["mars"]
+        data.append({"type": "scatter", "mode": "lines", "x": list(range(len(mars.thresholds))), "y": mars.thresholds,
+                     "name": "τ (MARS τ lane)", "yaxis": "y2", "line": {"color": TAU_COLOUR, "shape": "hv"}})
+    most = max([block_size] + [max(r.counts, default=0) for r in runs.values() if r])
+    layout = chart_layout("Tokens per forward", "forward", "tokens", bargap=0.15, barmode="group")
+    layout["yaxis"].update(domain=[0.34, 1.0], range=[0, most + 0.5], dtick=1 if most <= 8 else None)
+    layout["yaxis2"] = {"domain": [0.0, 0.2], "range": [0, 1.05], "title": {"text": "τ"}, "anchor": "x",
+                        "tickvals": [0, 0.5, 1], "gridcolor": "#eef2f7"}
+    layout["xaxis"]["anchor"] = "y2"  # the forward axis under the τ panel, below both
     return {"data": data, "layout": layout}
 
 
-def time_figure(ar: Run | None, mars: Run | None) -> dict:
-    """Tokens committed against each run's own forward time."""
+def time_figure(runs: dict[str, Run | None]) -> dict:
+    """Tokens committed against each lane's own forward time."""
     data = [
-        {"type": "scatter", "mode": "lines", "x": [0.0, *run.times], "y": [0, *run.totals], "name": run.name,
-         "line": {"color": colour, "width": 3}}
-        for run, colour in ((ar, AR_COLOUR), (mars, MARS_COLOUR)) if run
+        {"type": "scatter", "mode": "lines", "x": [0.0, *run.times], "y": [0, *run.totals], "name": LANE_NAMES[key],
+         "line": {"color": LANE_COLOURS[key], "width": 3}}
+        for key, run in runs.items() if run
     ]
-    return {"data": data, "layout": chart_layout("Tokens against time (each run's own forwards)", "seconds", "tokens")}
+    return {"data": data, "layout": chart_layout("Tokens against time (each lane's own forwards)", "seconds",
+                                                  "tokens")}
 
 
-def stats_markdown(ar: Run, mars: Run, session: dict, block_size: int, status: str) -> str:
-    """The stats line: forwards, tokens, tokens per forward, tokens/s for both, and the speedup."""
-    a, m = ar.summary(), mars.summary()
-    speedup = m["tokens_per_second"] / a["tokens_per_second"] if a["tokens_per_second"] > 0 else 0.0
-    tau = mars.thresholds[-1] if mars.thresholds else threshold_in_force(session)
-    shared = round(agreement(ar.ids, mars.ids) * max(len(ar.ids), len(mars.ids)))
-    agree = f" · MARS agrees with AR on its first {shared} of {max(len(ar.ids), len(mars.ids))} tokens"
-    load_note = (
-        f" (adapting to load: {models.TRACKER.active} generation(s) running, base τ {session['threshold']:.2f})"
-        if session["adapt"] else ""
-    )
-
-    def line(name: str, s: dict) -> str:
-        return (f"**{name}** {s['forwards']} forwards · {s['tokens']} tokens · "
-                f"**{s['tokens_per_forward']:.2f} tokens/forward** · {s['tokens_per_second']:.1f} tokens/s")
-
-    return (
-        f"{line('MARS', m)} · B = {block_size} · threshold in force **τ = {tau:.2f}**{load_note}  \n"
-        f"{line('AR', a)}  \n"
-        f"**Speedup {speedup:.2f}×** in tokens/s{agree} · {status}"
-    )
+def headline(key: str, run: Run, ar: Run, depart: int | None, done: bool, dtype: str = "bfloat16") -> str:
+    """What is deterministic about a MARS lane: forwards, tokens per forward, and how its answer compares to AR's."""
+    s, a = run.summary(), ar.summary()
+    fewer = a["forwards"] / s["forwards"] if s["forwards"] and done else None
+    facts = f"{s['forwards']} forwards for {s['tokens']} tokens · **{s['tokens_per_forward']:.2f} tokens/forward**"
+    if depart is not None:
+        verdict = f"departs from AR's answer at token {depart + 1}"
+        if key == "verified" and dtype != "float32":
+            verdict += f" ({dtype} rounding: a wide forward rounds differently from a one-token one)"
+        elif key == "verified":
+            verdict += " (in float32 this is a bug: please report it)"
+    elif done:
+        verdict = f"**same answer as AR, {fewer:.2f}× fewer forwards**" if fewer else "same answer as AR"
+    else:
+        verdict = f"same as AR so far ({min(len(ar.ids), len(run.ids))} tokens)"
+    extra = ""
+    if key == "verified" and run.drafted:
+        extra = f" · {run.matched} of {run.drafted} drafts matched ({run.looked_up} forwards drafted by prompt lookup)"
+    return f"**{LANE_NAMES[key]}** {facts} · {verdict}{extra}"
 
 
-def trace(ar: Run | None, mars: Run | None, status: str, message: str = "") -> dict:
-    """Per-forward data of both runs (the JSON output; clients and tests read it)."""
+def stats_markdown(runs: dict[str, Run], session: dict, block_size: int, status: str, done: bool,
+                   dtype: str = "bfloat16") -> str:
+    """The stats block: each MARS lane's facts against AR, then wall-clock, labelled as a measurement."""
+    ar = runs["ar"]
+    tau = runs["mars"].thresholds[-1] if runs["mars"].thresholds else threshold_in_force(session)
+    load_note = (f" (adapting to load: {models.TRACKER.active} generation(s) running, base τ "
+                 f"{session['threshold']:.2f})" if session["adapt"] else "")
+    lines = [f"**AR** {len(ar.counts)} forwards for {sum(ar.counts)} tokens (one per forward) · B = {block_size} · "
+             f"τ in force {tau:.2f}{load_note} · {status}"]
+    for key in ("mars", "verified"):
+        lines.append(headline(key, runs[key], ar, departure(ar.ids, runs[key].ids, done), done, dtype))
+    speeds = " · ".join(f"{LANE_NAMES[k]} {r.summary()['tokens_per_second']:.1f} tokens/s" for k, r in runs.items())
+    lines.append(f"<small>Measured on this shared CPU, each lane timed by its own forwards: {speeds}. "
+                 "Forwards are the machine-independent count; seconds vary with load.</small>")
+    return "  \n".join(lines)
+
+
+def trace(runs: dict[str, Run | None], status: str, message: str = "") -> dict:
+    """Per-forward data of every lane (the JSON output; clients and tests read it)."""
 
     def one(run: Run | None) -> dict:
         if run is None:
             return {}
         return {**run.summary(), "counts": run.counts, "thresholds": run.thresholds, "times": run.times,
-                "text": run.text}
+                "text": run.text, "ids": run.ids, "drafted": run.drafted, "matched": run.matched}
 
-    return {"status": status, "message": message, "ar": one(ar), "mars": one(mars)}
+    out = {"status": status, "message": message, **{key: one(runs.get(key)) for key in LANES}}
+    ar = runs.get("ar")
+    if ar is not None:
+        done = status == "done"
+        out["departs_at"] = {k: departure(ar.ids, runs[k].ids, done) for k in ("mars", "verified") if runs.get(k)}
+    return out
 
 
-def failure(message: str) -> tuple:
-    """Race outputs that show a message instead of results."""
-    return pane_html(None), pane_html(None), None, None, warn(message), trace(None, None, "error", message)
+def frame(runs: dict[str, Run | None], session: dict, block_size: int, status: str, done: bool = False,
+          dtype: str = "bfloat16") -> tuple:
+    """One update of every output: the three panes, both charts, the stats and the trace."""
+    ar = runs["ar"]
+    panes = []
+    for key in LANES:
+        run = runs[key]
+        depart = departure(ar.ids, run.ids, done) if key != "ar" else None
+        panes.append(pane_html(run, f"{status} · {sum(run.counts)} tokens in {len(run.counts)} forwards", depart))
+    return (*panes, plotly_data(forwards_figure(runs, block_size)), plotly_data(time_figure(runs)),
+            stats_markdown(runs, session, block_size, status, done, dtype), trace(runs, status))
+
+
+def placeholder(status: str, message: str = "") -> tuple:
+    """Outputs before anything was generated (loading, waiting, or a message), the charts as empty axes."""
+    note = message or status
+    return (pane_html(None, note), pane_html(None, note), pane_html(None, note),
+            plotly_data(forwards_figure({}, 4)), plotly_data(time_figure({})), note, trace({}, status, message))
+
+
+def failure(message: str, toast: bool = True) -> tuple:
+    """Race outputs that show one message instead of results (nothing runs)."""
+    return placeholder("error", warn(message) if toast else f"⚠ {message}")
 
 
 def race(
     prompt: str, threshold: float, block_size: int, temperature: float, max_new_tokens: int, adapt: bool,
     session: dict,
 ) -> Iterator[tuple]:
-    """Stream AR and MARS side by side, one forward each in turn; yields panes, charts, stats and per-forward data."""
+    """Stream AR, MARS at τ and MARS verified side by side, one forward each in turn; yields every output."""
     try:
         prompt, tau, block, temp, new = check_inputs(prompt, threshold, block_size, temperature, max_new_tokens)
     except ValueError as err:
-        yield failure(str(err))
+        yield failure(str(err), toast=session.pop("told", None) != str(err))
         return
-    session.update(threshold=tau, adapt=bool(adapt))
+    session.pop("told", None)
+    if time.monotonic() - session.get("threshold_at", -math.inf) > RECENT_SECONDS:
+        session["threshold"] = tau  # else a /set_threshold sent with this race (or after it) wins: the newest
+    session["adapt"] = bool(adapt)
+    controls = {"ar": DecodeControl(threshold=1.0, temperature=temp),
+                "mars": DecodeControl(threshold=threshold_in_force(session), temperature=temp),
+                "verified": DecodeControl(threshold=DEFAULT_THRESHOLDS["verified"], temperature=temp)}
+    session.update(controls)
+    slot = models.slots()
+    try:
+        while not slot.acquire(timeout=0.25):  # every generation slot is busy: wait, visibly, and stay stoppable
+            if controls["ar"].stopped:
+                yield placeholder("stopped")
+                return
+            yield placeholder("waiting", "Waiting for a free generation slot (others are decoding)…")
+        try:
+            yield from _race(prompt, block, new, controls, session)
+        finally:
+            slot.release()
+    finally:
+        if session.get("ar") is controls["ar"]:
+            session.update(ar=None, mars=None, verified=None)
+
+
+def _race(prompt: str, block: int, new: int, controls: dict, session: dict) -> Iterator[tuple]:
+    """The race itself, inside a generation slot."""
     config = models.CONFIG
     if not all((name or "default") in models.MODELS for name in (config.model, config.ar_model or config.model)):
-        yield pane_html(None, "loading the model…"), pane_html(None, "loading the model…"), None, None, \
-            "Loading the model (the first load of the default model takes about 25 s)…", trace(None, None, "loading")
+        yield placeholder("loading", "Loading the model (the first load of the default model takes about 25 s)…")
     try:
         model, tokenizer = models.get_model(config.model)
         ar_model, ar_tokenizer = models.get_model(config.ar_model) if config.ar_model else (model, tokenizer)
-    except ValueError as err:
-        yield failure(str(err))
-        return
-    mars_ctl = DecodeControl(threshold=tau, temperature=temp)
-    ar_ctl = DecodeControl(threshold=1.0, temperature=temp)
-    session["mars"], session["ar"] = mars_ctl, ar_ctl
-    ar = Run("AR", stream(ar_model, ar_tokenizer, prompt, strategy="ar", max_new_tokens=new, control=ar_ctl),
-             ar_tokenizer)
-    mars = Run("MARS", stream(model, tokenizer, prompt, strategy="sliding", block_size=block, max_new_tokens=new,
-                              control=mars_ctl), tokenizer)
-    status = "running"
-    try:
+        runs = {
+            "ar": Run("AR", stream(ar_model, ar_tokenizer, prompt, strategy="ar", max_new_tokens=new,
+                                   control=controls["ar"]), ar_tokenizer),
+            "mars": Run("MARS τ", stream(model, tokenizer, prompt, strategy="sliding", block_size=block,
+                                         max_new_tokens=new, control=controls["mars"]), tokenizer),
+            "verified": Run("MARS verified", stream(model, tokenizer, prompt, strategy="verified", block_size=block,
+                                                    max_new_tokens=new, control=controls["verified"]), tokenizer),
+        }
+        shown = 0.0  # when the page was last updated
         with models.TRACKER:
-            while not (ar.finished and mars.finished):
-                if not ar.finished:
-                    ar.advance()
-                if not mars.finished:
-                    mars_ctl.threshold = threshold_in_force(session)
-                    mars.advance()
-                stopped = mars_ctl.stopped or ar_ctl.stopped
-                status = "stopped" if stopped else ("done" if ar.finished and mars.finished else "running")
-                yield (
-                    pane_html(ar, f"{status} · {sum(ar.counts)} tokens in {len(ar.counts)} forwards"),
-                    pane_html(mars, f"{status} · {sum(mars.counts)} tokens in {len(mars.counts)} forwards"),
-                    plotly_data(forwards_figure(ar, mars, block)), plotly_data(time_figure(ar, mars)),
-                    stats_markdown(ar, mars, session, block, status), trace(ar, mars, status),
-                )
-    except ValueError as err:  # mars_core's checks: prompt too long for the context, missing mask token, …
+            while not all(r.finished for r in runs.values()):
+                for key, run in runs.items():
+                    if not run.finished:
+                        if key == "mars":
+                            controls["mars"].threshold = threshold_in_force(session)
+                        run.advance()
+                stopped = any(c.stopped for c in controls.values())
+                finished = all(r.finished for r in runs.values())
+                status = "stopped" if stopped else ("done" if finished else "running")
+                if finished or time.monotonic() - shown >= FRAME_SECONDS:
+                    shown = time.monotonic()
+                    yield frame(runs, session, block, status, finished and not stopped,
+                                str(model.dtype).removeprefix("torch."))
+    except ValueError as err:  # mars_core's checks (prompt too long for the context, no mask token, …), loading
         yield failure(str(err))
     except Exception as err:  # never a traceback in the UI; the server log has it
         log.exception("race failed")
         yield failure(f"Generation failed: {type(err).__name__}: {err}")
-    finally:
-        if session.get("mars") is mars_ctl:
-            session["mars"] = session["ar"] = None

@@ -16,6 +16,7 @@ from .charts import MARS_COLOUR
 from .inputs import WALK_MAX_NEW_TOKENS, check_inputs, warn
 
 log = logging.getLogger("mars_studio")
+DEFAULT_PROMPT = "Name 4 colours, as a numbered list."
 
 CATEGORY_NAMES = ("hidden", "clean → clean (causal)", "noisy → noisy (same block, causal)",
                   "noisy → clean (earlier blocks)")

@@ -66,6 +66,11 @@ class ScriptArguments:
         metadata={"help": "With LoRA and --method mars: also train the mask token's embedding row (peft "
                   "trainable_token_indices), so the model can learn what a mask slot means."},
     )
+    init_adapter: str | None = field(
+        default=None,
+        metadata={"help": "Start the LoRA from this adapter folder's weights (continue an adapter on new data); its "
+                  "rank, targets and trainable token rows replace the --lora_* settings."},
+    )
     resume: bool = field(default=False, metadata={"help": "Resume from the last checkpoint in output_dir."})
     merge: bool = field(
         default=False,
@@ -170,6 +175,10 @@ def load_model(script: ScriptArguments) -> tuple[torch.nn.Module, Any]:
 
     model, tokenizer = load(script.model, dtype=script.dtype, device="cpu", trust_remote_code=script.trust_remote_code)
     model.config.use_cache = False  # no KV cache in training
+    if script.init_adapter:
+        from peft import PeftModel
+
+        return PeftModel.from_pretrained(model, script.init_adapter, is_trainable=True), tokenizer
     if script.lora_r > 0:
         train_mask = script.method == "mars" and script.lora_train_mask_embedding
         model = apply_lora(model, script, tokenizer.mask_token_id if train_mask else None)
@@ -214,7 +223,7 @@ def write_recipe(script: ScriptArguments, config: MarsConfig | SFTConfig, folder
 def save_final(trainer: Trainer, script: ScriptArguments, config: MarsConfig | SFTConfig) -> None:
     """Save model + tokenizer in output_dir; with LoRA the adapter, or with --merge the merged weights."""
     out = config.output_dir
-    if not (script.lora_r > 0 and script.merge):
+    if not ((script.lora_r > 0 or script.init_adapter) and script.merge):
         trainer.save_model(out)
         if trainer.is_world_process_zero():
             write_recipe(script, config, out)

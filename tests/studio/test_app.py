@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from pathlib import Path
 
 import pytest
@@ -26,33 +27,59 @@ def tiny():
 @pytest.fixture(autouse=True)
 def served(tiny, monkeypatch):
     monkeypatch.setitem(models.MODELS, "tiny", tiny)
+    monkeypatch.setattr(race, "FRAME_SECONDS", 0.0)  # one update per forward: the tests step the race by forward
     monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="tiny"))
     monkeypatch.delenv("SPACE_ID", raising=False)
     yield
     assert models.TRACKER.active == 0  # every handler gives its slot back
 
 
+OUT = ("ar", "mars", "verified", "forwards", "time", "stats", "trace")  # race's outputs, in order
+
+
+def part(frame: tuple, name: str):
+    return frame[OUT.index(name)]
+
+
 def final(outputs: list) -> dict:
-    return outputs[-1][5]
+    return part(outputs[-1], "trace")
 
 
-def test_race_streams_both_runs_and_tau_one_is_ar():
+def test_race_streams_every_lane_and_tau_one_is_ar():
     session = race.new_session()
     outputs = list(race.race(PROMPT, 1.0, 4, 0.0, 40, False, session))
-    assert len(outputs) >= 20  # one update per forward of each run
+    assert len(outputs) >= 20  # one update per forward of each lane
     trace = final(outputs)
     assert trace["status"] == "done"
-    assert trace["ar"]["text"] == trace["mars"]["text"]  # τ = 1 is exactly one-token decoding
+    assert trace["ar"]["text"] == trace["mars"]["text"] == trace["verified"]["text"]  # τ = 1 and verified: AR
     assert set(trace["mars"]["counts"]) == set(trace["ar"]["counts"]) == {1}
-    assert trace["mars"]["tokens"] == trace["ar"]["tokens"] == 40
-    ar_html, mars_html, forwards_plot, time_plot, stats, _ = outputs[-1]
-    assert ar_html.count("forward ") >= 40 and "done" in mars_html
-    assert forwards_plot.type == "plotly" and '"MARS"' in forwards_plot.plot and '"AR"' in forwards_plot.plot
-    assert '"threshold \\u03c4"' in forwards_plot.plot or "threshold" in forwards_plot.plot
-    assert "Speedup" in stats and "40 forwards" in stats and "τ = 1.00" in stats
+    assert trace["mars"]["tokens"] == trace["ar"]["tokens"] == trace["verified"]["tokens"] == 40
+    assert trace["departs_at"] == {"mars": None, "verified": None}
+    ar_html, mars_html, verified_html, forwards_plot, time_plot, stats, _ = outputs[-1]
+    assert ar_html.count("forward ") >= 40 and "done" in mars_html and "done" in verified_html
+    plot = json.loads(forwards_plot.plot)
+    assert forwards_plot.type == "plotly" and {d["name"] for d in plot["data"]} == {
+        "MARS τ", "MARS verified", "AR", "τ (MARS τ lane)"}
+    assert plot["layout"]["yaxis2"]["domain"][1] < plot["layout"]["yaxis"]["domain"][0]  # τ in its own panel
+    assert "same answer as AR, 1.00× fewer forwards" in stats and "40 forwards" in stats and "in force 1.00" in stats
+    assert "Measured on this shared CPU" in stats and "**" not in stats.split("Measured")[1]  # wall-clock: not bold
     times = trace["mars"]["times"]
     assert times == sorted(times) and trace["mars"]["seconds"] == pytest.approx(times[-1])
-    assert session["mars"] is None and session["ar"] is None
+    assert session["mars"] is None and session["ar"] is None and session["verified"] is None
+
+
+def test_a_departure_from_ar_is_said_and_marked():
+    """At a low τ the random tiny model's MARS answer leaves AR's: the headline says where, not a bold speedup,
+    and the MARS pane outlines that token; the verified lane keeps AR's answer."""
+    trace = final(outputs := list(race.race(PROMPT, 0.05, 4, 0.0, 40, False, race.new_session())))
+    k = trace["departs_at"]["mars"]
+    assert k is not None and trace["mars"]["ids"][:k] == trace["ar"]["ids"][:k]
+    assert trace["mars"]["ids"][k : k + 1] != trace["ar"]["ids"][k : k + 1]
+    assert trace["departs_at"]["verified"] is None and trace["verified"]["ids"] == trace["ar"]["ids"]
+    stats = part(outputs[-1], "stats")
+    assert f"departs from AR's answer at token {k + 1}" in stats and "same answer as AR" in stats
+    assert part(outputs[-1], "mars").count("outline:2px solid") == 1
+    assert "outline:2px solid" not in part(outputs[-1], "verified")
 
 
 def test_threshold_change_acts_on_the_running_generation():
@@ -68,11 +95,30 @@ def test_threshold_change_acts_on_the_running_generation():
     assert session["threshold"] == 0.05
 
 
-def test_bad_threshold_from_the_slider_is_ignored_with_a_warning():
+def test_bad_threshold_from_the_slider_is_refused_with_one_message():
+    import gradio as gr
+
     session = race.new_session()
-    with pytest.warns(UserWarning, match="Threshold"):
+    with pytest.raises(gr.Error, match="Threshold must be in") as refused:  # one message, no traceback logged
         race.set_threshold(1.7, session)
+    assert refused.value.print_exception is False
     assert session["threshold"] == 0.9
+    # the Run that follows with the same typed value says it in the stats line, without a second toast
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        outputs = list(race.race(PROMPT, 1.7, 4, 0.0, 8, False, session))
+    assert len(outputs) == 1 and final(outputs)["status"] == "error" and "got 1.7" in part(outputs[0], "stats")
+    with pytest.warns(UserWarning, match="got 1.7"):  # sent again, it is said again
+        list(race.race(PROMPT, 1.7, 4, 0.0, 8, False, session))
+
+
+def test_the_page_hands_typed_values_to_the_handlers():
+    """The browser clamps a typed value to the slider's range: the page script keeps what was typed, and the Run's
+    js step passes it on (so the server's check speaks). Checked in a browser in tests/studio/test_browser.py."""
+    page = inputs.page_js()
+    assert all(f'"{elem}"' in page for elem in inputs.WATCHED) and "marsTyped" in page
+    assert "delete typed[id]" in inputs.typed_js(["race-threshold"], True)
+    assert "delete typed[id]" not in inputs.typed_js(["race-threshold"], False)
 
 
 def test_adapt_to_load_lowers_the_threshold_in_force():
@@ -81,7 +127,8 @@ def test_adapt_to_load_lowers_the_threshold_in_force():
         outputs = list(race.race(PROMPT, 0.9, 4, 0.0, 12, True, session))
     expected = adaptive_threshold(0.9, 3)
     assert set(final(outputs)["mars"]["thresholds"]) == {expected}
-    assert f"τ = {expected:.2f}" in outputs[-1][4] and "adapting to load" in outputs[-1][4]
+    stats = part(outputs[-1], "stats")
+    assert f"τ in force {expected:.2f}" in stats and "adapting to load" in stats
 
 
 def test_adapt_switch_acts_mid_run():
@@ -140,15 +187,15 @@ def test_bad_input_yields_a_message_not_a_traceback(args, message):
     with pytest.warns(UserWarning):
         outputs = list(race.race(*args, False, race.new_session()))
     assert len(outputs) == 1
-    assert outputs[0][5]["status"] == "error"
-    assert message in outputs[0][4] and outputs[0][4].startswith("⚠")
+    assert part(outputs[0], "trace")["status"] == "error"
+    assert message in part(outputs[0], "stats") and part(outputs[0], "stats").startswith("⚠")
 
 
 def test_a_model_that_fails_to_load_gives_a_message(monkeypatch, tmp_path):
     monkeypatch.setattr(models, "CONFIG", models.AppConfig(model=str(tmp_path / "missing")))
     with pytest.warns(UserWarning):
         outputs = list(race.race(PROMPT, 0.9, 4, 0.0, 10, False, race.new_session()))
-    assert "Could not load model" in outputs[-1][4] and outputs[-1][5]["status"] == "error"
+    assert "Could not load model" in part(outputs[-1], "stats") and final(outputs)["status"] == "error"
     assert str(tmp_path / "missing") not in models.MODELS  # a failure is not cached: a retry tries again
 
 
@@ -190,12 +237,13 @@ def test_sessions_do_not_share_settings_or_text():
 
 def test_pane_html_escapes_and_colours_by_tokens_per_forward(tiny):
     run = race.Run("MARS", iter(()), tiny[1])
-    run.chunks = [(0, ["<script>"], [0.2]), (1, ["a", "b", "c"], [0.9, 0.95, 0.99])]
+    run.chunks = [(0, ["<script>"], [0.2], ""), (1, ["a", "b", "c"], [0.9, 0.95, 0.99], " · 2 of 3 drafts")]
     page = race.pane_html(run, "done")
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert race.count_colour(1) in page and race.count_colour(3) in page
     assert "dotted" in page  # confidence 0.2 < 0.5
-    assert "forward 1 · 3 tokens · confidence 0.95" in page
+    assert "forward 1 · 3 tokens · confidence 0.95 · 2 of 3 drafts" in page
+    assert "outline" not in page and race.pane_html(run, "done", depart=2).count("outline:2px solid") == 1
     colours = [c for _, c, _ in race.COUNT_COLOURS]
     assert [race.count_colour(n) for n in (1, 2, 3, 4, 5, 8, 9, 16)] == [
         colours[0], colours[1], colours[2], colours[3], colours[4], colours[4], colours[5], colours[5]]
@@ -272,7 +320,10 @@ def test_build_ui_wires_named_endpoints_and_a_queue():
     names = {d["api_name"] for d in demo.config["dependencies"]}
     assert {"race", "set_threshold", "set_adapt", "stop", "walkthrough", "sweep", "mask"} <= names
     race_dep = next(d for d in demo.config["dependencies"] if d["api_name"] == "race")
-    assert race_dep["id"] in [c for d in demo.config["dependencies"] for c in (d["cancels"] or [])]  # Stop cancels it
+    # Stop ends the race from inside (its controls), not through Gradio's cancel (which marks outputs as errors)
+    assert race_dep["id"] not in [c for d in demo.config["dependencies"] for c in (d["cancels"] or [])]
+    race_fn = next(f for f in demo.fns.values() if f.api_name == "race")
+    assert race_fn.concurrency_limit is None  # the race takes an app-wide slot itself (models.slots)
     assert demo._queue.default_concurrency_limit == models.CONFIG.concurrency
 
 
@@ -301,7 +352,7 @@ def test_main_honours_env_and_flags(monkeypatch):
     assert models.CONFIG == models.AppConfig(model="tiny", ar_model="tiny", concurrency=2)
     app.main(["--no-preload", "--port", "7123"])
     assert launched["server_port"] == 7123 and models.CONFIG.model is None
-    assert launched["css"] == app.CSS and launched["theme"] is app.THEME
+    assert launched["css"] == app.CSS and launched["theme"] is app.THEME and "marsTyped" in launched["js"]
 
 
 def test_default_model_note_reads_the_shipped_eval(tmp_path):

@@ -28,10 +28,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def save_tiny_model(folder: Path) -> Path:
+def save_tiny_model(folder: Path, **overrides) -> Path:
     """A tiny random Qwen2 with a mask token, saved in save_pretrained layout (what `--model` takes)."""
     tok = tiny_tokenizer(mask_token=True)
-    model = tiny_qwen2(len(tok), max_position_embeddings=1024)
+    model = tiny_qwen2(len(tok), max_position_embeddings=1024, **overrides)
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder
@@ -78,7 +78,7 @@ def launched_app(model: str | None, *args: str, timeout: float = 180.0) -> Itera
 @pytest.fixture(scope="module")
 def url(tmp_path_factory) -> Iterator[str]:
     folder = save_tiny_model(tmp_path_factory.mktemp("tiny_model"))
-    with launched_app(str(folder), "--concurrency", "4") as address:
+    with launched_app(str(folder), "--concurrency", "4", "--dtype", "fp32") as address:  # fp32: verified == AR
         yield address
 
 
@@ -87,6 +87,19 @@ def client(url):
     from gradio_client import Client
 
     return Client(url, verbose=False)
+
+
+OUT = ("ar", "mars", "verified", "forwards", "time", "stats", "trace")  # /race's outputs, in order
+
+
+def part(outputs, name: str):
+    return outputs[OUT.index(name)]
+
+
+def server_log(url: str) -> str:
+    """What `python app.py` printed so far (launched_app writes it next to the other temporary files)."""
+    port = url.rstrip("/").rsplit(":", 1)[1]
+    return (Path(os.environ.get("TMPDIR", "/tmp")) / f"mars_app_{port}.log").read_text()
 
 
 def race_args(prompt: str, threshold: float = 0.9, max_new_tokens: int = 48) -> tuple:
@@ -99,22 +112,22 @@ def test_api_lists_the_endpoints(client):
     assert {"/race", "/set_threshold", "/stop", "/walkthrough", "/sweep", "/mask"} <= names
 
 
-def test_race_streams_both_panes(client):
+def test_race_streams_every_lane(client):
     job = client.submit(*race_args("Count from one to ten", 0.9, 48), api_name="/race")
     final = job.result(timeout=120)
     updates = job.outputs()
     assert len(updates) >= 5
-    ar_lengths = [len(u[5]["ar"].get("counts", [])) for u in updates]
-    mars_lengths = [len(u[5]["mars"].get("counts", [])) for u in updates]
-    assert ar_lengths == sorted(ar_lengths) and len(set(ar_lengths)) >= 4  # AR grows over several updates
-    assert len(set(mars_lengths)) >= 4  # and so does MARS, at the same time
-    trace = final[5]
+    lengths = {k: [len(part(u, "trace")[k].get("counts", [])) for u in updates] for k in ("ar", "mars", "verified")}
+    assert lengths["ar"] == sorted(lengths["ar"]) and len(set(lengths["ar"])) >= 4  # AR grows over several updates
+    assert len(set(lengths["mars"])) >= 4 and len(set(lengths["verified"])) >= 4  # and so do the others, together
+    trace = part(final, "trace")
     assert trace["status"] == "done"
-    assert trace["ar"]["tokens"] == trace["mars"]["tokens"] == 48
+    assert trace["ar"]["tokens"] == trace["mars"]["tokens"] == trace["verified"]["tokens"] == 48
+    assert trace["verified"]["ids"] == trace["ar"]["ids"]  # fp32 tiny model: verified is AR's answer exactly
     assert set(trace["ar"]["counts"]) == {1}
-    assert final[2]["type"] == "plotly" and final[3]["type"] == "plotly"
-    assert "forward 0" in final[0] and "forward 0" in final[1]
-    assert "Speedup" in final[4]
+    assert part(final, "forwards")["type"] == "plotly" and part(final, "time")["type"] == "plotly"
+    assert all("forward 0" in part(final, k) for k in ("ar", "mars", "verified"))
+    assert "tokens/forward" in part(final, "stats") and "Speedup" not in part(final, "stats")
 
 
 def test_threshold_change_mid_stream_acts_on_the_next_forwards(client):
@@ -123,7 +136,7 @@ def test_threshold_change_mid_stream_acts_on_the_next_forwards(client):
     while len(job.outputs()) < 4 and time.monotonic() < deadline:
         time.sleep(0.01)
     client.predict(0.05, api_name="/set_threshold")  # same client = same session
-    trace = job.result(timeout=120)[5]
+    trace = part(job.result(timeout=120), "trace")
     taus, counts = trace["mars"]["thresholds"], trace["mars"]["counts"]
     changed = taus.index(0.05)
     assert changed >= 3 and set(taus[:changed]) == {1.0} and set(taus[changed:]) == {0.05}
@@ -139,31 +152,35 @@ def test_stop_ends_the_race(client):
         time.sleep(0.01)
     started = time.monotonic()
     client.predict(api_name="/stop")
-    with contextlib.suppress(Exception):  # a cancelled job may end with a CancelledError
-        job.result(timeout=30)
+    final = job.result(timeout=30)  # the race ends by itself: no cancellation, no error
     assert time.monotonic() - started < 15
-    last = job.outputs()[-1][5]
-    assert last["mars"]["tokens"] < 512
+    last = part(final, "trace")
+    assert last["status"] == "stopped" and 0 < last["mars"]["tokens"] < 512
+    assert "stopped" in part(final, "ar") and "forward 0" in part(final, "ar")  # what was generated stays
 
 
-def test_bad_input_gives_a_message_not_an_error(client):
-    final = client.predict(*race_args("   "), api_name="/race")
-    assert final[5]["status"] == "error" and "Empty prompt" in final[4]
-    from gradio_client.exceptions import AppError
-
-    with pytest.raises(AppError, match="greater than maximum value 512"):  # Gradio's own slider check: a message
-        client.predict("hi", 0.9, 4, 0.0, 100000, False, api_name="/race")
-    final = client.predict("hi", 0.9, 4, 0.0, 12.5, False, api_name="/race")  # within the slider, but not whole
-    assert final[5]["status"] == "error" and "whole number" in final[4]
-    final = client.predict("hi " * 1300, 0.9, 4, 0.0, 64, False, api_name="/race")
-    assert "prompt too long" in final[4].lower()
+@pytest.mark.parametrize("args, message", [
+    (("   ", 0.9, 4, 0.0, 48), "Empty prompt"),
+    (("hi", 0.9, 4, 0.0, 100000), "Max new tokens must be between 1 and 512"),  # beyond the slider: our message
+    (("hi", 1.5, 4, 0.0, 48), "Threshold must be in (0, 1]"),
+    (("hi", 0.9, 99, 0.0, 48), "Block size must be between 1 and 16"),
+    (("hi", 0.9, 4, -1, 48), "Temperature must be between 0 and 2"),
+    (("hi", 0.9, 4, 0.0, 12.5), "whole number"),  # within the slider, but not whole
+    (("hi " * 1300, 0.9, 4, 0.0, 64), "prompt too long"),
+])
+def test_bad_input_gives_one_message_no_run_no_traceback(client, url, args, message):
+    final = client.predict(*args, False, api_name="/race")
+    trace = part(final, "trace")
+    assert trace["status"] == "error" and message.lower() in part(final, "stats").lower()
+    assert trace["ar"] == trace["mars"] == {}  # nothing ran
+    assert "Traceback" not in server_log(url)  # a bad value is the user's input, not a server error
 
 
 def test_four_clients_at_once_get_what_they_get_alone(url):
     from gradio_client import Client
 
     def run(prompt: str) -> dict:
-        return Client(url, verbose=False).predict(*race_args(prompt, 0.3, 40), api_name="/race")[5]
+        return part(Client(url, verbose=False).predict(*race_args(prompt, 0.3, 40), api_name="/race"), "trace")
 
     alone = [run(p) for p in PROMPTS]
     with ThreadPoolExecutor(len(PROMPTS)) as pool:
@@ -181,8 +198,22 @@ def test_sessions_keep_their_own_threshold(url):
     changed, untouched = Client(url, verbose=False), Client(url, verbose=False)
     changed.predict(0.05, api_name="/set_threshold")
     job = untouched.submit(*race_args("hello", 1.0, 24), api_name="/race")
-    trace = job.result(timeout=60)[5]
+    trace = part(job.result(timeout=60), "trace")
     assert set(trace["mars"]["thresholds"]) == {1.0}
+
+
+def test_the_readme_snippet_sets_the_threshold_of_the_race_it_follows(url):
+    """Exactly as the README shows it: submit a race, then /set_threshold. gradio_client sends both at once, so the
+    server may see them in either order; the newest value (0.7) must win."""
+    from gradio_client import Client
+
+    for _ in range(3):
+        client = Client(url, verbose=False)
+        job = client.submit("List the days of the week.", 0.9, 4, 0.0, 128, False, api_name="/race")
+        client.predict(0.7, api_name="/set_threshold")  # same client = same session: acts on the running race
+        taus = [part(frame, "trace")["mars"].get("thresholds") for frame in job]
+        taus = [t for t in taus if t][-1]
+        assert taus[-1] == 0.7 and set(taus) <= {0.9, 0.7}
 
 
 def test_walkthrough_and_sweep_endpoints(client):
@@ -199,8 +230,8 @@ def test_a_model_that_fails_to_load_gives_a_message(tmp_path):
 
     with launched_app(str(tmp_path / "no_such_model"), "--no-preload") as address:
         final = Client(address, verbose=False).predict(*race_args("hello"), api_name="/race")
-    assert final[5]["status"] == "error"
-    assert "Could not load model" in final[4]
+    assert part(final, "trace")["status"] == "error"
+    assert "Could not load model" in part(final, "stats")
 
 
 def test_space_launcher_runs_the_root_app_and_refuses_arbitrary_models(tmp_path):

@@ -61,6 +61,14 @@ def set_number(driver, elem_id: str, value: str) -> None:
     box.send_keys(value, Keys.TAB)
 
 
+def visible_errors(driver) -> list[str]:
+    """Error badges or toasts Gradio shows on the page (the text of each visible one)."""
+    from selenium.webdriver.common.by import By
+
+    found = driver.find_elements(By.XPATH, "//*[normalize-space(text())='Error' or contains(@class, 'error')]")
+    return [e.text or e.get_attribute("class") for e in found if e.is_displayed()]
+
+
 def test_race_in_a_browser(driver, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
@@ -82,13 +90,13 @@ def test_race_in_a_browser(driver, tmp_path):
         driver.find_element(By.CSS_SELECTOR, "#race-run").click()
         wait.until(lambda d: "done" in d.find_element(By.ID, "race-stats").text)
         time.sleep(1.0)  # let the last chart update paint
-        ar = driver.find_element(By.ID, "ar-pane")
-        mars = driver.find_element(By.ID, "mars-pane")
-        assert ar.find_elements(By.CSS_SELECTOR, "span[title^='forward 0']")
-        assert mars.find_elements(By.CSS_SELECTOR, "span[title^='forward 0']")
+        panes = [driver.find_element(By.ID, f"{key}-pane") for key in ("ar", "mars", "verified")]
+        for pane in panes:
+            assert pane.find_elements(By.CSS_SELECTOR, "span[title^='forward 0']")
         plots = driver.find_elements(By.CSS_SELECTOR, "#forwards-plot .js-plotly-plot, #time-plot .js-plotly-plot")
         assert len(plots) == 2
-        for element in (ar, mars, plots[0]):
+        assert not visible_errors(driver)
+        for element in (*panes, plots[0]):
             assert element.is_displayed()
             assert element.rect["y"] + 40 < driver.get_window_size()["height"], "scrolled out of the screenshot"
         shot = tmp_path / "race.png"
@@ -99,3 +107,54 @@ def test_race_in_a_browser(driver, tmp_path):
             target.parent.mkdir(exist_ok=True)
             shutil.copyfile(shot, target)
             print(f"saved {target}")
+
+
+def start_race(driver, url: str, prompt: str, threshold: str, max_new: str, timeout: float = 120):
+    """Open the app, type a prompt and settings, press Run; return the page's WebDriverWait."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(url)
+    wait = WebDriverWait(driver, timeout)
+    box = wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "#race-prompt textarea")))
+    box.clear()
+    box.send_keys(prompt)
+    set_number(driver, "race-threshold", threshold)
+    set_number(driver, "race-max-new", max_new)
+    time.sleep(0.5)
+    driver.find_element(By.CSS_SELECTOR, "#race-run").click()
+    return wait
+
+
+def test_stop_in_a_browser_ends_the_race_cleanly(driver, tmp_path):
+    """Stop mid-race: no error badge anywhere, the status says stopped, the panes keep what was generated."""
+    from selenium.webdriver.common.by import By
+
+    slower = dict(hidden_size=256, intermediate_size=1024, num_hidden_layers=8, num_attention_heads=8)
+    with launched_app(str(save_tiny_model(tmp_path / "tiny", **slower))) as url:  # still racing when Stop comes
+        wait = start_race(driver, url, "Count from one to ten", "1", "512")
+        wait.until(lambda d: len(d.find_element(By.ID, "ar-pane").find_elements(By.CSS_SELECTOR, "span[title]")) > 20)
+        driver.find_element(By.CSS_SELECTOR, "#race-stop").click()
+        wait.until(lambda d: "stopped" in d.find_element(By.ID, "race-stats").text)
+        time.sleep(1.5)  # anything Gradio would still paint (badges on cancelled outputs) has painted by now
+        assert not visible_errors(driver)
+        kept = driver.find_element(By.ID, "ar-pane").find_elements(By.CSS_SELECTOR, "span[title]")
+        assert 20 < len(kept) < 512 and "stopped" in driver.find_element(By.ID, "ar-pane").text
+        plots = driver.find_elements(By.CSS_SELECTOR, "#forwards-plot .js-plotly-plot, #time-plot .js-plotly-plot")
+        assert len(plots) == 2
+
+
+def test_an_out_of_range_value_gives_one_message_and_no_run(driver, tmp_path):
+    """τ = 1.5 typed into the slider's box: one clear message, nothing decoded (no clamped run behind it)."""
+    from selenium.webdriver.common.by import By
+
+    with launched_app(str(save_tiny_model(tmp_path / "tiny"))) as url:
+        wait = start_race(driver, url, "Count from one to ten", "1.5", "32")
+        wait.until(lambda d: "Threshold must be in (0, 1]" in d.find_element(By.ID, "race-stats").text)
+        time.sleep(1.5)
+        for key in ("ar", "mars", "verified"):
+            assert not driver.find_element(By.ID, f"{key}-pane").find_elements(By.CSS_SELECTOR, "span[title]")
+        toasts = [e.text for e in driver.find_elements(By.CSS_SELECTOR, ".toast-body") if e.text]
+        assert len([x for x in toasts if "Threshold must be" in x]) <= 1
+        assert "greater than maximum" not in driver.page_source  # Gradio's own check no longer speaks first

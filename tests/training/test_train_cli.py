@@ -147,6 +147,27 @@ def test_lora_run_with_merge(workspace) -> None:
     assert not torch.allclose(merged_logits, base_logits, atol=1e-3)  # training changed the model
 
 
+def test_init_adapter_continues_an_adapter(workspace) -> None:
+    """--init_adapter starts the LoRA from a saved adapter: with a zero learning rate the saved adapter is the same
+    weights (rank, targets, the mask-token row), and a real run moves them."""
+    from safetensors.torch import load_file
+
+    first = workspace["root"] / "lora-first"
+    run(common(workspace, first) + ["--lora_r", "4", "--max_steps", "2", "--learning_rate", "1e-2",
+                                    "--per_device_train_batch_size", "2", "--save_strategy", "no"])
+    still = workspace["root"] / "lora-still"
+    run(common(workspace, still) + ["--init_adapter", str(first), "--max_steps", "1", "--learning_rate", "0",
+                                    "--per_device_train_batch_size", "2", "--save_strategy", "no"])
+    moved = workspace["root"] / "lora-moved"
+    run(common(workspace, moved) + ["--init_adapter", str(first), "--max_steps", "2", "--learning_rate", "1e-2",
+                                    "--per_device_train_batch_size", "2", "--save_strategy", "no"])
+    before, after, trained = (load_file(f / "adapter_model.safetensors") for f in (first, still, moved))
+    assert set(before) == set(after) == set(trained) and any("trainable_tokens" in k for k in before)
+    for key in before:
+        torch.testing.assert_close(after[key].float(), before[key].float())
+    assert any(not torch.allclose(trained[k].float(), before[k].float()) for k in before)
+
+
 ACCELERATE = [
     sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
     "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "mars_core.train",
