@@ -16,8 +16,8 @@ import gradio as gr
 import pandas as pd
 
 from mars_core.evaluation.prompts import prompt_categories, prompt_set
-from mars_core.evaluation.sweep import DEFAULT_THRESHOLDS, SWEEP_COLUMNS
-from studio import explorer, models, race, walkthrough
+from mars_core.evaluation.sweep import SWEEP_COLUMNS
+from studio import batch, explorer, models, race, walkthrough
 from studio.charts import plotly_data
 from studio.inputs import (
     MAX_BLOCK_SIZE,
@@ -38,7 +38,7 @@ try:  # Hugging Face ZeroGPU: a GPU per call when the `spaces` package is there;
 except ImportError:
     gpu = lambda fn: fn  # noqa: E731
 
-CSS = ".gradio-container {max-width: 1400px !important; margin: 0 auto}"
+CSS = ".gradio-container {max-width: 1400px !important; margin: 0 auto}" + race.PANE_CSS
 THEME = gr.themes.Soft(primary_hue="blue")
 
 
@@ -126,6 +126,32 @@ def build_ui() -> gr.Blocks:
             )
             with gr.Accordion("Per-forward data (JSON)", open=False):
                 data = gr.JSON(label="trace", show_label=False)
+        with gr.Tab("Batch"):
+            gr.Markdown(
+                "The paper's strategy for batches: the **block-level KV cache**. Generation is cut into blocks of B "
+                "aligned slots; a sample that filled its block waits for the slowest before the batch moves on. Every "
+                "prompt below is decoded in ONE batch, block-cached MARS against AR on the same batch, both streaming."
+            )
+            with gr.Row(equal_height=True):
+                batch_prompts = gr.Textbox("\n".join(batch.EXAMPLES), label="Prompts (4 to 8, one per line)", lines=7,
+                                           scale=5, max_length=batch.TEXT_CHARS, elem_id="batch-prompts")
+                with gr.Column(scale=1, min_width=140):
+                    batch_run = gr.Button("Run batch", variant="primary", elem_id="batch-run")
+                    batch_stop = gr.Button("Stop", variant="stop", elem_id="batch-stop")
+            with gr.Row():
+                batch_tau = unchecked(gr.Slider(0.05, 1.0, value=0.9, step=0.01, label="Threshold τ",
+                                                elem_id="batch-threshold"))
+                batch_block = unchecked(gr.Slider(1, MAX_BLOCK_SIZE, value=4, step=1, label="Block size B",
+                                                  elem_id="batch-block"))
+                batch_new = unchecked(gr.Slider(8, batch.MAX_NEW_TOKENS, value=64, step=8, label="Max new tokens",
+                                                elem_id="batch-max-new"))
+            batch_panes = gr.HTML(batch.panes_html(batch.EXAMPLES), label="batch", elem_id="batch-panes")
+            batch_stats = gr.Markdown("Press **Run batch**.", elem_id="batch-stats")
+            batch_plot = gr.Plot(plotly_data(batch.slots_figure([], [batch.row_label(i, p) for i, p in
+                                                                     enumerate(batch.EXAMPLES)], 4, [], [])),
+                                 label="block slots", show_label=False, elem_id="batch-plot")
+            with gr.Accordion("Per-forward data (JSON)", open=False):
+                batch_data = gr.JSON(label="trace", show_label=False)
         with gr.Tab("Walkthrough"):
             gr.Markdown("### Training: one forward over [noisy | clean]")
             with gr.Row():
@@ -138,9 +164,11 @@ def build_ui() -> gr.Blocks:
             with gr.Row(equal_height=True):
                 walk_prompt = gr.Textbox(walkthrough.DEFAULT_PROMPT, label="Prompt", scale=3,
                                          max_length=MAX_PROMPT_CHARS)
-                walk_tau = unchecked(gr.Slider(0.05, 1.0, value=0.9, step=0.01, label="Threshold τ"))
-                walk_block = unchecked(gr.Slider(1, 8, value=4, step=1, label="Block size B"))
-                walk_new = unchecked(gr.Slider(4, WALK_MAX_NEW_TOKENS, value=24, step=1, label="Max new tokens"))
+                walk_tau = unchecked(gr.Slider(0.05, 1.0, value=0.9, step=0.01, label="Threshold τ",
+                                                 elem_id="walk-threshold"))
+                walk_block = unchecked(gr.Slider(1, 8, value=4, step=1, label="Block size B", elem_id="walk-block"))
+                walk_new = unchecked(gr.Slider(4, WALK_MAX_NEW_TOKENS, value=24, step=1, label="Max new tokens",
+                                               elem_id="walk-max-new"))
             with gr.Row():
                 decode_button = gr.Button("Decode", variant="primary")
                 prev_button = gr.Button("◀ Previous forward")
@@ -151,24 +179,30 @@ def build_ui() -> gr.Blocks:
             gr.Markdown(
                 "Decode the held-out prompts (never trained on; the built-in set when the data is absent) at "
                 "several thresholds, greedy, one prompt at a time. Quality is agreement with the τ = 1 answer: "
-                "the shared-prefix fraction of tokens (1 = the same answer)."
+                "the shared-prefix fraction of tokens (1 = the same answer). In verified mode the threshold only "
+                "chooses which drafts are checked: quality stays 1 and tokens per forward moves."
             )
             with gr.Row():
-                sweep_taus = gr.Textbox(", ".join(f"{t:g}" for t in DEFAULT_THRESHOLDS), label="Thresholds")
-                sweep_block = unchecked(gr.Slider(1, MAX_BLOCK_SIZE, value=4, step=1, label="Block size B"))
-                sweep_new = unchecked(gr.Slider(8, SWEEP_MAX_NEW_TOKENS, value=48, step=8, label="Max new tokens"))
+                sweep_mode = gr.Radio(list(explorer.MODES), value="threshold mode", label="Mode", scale=1)
+                sweep_taus = gr.Textbox("1, 0.9, 0.7, 0.5", label="Thresholds", scale=2)
+                sweep_block = unchecked(gr.Slider(1, MAX_BLOCK_SIZE, value=4, step=1, label="Block size B",
+                                                  elem_id="sweep-block"))
+                sweep_new = unchecked(gr.Slider(8, SWEEP_MAX_NEW_TOKENS, value=48, step=8, label="Max new tokens",
+                                                elem_id="sweep-max-new"))
             cats, pool = prompt_categories(), len(prompt_set())
             with gr.Row():
                 sweep_cats = gr.CheckboxGroup(cats, value=cats, label="Prompt categories", scale=3)
-                sweep_limit = gr.Slider(1, pool, value=min(18, pool), step=1, scale=1,
-                                        label="Prompts (taken round-robin over the categories)")
-            sweep_button = gr.Button("Run sweep", variant="primary")
-            sweep_status = gr.Markdown(label="status")
+                sweep_limit = unchecked(gr.Slider(1, pool, value=min(9, pool), step=1, scale=1, elem_id="sweep-limit",
+                                                  label="Prompts (taken round-robin over the categories)"))
+            sweep_plan = gr.Markdown(elem_id="sweep-plan")
+            sweep_button = gr.Button("Run sweep", variant="primary", elem_id="sweep-run")
+            sweep_status = gr.Markdown(label="status", elem_id="sweep-status")
             pareto = gr.Plot(label="pareto", show_label=False)
             table = gr.Dataframe(pd.DataFrame(columns=list(SWEEP_COLUMNS)), label="Results", interactive=False)
             csv_file = gr.File(label="CSV")
 
         outputs = [*panes, forwards_plot, time_plot, stats, data]
+        demo.load(race.example_outputs, None, outputs, api_visibility="undocumented", show_progress="hidden")
         # No Gradio concurrency limit: the race takes an app-wide generation slot itself (models.slots), so it
         # exists from the moment it is submitted, and a /set_threshold sent with it is not lost.
         race_inputs = [prompt, threshold, block, temperature, max_new, adapt, session]
@@ -180,15 +214,25 @@ def build_ui() -> gr.Blocks:
         threshold.change(race.set_threshold, [threshold, session], None, api_name="set_threshold",
                          js=typed_js([threshold.elem_id], False), **quick)
         adapt.change(race.set_adapt, [adapt, session], None, api_name="set_adapt", **quick)
+        batch_inputs = [batch_prompts, batch_tau, batch_block, batch_new, session]
+        batch_run.click(gpu(batch.batch_race), batch_inputs, [batch_panes, batch_plot, batch_stats, batch_data],
+                        api_name="batch", show_progress="minimal", concurrency_limit=None,
+                        js=typed_js([None, *(s.elem_id for s in batch_inputs[1:4])], True))
+        batch_stop.click(batch.stop_batch, session, None, api_name="stop_batch", **quick)
         gr.on([mask_n.change, mask_b.change], walkthrough.mask_figure, [mask_n, mask_b], mask_plot, api_name="mask",
               show_progress="hidden")
         decode_button.click(gpu(walkthrough.walk_decode), [walk_prompt, walk_tau, walk_block, walk_new],
-                            [walk_view, walk], api_name="walkthrough")
+                            [walk_view, walk], api_name="walkthrough",
+                            js=typed_js([None, "walk-threshold", "walk-block", "walk-max-new"], True))
         hidden = dict(api_visibility="undocumented", **quick)
         prev_button.click(lambda w: walkthrough.walk_move(w, -1), walk, [walk_view, walk], **hidden)
         next_button.click(lambda w: walkthrough.walk_move(w, 1), walk, [walk_view, walk], **hidden)
-        sweep_button.click(gpu(explorer.run_sweep), [sweep_taus, sweep_block, sweep_new, sweep_cats, sweep_limit],
-                           [pareto, table, csv_file, sweep_status], api_name="sweep", show_progress_on=pareto)
+        sweep_inputs = [sweep_taus, sweep_block, sweep_new, sweep_cats, sweep_limit, sweep_mode]
+        sweep_button.click(gpu(explorer.run_sweep), sweep_inputs, [pareto, table, csv_file, sweep_status],
+                           api_name="sweep", show_progress_on=pareto,
+                           js=typed_js([None, "sweep-block", "sweep-max-new", None, "sweep-limit"], True))
+        gr.on([c.change for c in sweep_inputs] + [demo.load], explorer.plan, sweep_inputs, sweep_plan,
+              api_visibility="undocumented", show_progress="hidden", queue=False)
     demo.queue(default_concurrency_limit=models.CONFIG.concurrency, max_size=64)
     return demo
 
@@ -217,6 +261,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, default=int(os.environ.get("MARS_CONCURRENCY", "4")),
                         help="generations served at once (the queue holds the rest)")
     parser.add_argument("--no-preload", action="store_true", help="load the models on the first request only")
+    parser.add_argument("--record-example", action="store_true",
+                        help="race the default prompt and save it (assets/race_example.json) as the page's first "
+                             "content, then exit")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     for name in (args.model, args.ar_model):
@@ -229,6 +276,9 @@ def main(argv: list[str] | None = None) -> None:
     models.CONFIG = models.AppConfig(model=args.model or None, ar_model=args.ar_model or None,
                                      concurrency=args.concurrency,
                                      dtype=None if args.dtype in (None, "auto") else args.dtype)
+    if args.record_example:
+        print(f"recorded {race.record_example()}")
+        return
     if not args.no_preload:
         threading.Thread(target=preload, name="preload", daemon=True).start()
     build_ui().launch(server_name=args.host, server_port=args.port, theme=THEME, css=CSS, js=page_js())

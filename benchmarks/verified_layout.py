@@ -2,7 +2,8 @@
 group floors, and the speed over one-token decoding that a measured cost curve t(width)/t(1) predicts.
 
     python benchmarks/verified_layout.py [--limit 27] [--max-new-tokens 96] [--thresholds 0.05,0.2,0.5]
-                                         [--floors 0,0.05,0.1,0.2] [--block-size 4] [--split heldout]
+                                         [--floors 0,0.05,0.1,0.2] [--lookups 0,7] [--odds 0.6] [--block-size 4]
+                                         [--split heldout] [--slope 0.02]
 
 Tokens per forward and widths are deterministic (greedy); the cost curve is timed on this machine first
 (mars_core.evaluation.bench.forward_seconds, batch 1, explicit mask), so run it on a quiet machine. The predicted
@@ -63,6 +64,8 @@ def main() -> None:
     p.add_argument("--block-size", type=int, default=4)
     p.add_argument("--thresholds", default="0.01,0.1,0.2,0.3,0.5,0.7")
     p.add_argument("--floors", default="0,0.05,0.1,0.2,0.3")
+    p.add_argument("--lookups", default=str(verified.LOOKUP_DRAFTS), help="prompt-lookup chain lengths (0: none)")
+    p.add_argument("--odds", default=str(verified.LOOKUP_ODDS), help="a lookup draft's assumed odds")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--slope", type=float, default=None,
                    help="skip the timing: t(w)/t(1) = 1 + slope * (w - 1) (on a busy machine)")
@@ -77,16 +80,16 @@ def main() -> None:
         curve = {w: 1 + args.slope * (w - 1) for w in range(1, widest + 1)}
     print(f"{model.dtype}, {torch.get_num_threads()} threads; t(w)/t(1): "
           + " ".join(f"{w}:{c:.2f}" for w, c in curve.items()))
-    print(f"{'τ':>5} {'floor':>6} {'tok/fwd':>8} {'width':>6} {'cost':>6} {'predicted':>10}")
-    for t in (float(x) for x in args.thresholds.split(",")):
-        for floor in (float(x) for x in args.floors.split(",")):
-            verified.GROUP_FLOOR = floor
-            tokens, forwards, widths = decode_widths(model, tokenizer, prompts, args.block_size, t,
-                                                     args.max_new_tokens)
-            cost = statistics.mean(curve[w] for w in widths)
-            tpf = tokens / forwards
-            print(f"{t:>5g} {floor:>6g} {tpf:>8.2f} {statistics.mean(widths):>6.1f} {cost:>6.2f} {tpf / cost:>10.2f}",
-                  flush=True)
+    print(f"{'look':>4} {'odds':>5} {'τ':>5} {'floor':>6} {'tok/fwd':>8} {'width':>6} {'cost':>6} {'predicted':>10}")
+    grid = [(int(look), float(odds), float(t), float(floor)) for look in args.lookups.split(",")
+            for odds in args.odds.split(",") for t in args.thresholds.split(",") for floor in args.floors.split(",")]
+    for look, odds, t, floor in grid:
+        verified.LOOKUP_DRAFTS, verified.LOOKUP_ODDS, verified.GROUP_FLOOR = look, odds, floor
+        tokens, forwards, widths = decode_widths(model, tokenizer, prompts, args.block_size, t, args.max_new_tokens)
+        cost = statistics.mean(curve.get(w, 1 + (w - 1) * (curve[widest] - 1) / (widest - 1)) for w in widths)
+        tpf = tokens / forwards
+        print(f"{look:>4} {odds:>5g} {t:>5g} {floor:>6g} {tpf:>8.2f} {statistics.mean(widths):>6.1f} {cost:>6.2f} "
+              f"{tpf / cost:>10.2f}", flush=True)
 
 
 if __name__ == "__main__":

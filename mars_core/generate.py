@@ -19,7 +19,7 @@ STRATEGIES = ("ar", "sliding", "block", "verified")
 DECODERS = {"ar": sliding_decode, "sliding": sliding_decode, "block": block_decode, "verified": verified_decode}
 # threshold=None means: accept mask predictions at confidence >= 0.9 (sliding, block); for verified, the drafts
 # worth checking (it never changes the answer there; the default is measured, see the README's speed section)
-DEFAULT_THRESHOLDS = {"ar": 1.0, "sliding": 0.9, "block": 0.9, "verified": 0.5}
+DEFAULT_THRESHOLDS = {"ar": 1.0, "sliding": 0.9, "block": 0.9, "verified": 0.3}
 Message = dict[str, str]
 Prompts = str | Sequence[str] | Sequence[Message] | Sequence[Sequence[Message]]
 

@@ -20,8 +20,8 @@ def chart_layout(title: str, x: str, y: str, **extra: Any) -> dict:
     top right, where a legend would hide under it)."""
     axis = dict(gridcolor="#eef2f7", zerolinecolor="#cbd5e1")
     return {
-        "title": {"text": title, "x": 0.02, "font": {"size": 14}}, "height": 320,
-        "margin": {"l": 50, "r": 20, "t": 40, "b": 70}, "plot_bgcolor": "#ffffff", "paper_bgcolor": "#ffffff",
-        "legend": {"orientation": "h", "y": -0.22, "x": 0, "xanchor": "left", "yanchor": "top"},
+        "title": {"text": title, "x": 0.02, "font": {"size": 14}}, "height": 340,
+        "margin": {"l": 50, "r": 20, "t": 40, "b": 95}, "plot_bgcolor": "#ffffff", "paper_bgcolor": "#ffffff",
+        "legend": {"orientation": "h", "y": -0.3, "x": 0, "xanchor": "left", "yanchor": "top"},
         "xaxis": {**axis, "title": {"text": x}}, "yaxis": {**axis, "title": {"text": y}}, **extra,
     }

@@ -37,7 +37,7 @@ def parse_thresholds(text: str) -> list[float]:
     return values
 
 
-def pareto_figure(rows: list[dict]) -> go.Figure:
+def pareto_figure(rows: list[dict], mode: str = "threshold mode") -> go.Figure:
     """Tokens per forward against quality, one point per threshold, the Pareto front joined."""
     xs, ys = [r["tokens_per_forward"] for r in rows], [r["quality"] for r in rows]
     front = sorted((r for r in rows if not any(
@@ -49,27 +49,64 @@ def pareto_figure(rows: list[dict]) -> go.Figure:
                     name="Pareto front", line=dict(color=MARS_COLOUR, width=2))
     fig.add_scatter(x=xs, y=ys, mode="markers+text", name="threshold", text=[f"τ={r['threshold']:g}" for r in rows],
                     textposition="top center", marker=dict(size=10, color=TAU_COLOUR))
-    layout = chart_layout("Tokens per forward against quality (agreement with τ = 1)", "tokens per forward", "quality")
+    layout = chart_layout(f"{mode}: tokens per forward against quality (agreement with τ = 1)", "tokens per forward",
+                          "quality")
     layout["yaxis"]["range"] = [min(ys) - 0.05, 1.08]
     fig.update_layout(**{**layout, "height": 380})
     return fig
 
 
+MODES = {"threshold mode": "sliding", "verified": "verified"}  # what the explorer sweeps -> mars_core strategy
+
+
+def chosen(thresholds: str, block_size: Any, max_new_tokens: Any, categories: list[str] | None, limit: Any,
+           mode: str) -> tuple[list[float], int, int, list[dict], str]:
+    """The validated sweep settings: thresholds, B, max new tokens, the prompts, the strategy (a ValueError else)."""
+    values = parse_thresholds(thresholds)
+    _, _, block, _, new = check_inputs("sweep", 1.0, block_size, 0.0, max_new_tokens, cap=SWEEP_MAX_NEW_TOKENS)
+    if mode not in MODES:
+        raise ValueError(f"Mode must be one of {', '.join(MODES)}, got {mode!r}.")
+    prompts = prompts_in(list(categories or []), limit=integer(limit, "number of prompts"))
+    if not prompts:
+        raise ValueError("Pick at least one prompt category.")
+    return values, block, new, prompts, MODES[mode]
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def plan(thresholds: str, block_size: Any, max_new_tokens: Any, categories: list[str] | None, limit: Any,
+         mode: str = "threshold mode") -> str:
+    """What a sweep with these settings will decode, and an upper bound on how long it takes, before it starts."""
+    try:
+        values, block, new, prompts, _ = chosen(thresholds, block_size, max_new_tokens, categories, limit, mode)
+    except ValueError as err:
+        return f"⚠ {err}"
+    runs = len(set(values) | {1.0})  # the τ = 1 answers are decoded too: quality is agreement with them
+    forwards = len(prompts) * runs * new  # at most: every answer to max new tokens, one token per forward
+    listing = "\n".join(f"{i + 1}. *{p['category']}*: {p['prompt'][:90]}" for i, p in enumerate(prompts))
+    seconds = models.forward_seconds(models.CONFIG.model)
+    when = (f"one forward takes about {1000 * seconds:.0f} ms here (measured now), so **at most about "
+            f"{forwards * seconds / 60:.1f} min**" if seconds else "the model is not loaded yet (the first "
+            "run loads it, about 25 s for the default model)")
+    return (f"**{plural(len(prompts), 'prompt')} × {plural(runs, 'decoding')} (τ = 1 included) = "
+            f"{len(prompts) * runs} answers** of up to {new} tokens: at most {forwards:,} forwards; {when}. "
+            "Answers that end early and forwards that commit several tokens make it shorter.\n\n" + listing)
+
+
 def run_sweep(
-    thresholds: str, block_size: int, max_new_tokens: int, categories: list[str], limit: int = 18,
-    progress: Any = gr.Progress(),
+    thresholds: str, block_size: int, max_new_tokens: int, categories: list[str], limit: int = 9,
+    mode: str = "threshold mode", progress: Any = gr.Progress(),
 ) -> tuple[Any, pd.DataFrame | None, str | None, str]:
     """Sweep the thresholds over the first `limit` prompts of the chosen categories: chart, table, CSV, status."""
     try:
-        values = parse_thresholds(thresholds)
-        _, _, block, _, new = check_inputs("sweep", 1.0, block_size, 0.0, max_new_tokens, cap=SWEEP_MAX_NEW_TOKENS)
-        prompts = prompts_in(list(categories or []), limit=integer(limit, "number of prompts"))
-        if not prompts:
-            raise ValueError("Pick at least one prompt category.")
+        values, block, new, prompts, strategy = chosen(thresholds, block_size, max_new_tokens, categories, limit,
+                                                       mode)
         model, tok = models.get_model(models.CONFIG.model)
-        with models.TRACKER:
+        with models.slots(), models.TRACKER:
             rows = threshold_sweep(model, tok, prompts, values, block_size=block, max_new_tokens=new,
-                                   progress=progress)
+                                   strategy=strategy, progress=progress)
     except ValueError as err:
         return None, None, None, warn(str(err))
     except Exception as err:
@@ -81,5 +118,6 @@ def run_sweep(
         writer.writeheader()
         writer.writerows(rows)
     table = pd.DataFrame(rows, columns=list(SWEEP_COLUMNS)).round(3)
-    status = f"Swept {len(rows)} thresholds over {len(prompts)} prompts (B = {block}, up to {new} new tokens)."
-    return pareto_figure(rows), table, path, status
+    status = (f"Swept {plural(len(rows), 'threshold')} over {plural(len(prompts), 'prompt')} in {mode} (B = {block}, "
+              f"up to {new} new tokens).")
+    return pareto_figure(rows, mode), table, path, status

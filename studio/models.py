@@ -69,6 +69,37 @@ def get_model(name: str | None) -> tuple[Any, Any]:
     return MODELS[key]
 
 
+_FORWARD: dict[str, float] = {}
+
+
+def forward_seconds(name: str | None) -> float | None:
+    """How long one cached one-token forward of a loaded model takes here (timed once, median of 5); None when the
+    model is not loaded yet (an estimate must not load it)."""
+    key = name or "default"
+    if key not in MODELS:
+        return None
+    if key not in _FORWARD:
+        import statistics
+        import time
+
+        import torch
+        from transformers import DynamicCache
+
+        model, tokenizer = MODELS[key]
+        ids = torch.tensor([tokenizer("How long does one forward take?")["input_ids"]], device=model.device)
+        times = []
+        with torch.inference_mode():
+            cache = DynamicCache(config=model.config)
+            model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            for _ in range(5):
+                start = time.perf_counter()
+                model(input_ids=ids[:, -1:], past_key_values=cache, use_cache=True, logits_to_keep=1)
+                times.append(time.perf_counter() - start)
+                cache.crop(-1)
+        _FORWARD[key] = statistics.median(times)
+    return _FORWARD[key]
+
+
 def model_label(name: str | None) -> str:
     """How the UI names a model."""
     return f"`{name}`" if name else "the embedded default (SmolLM2-135M-Instruct)"

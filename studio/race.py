@@ -7,12 +7,16 @@ shared CPU and is labelled so: each lane is timed by its own forwards only, the 
 
 from __future__ import annotations
 
+import dataclasses
 import html
+import json
 import logging
 import math
+import platform
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -43,7 +47,11 @@ DEFAULT_PROMPT = EXAMPLES[0][0]
 SLIDERS = {"threshold": (0.05, 1.0, 0.01, 0.9), "block size": (1, MAX_BLOCK_SIZE, 1, 4),
            "temperature": (0.0, MAX_TEMPERATURE, 0.05, 0.0), "max new tokens": (8, MAX_NEW_TOKENS, 8, 96)}
 FRAME_SECONDS = 0.25  # at most one update of the page per this much time (and the last): a browser re-drawing
-# three panes and two charts after every forward of a fast model falls behind and stops answering clicks
+# three panes and two charts after every forward of a fast model falls behind and stops answering clicks. The
+# interval grows with the text on screen (FRAME_SECONDS more per FRAME_TOKENS tokens), the charts come every
+# CHART_SECONDS: a long race on a busy machine stays responsive (Stop answers).
+FRAME_TOKENS = 400
+CHART_SECONDS = 1.0
 RECENT_SECONDS = 2.0  # a /set_threshold this close before a race starts was sent with it (clients send concurrently)
 # Background of a forward's tokens by how many tokens that forward committed: (most tokens, colour, legend).
 COUNT_COLOURS = (
@@ -51,6 +59,7 @@ COUNT_COLOURS = (
     (8, "#c4b5fd", "5–8"), (10**9, "#f9a8d4", "9+"),
 )
 PANE = dict(min_height=300, max_height=300, autoscroll=True)  # every pane the same fixed height, following the text
+EXAMPLE_FILE = Path(__file__).resolve().parents[1] / "assets" / "race_example.json"  # python app.py --record-example
 
 
 def new_session() -> dict:
@@ -165,6 +174,20 @@ def count_colour(count: int) -> str:
     return next(colour for most, colour, _ in COUNT_COLOURS if count <= most)
 
 
+def count_class(count: int) -> str:
+    """The CSS class of that colour (PANE_CSS): a class per token keeps a long answer's HTML small."""
+    return f"n{next(i for i, (most, _, _) in enumerate(COUNT_COLOURS) if count <= most)}"
+
+
+PANE_CSS = (  # the panes' token styles, in the page's CSS once instead of inline on every token
+    ".mars-pane .tk{padding:2px 0;box-decoration-break:clone;-webkit-box-decoration-break:clone}"
+    ".mars-pane .fs{border-top-left-radius:4px;border-bottom-left-radius:4px;margin-left:2px}"
+    ".mars-pane .ls{border-top-right-radius:4px;border-bottom-right-radius:4px}"
+    ".mars-pane .dep{outline:2px solid #dc2626}.mars-pane .low{border-bottom:2px dotted #dc2626}"
+    + "".join(f".mars-pane .n{i}{{background:{colour}}}" for i, (_, colour, _) in enumerate(COUNT_COLOURS))
+)
+
+
 def legend_html() -> str:
     """The colour legend shown above the panes."""
     chip = "display:inline-block;padding:1px 8px;margin:0 3px;border-radius:4px"
@@ -182,28 +205,25 @@ def pane_html(run: Run | None, status: str = "", depart: int | None = None) -> s
     first that differs from AR's) outlined in red."""
     spans, index = [], 0
     for forward, pieces, conf, note in run.chunks if run else []:
-        colour, n = count_colour(len(conf)), len(conf)
+        n = len(conf)
         for k, piece in enumerate(pieces):
             c = conf[k] if len(pieces) == n else min(conf)
             tip = f"forward {forward} · {n} token{'s' * (n > 1)} · confidence {c:.2f}{note}"
-            left = "border-top-left-radius:4px;border-bottom-left-radius:4px;margin-left:2px;" if k == 0 else ""
-            right = "border-top-right-radius:4px;border-bottom-right-radius:4px;" if k == len(pieces) - 1 else ""
             span = index if len(pieces) == n else None  # a merged multi-byte piece spans several tokens
             first = depart is not None and (span == depart or (span is None and index <= depart < index + n))
-            mark = "outline:2px solid #dc2626;" if first else ""
-            mark += "border-bottom:2px dotted #dc2626;" if c < 0.5 else ""
             if first:
                 tip = f"first token where this answer departs from AR's · {tip}"
-            spans.append(
-                f'<span title="{html.escape(tip)}" style="background:{colour};{left}{right}{mark}padding:2px 0;'
-                f'box-decoration-break:clone">{html.escape(piece)}</span>'
-            )
+            classes = ["tk", count_class(n), "fs" * (k == 0), "ls" * (k == len(pieces) - 1), "dep" * first,
+                       "low" * (c < 0.5)]
+            spans.append(f'<span class="{" ".join(c for c in classes if c)}" title="{html.escape(tip)}">'
+                         f"{html.escape(piece)}</span>")
             index += 1 if len(pieces) == n else n
     body = "".join(spans) or '<span style="color:#94a3b8">(the text streams here)</span>'
     foot = f'<div style="margin-top:8px;color:#64748b;font-size:0.85em">{html.escape(status)}</div>' if status else ""
     return (
-        '<div style="white-space:pre-wrap;line-height:2;font-size:15px;min-height:280px;padding:10px 12px;'
-        f'border:1px solid #e2e8f0;border-radius:8px;background:#fff;color:#0f172a">{body}{foot}</div>'
+        '<div class="mars-pane" style="white-space:pre-wrap;line-height:2;font-size:15px;min-height:280px;'
+        'padding:10px 12px;border:1px solid #e2e8f0;border-radius:8px;background:#fff;color:#0f172a">'
+        f"{body}{foot}</div>"
     )
 
 
@@ -299,16 +319,17 @@ def trace(runs: dict[str, Run | None], status: str, message: str = "") -> dict:
 
 
 def frame(runs: dict[str, Run | None], session: dict, block_size: int, status: str, done: bool = False,
-          dtype: str = "bfloat16") -> tuple:
-    """One update of every output: the three panes, both charts, the stats and the trace."""
+          dtype: str = "bfloat16", charts: bool = True) -> tuple:
+    """One update of every output: the three panes, both charts (or gr.skip(): left as they are), stats, trace."""
     ar = runs["ar"]
     panes = []
     for key in LANES:
         run = runs[key]
         depart = departure(ar.ids, run.ids, done) if key != "ar" else None
         panes.append(pane_html(run, f"{status} · {sum(run.counts)} tokens in {len(run.counts)} forwards", depart))
-    return (*panes, plotly_data(forwards_figure(runs, block_size)), plotly_data(time_figure(runs)),
-            stats_markdown(runs, session, block_size, status, done, dtype), trace(runs, status))
+    figures = ((plotly_data(forwards_figure(runs, block_size)), plotly_data(time_figure(runs))) if charts
+               else (gr.skip(), gr.skip()))
+    return (*panes, *figures, stats_markdown(runs, session, block_size, status, done, dtype), trace(runs, status))
 
 
 def placeholder(status: str, message: str = "") -> tuple:
@@ -357,8 +378,9 @@ def race(
             session.update(ar=None, mars=None, verified=None)
 
 
-def _race(prompt: str, block: int, new: int, controls: dict, session: dict) -> Iterator[tuple]:
-    """The race itself, inside a generation slot."""
+def _race(prompt: str, block: int, new: int, controls: dict, session: dict,
+          keep: dict | None = None) -> Iterator[tuple]:
+    """The race itself, inside a generation slot (`keep` receives the lanes, for recording)."""
     config = models.CONFIG
     if not all((name or "default") in models.MODELS for name in (config.model, config.ar_model or config.model)):
         yield placeholder("loading", "Loading the model (the first load of the default model takes about 25 s)…")
@@ -373,7 +395,9 @@ def _race(prompt: str, block: int, new: int, controls: dict, session: dict) -> I
             "verified": Run("MARS verified", stream(model, tokenizer, prompt, strategy="verified", block_size=block,
                                                     max_new_tokens=new, control=controls["verified"]), tokenizer),
         }
-        shown = 0.0  # when the page was last updated
+        if keep is not None:
+            keep.update(runs, dtype=str(model.dtype).removeprefix("torch."))
+        shown = charted = 0.0  # when the page, and its charts, were last updated
         with models.TRACKER:
             while not all(r.finished for r in runs.values()):
                 for key, run in runs.items():
@@ -384,12 +408,54 @@ def _race(prompt: str, block: int, new: int, controls: dict, session: dict) -> I
                 stopped = any(c.stopped for c in controls.values())
                 finished = all(r.finished for r in runs.values())
                 status = "stopped" if stopped else ("done" if finished else "running")
-                if finished or time.monotonic() - shown >= FRAME_SECONDS:
-                    shown = time.monotonic()
+                now, tokens = time.monotonic(), sum(len(r.ids) for r in runs.values())
+                if finished or now - shown >= FRAME_SECONDS * (1 + tokens / FRAME_TOKENS):
+                    charts = finished or now - charted >= CHART_SECONDS
+                    shown, charted = now, now if charts else charted
                     yield frame(runs, session, block, status, finished and not stopped,
-                                str(model.dtype).removeprefix("torch."))
+                                str(model.dtype).removeprefix("torch."), charts)
     except ValueError as err:  # mars_core's checks (prompt too long for the context, no mask token, …), loading
         yield failure(str(err))
     except Exception as err:  # never a traceback in the UI; the server log has it
         log.exception("race failed")
         yield failure(f"Generation failed: {type(err).__name__}: {err}")
+
+
+# ----------------------------------------------------------------------------- the recorded example
+
+
+LANE_STATE = [f.name for f in dataclasses.fields(Run) if f.name not in ("name", "events", "tokenizer")]
+
+
+def record_example(path: Path = EXAMPLE_FILE) -> Path:
+    """Race the default prompt with the served model at the default settings and save every lane: what the page
+    shows before a visitor presses Run (labelled as recorded, with when and where)."""
+    session, keep = new_session(), {}
+    tau, block, temperature, new = (SLIDERS[k][3] for k in ("threshold", "block size", "temperature",
+                                                           "max new tokens"))
+    session["threshold"] = tau
+    controls = {"ar": DecodeControl(threshold=1.0), "mars": DecodeControl(threshold=tau),
+                "verified": DecodeControl(threshold=DEFAULT_THRESHOLDS["verified"])}
+    for _ in _race(DEFAULT_PROMPT, block, new, controls, session, keep):
+        pass
+    lanes = {key: {name: getattr(keep[key], name) for name in LANE_STATE} for key in LANES}
+    record = {"prompt": DEFAULT_PROMPT, "threshold": tau, "block_size": block, "max_new_tokens": new,
+              "model": models.model_label(models.CONFIG.model), "dtype": keep["dtype"],
+              "machine": f"{platform.machine()} CPU" if keep["dtype"] else "", "recorded": time.strftime("%Y-%m-%d"),
+              "lanes": lanes}
+    path.write_text(json.dumps(record, ensure_ascii=False))
+    return path
+
+
+def example_outputs(path: Path = EXAMPLE_FILE) -> tuple:
+    """The recorded race as the page's first content (the default model only: a recording of another model would
+    not be true of the one served), else empty axes."""
+    if models.CONFIG.model is not None or not path.is_file():
+        return placeholder("ready", "Press Run: the three lanes stream at the same time.")
+    record = json.loads(path.read_text())
+    runs = {key: Run(LANE_NAMES[key], iter(()), None, **{k: (v if k != "chunks" else [tuple(c) for c in v])
+                                                       for k, v in lane.items()})
+            for key, lane in record["lanes"].items()}
+    session = {**new_session(), "threshold": record["threshold"]}
+    status = (f"recorded on {record['recorded']} ({record['machine']}, {record['dtype']}): press Run to race live")
+    return frame(runs, session, record["block_size"], status, True, record["dtype"])

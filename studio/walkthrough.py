@@ -102,7 +102,7 @@ def walk_decode(prompt: str, threshold: float, block_size: int, max_new_tokens: 
         model, tok = models.get_model(models.CONFIG.model)
         fed = encode_prompt(tok, prompt)
         steps, context = [], ""
-        with models.TRACKER:
+        with models.slots(), models.TRACKER:
             for event in stream(model, tok, prompt, strategy="sliding", block_size=block, max_new_tokens=new,
                                 threshold=tau):
                 steps.append({

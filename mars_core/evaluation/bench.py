@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from ..attention import as_model_mask
 from ..decoding.cache import cache_mask, new_cache
-from ..generate import encode_prompt, generate, stop_token_ids
+from ..generate import DEFAULT_THRESHOLDS, encode_prompt, generate, stop_token_ids
 from .prompts import load_split, prompt_set
 from .tasks import OPEN, PREDICTABLE
 
@@ -97,7 +97,7 @@ def _ours(strategy: str, block_size: int, threshold: float) -> Runner:
     return run
 
 
-def configurations(methods, block_sizes, thresholds, verified_thresholds=(0.5,)):
+def configurations(methods, block_sizes, thresholds, verified_thresholds=(DEFAULT_THRESHOLDS["verified"],)):
     """(method, block_size, threshold, runner) for every requested combination (verified: its draft thresholds)."""
     for m in methods:
         if m in ("hf_generate", "hf_prompt_lookup"):
@@ -171,7 +171,8 @@ def groups(categories) -> dict[str, list[str]]:
 
 def bench(
     model, tokenizer, records: list[dict], *, methods=METHODS, batch_sizes=(1,), block_sizes=(4,),
-    thresholds=(1.0, 0.9), verified_thresholds=(0.5,), max_new_tokens=64, repeats=3, progress: bool = True,
+    thresholds=(1.0, 0.9), verified_thresholds=(DEFAULT_THRESHOLDS["verified"],), max_new_tokens=64, repeats=3,
+    progress: bool = True,
 ) -> list[Row]:
     """Time every configuration at every batch size, per category and over all prompts.
 
@@ -304,7 +305,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch-sizes", default="1,4,16", help="comma list")
     p.add_argument("--block-sizes", default="4,8", help="comma list")
     p.add_argument("--thresholds", default="1.0,0.95,0.9,0.8", help="comma list (sliding and block)")
-    p.add_argument("--verified-thresholds", default="1.0,0.5",
+    p.add_argument("--verified-thresholds", default=f"1.0,{DEFAULT_THRESHOLDS['verified']:g}",
                    help="comma list: the draft thresholds of mars_verified (1.0 = no drafts, plain AR)")
     p.add_argument("--limit", type=int, default=None, help="use the first N prompts (round-robin over categories)")
     p.add_argument("--split", default="heldout", help="the prompts: heldout (default) or never_trained")
@@ -323,7 +324,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         args.limit, args.max_new_tokens, args.repeats = 4, 16, 1
         args.batch_sizes, args.block_sizes, args.thresholds = "1", "4", "1.0,0.9"
-        args.verified_thresholds = "0.5"
+        args.verified_thresholds = f"{DEFAULT_THRESHOLDS['verified']:g}"
 
     from ..load import load
 

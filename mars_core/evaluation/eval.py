@@ -29,11 +29,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..generate import DEFAULT_THRESHOLDS as STRATEGY_THRESHOLDS
 from .metrics import agreement
 from .prompts import load_heldout, split_path
 from .tasks import CATEGORIES, PREDICTABLE, score
 
 DEFAULT_THRESHOLDS = (1.0, 0.95, 0.9, 0.8, 0.7, 0.5)
+
+
 def decode_records(
     model, tokenizer, records: list[dict[str, Any]], *, threshold: float, block_size: int, batch_size: int,
     max_new_tokens: int, strategy: str = "sliding", bar=None,
@@ -373,7 +376,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="only the first N prompts (round-robin over categories)")
     parser.add_argument("--thresholds", default=",".join(f"{t:g}" for t in DEFAULT_THRESHOLDS),
                         help="threshold mode (sliding); include 1.0 for the one-token answers the rows compare with")
-    parser.add_argument("--verified-thresholds", default="0.5",
+    parser.add_argument("--verified-thresholds", default=f"{STRATEGY_THRESHOLDS['verified']:g}",
                         help="verified mode's draft thresholds (empty: no verified rows)")
     parser.add_argument("--block-size", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=16)

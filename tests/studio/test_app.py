@@ -41,6 +41,11 @@ def part(frame: tuple, name: str):
     return frame[OUT.index(name)]
 
 
+def marked(page: str) -> list[str]:
+    """Tokens outlined as the first departure from AR (class dep)."""
+    return re.findall(r'class="[^"]*\bdep\b[^"]*"', page)
+
+
 def final(outputs: list) -> dict:
     return part(outputs[-1], "trace")
 
@@ -78,8 +83,8 @@ def test_a_departure_from_ar_is_said_and_marked():
     assert trace["departs_at"]["verified"] is None and trace["verified"]["ids"] == trace["ar"]["ids"]
     stats = part(outputs[-1], "stats")
     assert f"departs from AR's answer at token {k + 1}" in stats and "same answer as AR" in stats
-    assert part(outputs[-1], "mars").count("outline:2px solid") == 1
-    assert "outline:2px solid" not in part(outputs[-1], "verified")
+    assert len(marked(part(outputs[-1], "mars"))) == 1
+    assert not marked(part(outputs[-1], "verified"))
 
 
 def test_threshold_change_acts_on_the_running_generation():
@@ -240,10 +245,12 @@ def test_pane_html_escapes_and_colours_by_tokens_per_forward(tiny):
     run.chunks = [(0, ["<script>"], [0.2], ""), (1, ["a", "b", "c"], [0.9, 0.95, 0.99], " · 2 of 3 drafts")]
     page = race.pane_html(run, "done")
     assert "<script>" not in page and "&lt;script&gt;" in page
-    assert race.count_colour(1) in page and race.count_colour(3) in page
-    assert "dotted" in page  # confidence 0.2 < 0.5
+    assert f'class="tk {race.count_class(1)} fs ls low"' in page  # one token, confidence 0.2 < 0.5: dotted
+    assert f'class="tk {race.count_class(3)} fs"' in page and f'class="tk {race.count_class(3)} ls"' in page
+    for k, (_, colour, _) in enumerate(race.COUNT_COLOURS):  # each class is the colour of its count
+        assert f".n{k}{{background:{colour}}}" in race.PANE_CSS
     assert "forward 1 · 3 tokens · confidence 0.95 · 2 of 3 drafts" in page
-    assert "outline" not in page and race.pane_html(run, "done", depart=2).count("outline:2px solid") == 1
+    assert not marked(page) and len(marked(race.pane_html(run, "done", depart=2))) == 1
     colours = [c for _, c, _ in race.COUNT_COLOURS]
     assert [race.count_colour(n) for n in (1, 2, 3, 4, 5, 8, 9, 16)] == [
         colours[0], colours[1], colours[2], colours[3], colours[4], colours[4], colours[5], colours[5]]
@@ -302,6 +309,24 @@ def test_sweep_handler_gives_chart_table_and_csv():
     assert len(Path(path).read_text().splitlines()) == 4
     assert "5 prompts" in status and seen[-1] == 1.0
     assert len(fig.data) == 2
+
+
+def test_sweep_plan_lists_the_prompts_and_bounds_the_time():
+    page = explorer.plan("1, 0.5", 4, 16, ["lists", "counting"], 4)
+    assert "4 prompts × 2 decodings (τ = 1 included) = 8 answers" in page and "at most 128 forwards" in page
+    assert "ms here (measured now)" in page and "at most about" in page
+    assert [line[:3] for line in page.splitlines() if line[:1].isdigit()] == ["1. ", "2. ", "3. ", "4. "]
+    assert "*lists*" in page and "*counting*" in page
+    assert "1 prompt × 1 decoding" in explorer.plan("1", 4, 8, ["lists"], 1)  # τ = 1 alone: one decoding
+    assert explorer.plan("2", 4, 16, ["lists"], 4).startswith("⚠ Thresholds must be in (0, 1]")
+    assert explorer.plan("1", 4, 16, [], 4).startswith("⚠ Pick at least one")
+
+
+def test_sweep_in_verified_mode_keeps_every_answer():
+    fig, table, path, status = explorer.run_sweep("1, 0.3, 0.05", 4, 16, ["lists", "counting"], 4, "verified",
+                                                  progress=lambda *a, **k: None)
+    assert list(table["quality"]) == [1.0, 1.0, 1.0] and list(table["exact_match"]) == [1.0, 1.0, 1.0]
+    assert "in verified" in status and "verified" in fig.layout.title.text
 
 
 @pytest.mark.parametrize(
@@ -365,3 +390,18 @@ def test_default_model_note_reads_the_shipped_eval(tmp_path):
     assert "1.23 tokens per forward" in note and "2.35 on predictable" in note
     assert app.default_model_note(str(tmp_path / "missing.json")) == ""
     assert app.default_model_note() != ""  # the shipped assets/eval_smollm2_mars_b4.json has τ = 0.9 rows
+
+
+def test_the_recorded_example_is_what_the_page_shows_first(tmp_path, monkeypatch):
+    path = race.record_example(tmp_path / "race_example.json")  # the served (tiny) model, the default settings
+    record = json.loads(path.read_text())
+    assert record["prompt"] == race.DEFAULT_PROMPT and record["max_new_tokens"] == race.SLIDERS["max new tokens"][3]
+    assert record["lanes"]["ar"]["ids"] == record["lanes"]["verified"]["ids"]  # fp32 tiny model: exact
+    assert part(race.example_outputs(path), "trace")["status"] == "ready"  # another model: not its recording
+    monkeypatch.setattr(models, "CONFIG", models.AppConfig())  # the default model: the recording is shown
+    shown = race.example_outputs(path)
+    trace = part(shown, "trace")
+    assert trace["status"].startswith("recorded on") and "press Run to race live" in trace["status"]
+    assert [trace[k]["text"] for k in race.LANES] == [record["lanes"][k]["text"] for k in race.LANES]
+    assert "same answer as AR" in part(shown, "stats") and "forward 0" in part(shown, "mars")
+    assert race.example_outputs(tmp_path / "missing.json")[-1]["status"] == "ready"
