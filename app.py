@@ -44,16 +44,19 @@ THEME = gr.themes.Soft(primary_hue="blue")
 
 def default_model_note(report: str = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets",
                                                    "eval_smollm2_mars_b4.json")) -> str:
-    """One line on the embedded model, with its held-out tokens per forward at τ = 0.9 read from the shipped eval."""
+    """One line on the embedded model: its held-out tokens per forward at τ = 0.9 and in verified mode, read from
+    the shipped eval (the verified figure only where the eval has verified rows)."""
     try:
         with open(report) as f:
-            rows = {(r["threshold"], r["category"]): r for r in json.load(f)["rows"]}
-        tpf = {c: rows[(0.9, c)]["tokens_per_forward"] for c in ("all", "predictable")}
+            rows = {(r.get("strategy", "sliding"), r["threshold"], r["category"]): r for r in json.load(f)["rows"]}
+        tpf = {c: rows[("sliding", 0.9, c)]["tokens_per_forward"] for c in ("all", "predictable")}
     except (OSError, KeyError, ValueError):
         return ""
+    checked = [r["tokens_per_forward"] for (s, _, c), r in rows.items() if s == "verified" and c == "all"]
+    verified = (f"; verified, {checked[0]:.2f} tokens per forward with the one-token answers" if checked else "")
     return (f" The embedded default is SmolLM2-135M with a MARS LoRA fine-tune (B = 4): at τ = 0.9 it commits "
             f"{tpf['all']:.2f} tokens per forward on held-out prompts ({tpf['predictable']:.2f} on predictable ones "
-            "such as lists and tables), more at lower τ.")
+            f"such as lists and tables){verified}.")
 
 
 def intro_markdown() -> str:
@@ -65,13 +68,14 @@ def intro_markdown() -> str:
         "# MARS Studio\n"
         "MARS lets an ordinary causal LM commit several tokens per forward: each forward reads the last real "
         "token plus B−1 mask tokens and keeps the predictions whose confidence reaches the threshold τ "
-        "(τ = 1 is exactly one-token decoding).  \n"
+        "(τ = 1 is exactly one-token decoding). *Verified* MARS checks those predictions with the model's own "
+        "in the next forward: AR's answer, in fewer forwards.  \n"
         f"MARS model: {models.model_label(config.model)} · AR baseline: {ar}.{note}"
     )
 
 
 def build_ui() -> gr.Blocks:
-    """The whole app: Race, Walkthrough and Threshold explorer tabs, with a concurrency-limited queue."""
+    """The whole app: Race, Batch, Walkthrough and Threshold explorer tabs, with a queue."""
     with gr.Blocks(title="MARS Studio") as demo:
         gr.Markdown(intro_markdown())
         session = gr.State(race.new_session())

@@ -68,3 +68,25 @@ def test_threshold_09_commits_more_than_one_token_per_forward(default):
         prompts = PROMPTS
     result = generate(model, tok, prompts, strategy="sliding", block_size=4, threshold=0.9, max_new_tokens=32)
     assert result.tokens_per_forward > 1.0, result.tokens_per_forward
+
+
+def test_verified_equals_generate_on_held_out_prompts(default):
+    """fp32: the verified decoder's answers are transformers' greedy generate's, token for token, on held-out
+    prompts of every kind (one by one and as one batch), while committing several tokens per forward."""
+    from mars_core.evaluation.prompts import load_split, split_path
+    from mars_core.generate import encode_prompt, generate
+
+    model, tok, _ = default
+    prompts = [r["prompt"] for r in load_split("heldout", 9)] if split_path("heldout").is_file() else PROMPTS
+    want = []
+    for prompt in prompts:
+        ids = torch.tensor([encode_prompt(tok, prompt)])
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=40)
+        row = out[0, ids.shape[1]:].tolist()
+        eos = [i for i, t in enumerate(row) if t in (tok.eos_token_id, model.generation_config.eos_token_id)]
+        want.append(row[: eos[0] + 1] if eos else row)
+    alone = [generate(model, tok, p, strategy="verified", max_new_tokens=40) for p in prompts]
+    assert [r.token_ids[0] for r in alone] == want
+    assert generate(model, tok, prompts, strategy="verified", max_new_tokens=40).token_ids == want
+    forwards = sum(r.forwards for r in alone)
+    assert sum(map(len, want)) / forwards > 1.5  # the drafts really were accepted

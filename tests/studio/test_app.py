@@ -387,7 +387,11 @@ def test_default_model_note_reads_the_shipped_eval(tmp_path):
             {"threshold": 1.0, "category": "all", "tokens_per_forward": 1.0}]
     report.write_text(json.dumps({"rows": rows}))
     note = app.default_model_note(str(report))
-    assert "1.23 tokens per forward" in note and "2.35 on predictable" in note
+    assert "1.23 tokens per forward" in note and "2.35 on predictable" in note and "verified" not in note
+    rows.append({"strategy": "verified", "threshold": 0.9, "category": "all", "tokens_per_forward": 2.468})
+    report.write_text(json.dumps({"rows": rows}))  # a verified row at the same τ does not hide the sliding one
+    note = app.default_model_note(str(report))
+    assert "1.23 tokens per forward" in note and "verified, 2.47 tokens per forward" in note
     assert app.default_model_note(str(tmp_path / "missing.json")) == ""
     assert app.default_model_note() != ""  # the shipped assets/eval_smollm2_mars_b4.json has τ = 0.9 rows
 

@@ -158,3 +158,36 @@ def test_an_out_of_range_value_gives_one_message_and_no_run(driver, tmp_path):
         toasts = [e.text for e in driver.find_elements(By.CSS_SELECTOR, ".toast-body") if e.text]
         assert len([x for x in toasts if "Threshold must be" in x]) <= 1
         assert "greater than maximum" not in driver.page_source  # Gradio's own check no longer speaks first
+
+
+def test_batch_in_a_browser(driver, tmp_path):
+    """The Batch tab: one batch, block-cached MARS against AR, per-sample panes and the block-slot heatmap."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    model = os.environ.get("MARS_SCREENSHOT_MODEL")
+    model = None if model == "default" else model or str(save_tiny_model(tmp_path / "tiny"))
+    timeout = 600 if model is None or os.environ.get("MARS_SCREENSHOT_MODEL") else 120
+    with launched_app(model, timeout=timeout) as url:
+        driver.get(url)
+        wait = WebDriverWait(driver, timeout)
+        tab = wait.until(ec.element_to_be_clickable((By.XPATH, "//button[@role='tab' and normalize-space()='Batch']")))
+        tab.click()
+        set_number(driver, "batch-threshold", os.environ.get("MARS_SCREENSHOT_THRESHOLD", "0.3"))
+        set_number(driver, "batch-max-new", os.environ.get("MARS_SCREENSHOT_MAX_NEW_TOKENS", "48"))
+        time.sleep(0.5)
+        driver.find_element(By.CSS_SELECTOR, "#batch-run").click()
+        wait.until(lambda d: "done" in d.find_element(By.ID, "batch-stats").text)
+        time.sleep(1.5)  # the last chart update paints
+        assert not visible_errors(driver)
+        assert driver.find_elements(By.CSS_SELECTOR, "#batch-plot .js-plotly-plot")
+        assert len(driver.find_element(By.ID, "batch-panes").find_elements(By.CSS_SELECTOR, "span[title]")) > 20
+        driver.execute_script("document.getElementById('batch-panes').scrollIntoView()")  # panes and heatmap
+        time.sleep(0.5)
+        shot = tmp_path / "batch.png"
+        assert driver.save_screenshot(str(shot))
+        print(f"screenshot: {shot}")
+        if os.environ.get("MARS_SCREENSHOT"):
+            shutil.copyfile(shot, ROOT / "assets" / "batch.png")
+            print(f"saved {ROOT / 'assets' / 'batch.png'}")
