@@ -1,0 +1,47 @@
+"""The never-trained split: its prompts come from sources training never uses, and none is in any training file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mars_core.evaluation import never_trained, tasks
+from mars_core.evaluation.prompts import load_split, split_path
+from mars_core.evaluation.sources import SOURCE_CATEGORIES, build_source_prompts
+
+DATA = Path(__file__).resolve().parents[2] / "data"
+
+
+def prompts_of(path: Path) -> set[str]:
+    return {json.loads(line)["messages"][0]["content"] for line in path.read_text().splitlines() if line.strip()}
+
+
+@pytest.mark.skipif(not split_path("never_trained").is_file(), reason="data/never_trained.jsonl is not built")
+def test_no_never_trained_prompt_is_in_any_training_file():
+    split = prompts_of(split_path("never_trained"))
+    assert len(split) >= 100
+    trained = [p for p in DATA.glob("train*.jsonl")]
+    assert trained, "no training data next to the split"
+    for path in trained:
+        assert not split & prompts_of(path), path.name
+    assert not split & prompts_of(split_path("heldout"))
+
+
+@pytest.mark.skipif(not split_path("never_trained").is_file(), reason="data/never_trained.jsonl is not built")
+def test_the_split_is_read_like_the_held_out_one():
+    rows = load_split("never_trained")
+    assert {r["source"] for r in rows} >= {"handwritten"}
+    assert all(r["prompt"] and r["reference"] is not None for r in rows)
+    first = [r["category"] for r in load_split("never_trained", 7)]
+    assert len(set(first)) == 7  # round-robin over categories: any prefix covers them
+
+
+def test_its_sources_are_not_training_sources():
+    assert never_trained.GSM_TASK not in tasks.RG_TASKS  # reasoning-gym tasks the training prompts draw from
+    hand = {r["prompt"] for r in never_trained.user_prompts()}
+    assert len(hand) == 100
+    generated = {r["prompt"] for r in build_source_prompts({c: 300 for c in SOURCE_CATEGORIES}, seed=0)}
+    generated |= {r["prompt"] for r in tasks.build_prompts({c: 60 for c in tasks.GENERATORS}, seed=0)}
+    assert not hand & generated  # written by hand, not by the generators
