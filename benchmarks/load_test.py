@@ -41,7 +41,8 @@ STOP = threading.Event()  # set when the rounds end (Ctrl-C and SIGTERM included
 DEFAULT_PROMPT = "List the days of the week, one per line."
 COLUMNS = (  # (key, header, width, format) of the printed table
     ("clients", "C", 4, "d"), ("adapt", "adapt", 6, "s"), ("done", "done", 5, "d"), ("failed", "fail", 5, "d"),
-    ("mars_tokens", "tokens", 7, "d"), ("wall_s", "wall s", 8, ".2f"), ("throughput", "tok/s", 8, ".1f"),
+    ("mars_tokens", "tokens", 7, "d"), ("mars_tpf", "tok/fwd", 8, ".2f"), ("wall_s", "wall s", 8, ".2f"),
+    ("throughput", "tok/s", 8, ".1f"),
     ("latency_p50", "p50 s", 7, ".2f"), ("latency_p95", "p95 s", 7, ".2f"), ("tau_mean", "τ mean", 7, ".3f"),
     ("tau_min", "τ min", 6, ".2f"), ("agreement", "agree", 6, ".3f"), ("identical", "same", 5, ".2f"),
 )
@@ -204,6 +205,7 @@ def summarise(clients: int, adapt: bool, outcomes: list[Outcome], wall: float) -
     return {
         "clients": clients, "adapt": "on" if adapt else "off", "done": len(done), "failed": len(outcomes) - len(done),
         "mars_tokens": tokens, "mars_forwards": sum(o.mars_forwards for o in done), "wall_s": wall,
+        "mars_tpf": tokens / max(sum(o.mars_forwards for o in done), 1),  # MARS tokens per MARS forward
         "throughput": tokens / wall if wall > 0 else 0.0,
         "latency_p50": percentile(latencies, 50), "latency_p95": percentile(latencies, 95),
         "tau_mean": mean(taus), "tau_min": min(taus, default=float("nan")),

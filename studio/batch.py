@@ -20,7 +20,7 @@ from mars_core.generate import check_request, encode_prompt
 from . import models, race
 from .charts import MARS_COLOUR, chart_layout, plotly_data
 from .inputs import MAX_PROMPT_CHARS, check_inputs, warn
-from .race import COUNT_COLOURS, count_colour
+from .race import COUNT_COLOURS, count_class, count_colour
 
 log = logging.getLogger("mars_studio")
 
@@ -207,11 +207,8 @@ def tokens_html(chunks: list[tuple[int, list[str], list[float]]]) -> str:
     spans = []
     for forward, pieces, conf in chunks:
         tip = f"forward {forward} · {len(conf)} token{'s' * (len(conf) > 1)} · confidence {min(conf):.2f}"
-        spans += [
-            f'<span title="{tip}" style="background:{count_colour(len(conf))};padding:1px 0;'
-            f'box-decoration-break:clone">{html.escape(piece)}</span>'
-            for piece in pieces
-        ]
+        spans += [f'<span class="tk {count_class(len(conf))}" title="{tip}">{html.escape(piece)}</span>'
+                  for piece in pieces]
     return "".join(spans)
 
 
@@ -249,7 +246,7 @@ def panes_html(prompts: list[str], block: BatchRun | None = None, ar: BatchRun |
     same = same_as_ar(block, ar) if both_done else [None] * len(prompts)
     cells = "".join(cell_html(i, p, block, ar, s) for i, (p, s) in enumerate(zip(prompts, same)))
     grid = "display:grid;grid-template-columns:repeat(auto-fill,minmax(300px,1fr));gap:10px"
-    return f'{legend_html()}{notice}<div style="{grid}">{cells}</div>'
+    return f'{legend_html()}{notice}<div class="mars-pane" style="{grid}">{cells}</div>'
 
 
 def stats_markdown(

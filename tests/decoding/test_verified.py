@@ -206,7 +206,6 @@ def test_sampling_keeps_the_ar_distribution(tokenizer):
     """Speculative sampling over the mask slots' drafts: the tokens follow the model's own AR distribution. The first
     token and the marginal of the second by chi-square tests against the exact probabilities; the 2nd and 3rd
     tokens (checked as drafts, accepted or replaced) against their exact conditionals by a PIT test."""
-    pytest.importorskip("scipy")
     model = mars_trained("qwen2", tokenizer, steps=40)  # half-trained: drafts often right, often not
     text = list(ANSWERS)[0]
     prompt = encode(tokenizer, text)
