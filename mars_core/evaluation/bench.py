@@ -42,12 +42,13 @@ class Counts:
     sample_forwards: int | None  # forwards in which each sample advanced, summed over samples (None: unknown)
     forwards: int | None  # batched forwards (None: unknown)
     ar_steps: int  # forwards AR takes for the same answers: the longest answer of each batch
-    ids: list[list[int]] = field(default_factory=list)  # the answers, in prompt order (compared across methods)
+    answers: dict[str, list[int]] = field(default_factory=dict)  # prompt -> answer (compared across methods)
 
     def __add__(self, other: "Counts") -> "Counts":
         add = lambda a, b: None if a is None or b is None else a + b  # noqa: E731
         return Counts(self.tokens + other.tokens, add(self.sample_forwards, other.sample_forwards),
-                      add(self.forwards, other.forwards), self.ar_steps + other.ar_steps, self.ids + other.ids)
+                      add(self.forwards, other.forwards), self.ar_steps + other.ar_steps,
+                      {**self.answers, **other.answers})
 
 
 Runner = Callable[..., Counts]
@@ -69,7 +70,8 @@ class Row:
     bound: float | None = None  # steps_per_forward × t(1-token forward) / t(B-token forward)
     speedup_over_bound: float | None = None  # measured speedup / bound (1 = no overhead at all)
     same_as_generate: float | None = None  # share of answers token for token equal to hf_generate's (same batches)
-    ids: list[list[int]] = field(default_factory=list, repr=False)  # the answers (dropped from the JSON)
+    same_as_batch_1: float | None = None  # batch > 1: share of answers equal to this method's own at batch 1
+    answers: dict[str, list[int]] = field(default_factory=dict, repr=False)  # prompt -> answer (not in the JSON)
 
 
 def _hf(model, tokenizer, prompts: list[str], max_new: int, lookup: bool) -> Counts:
@@ -85,14 +87,15 @@ def _hf(model, tokenizer, prompts: list[str], max_new: int, lookup: bool) -> Cou
     lengths = [next((k + 1 for k, t in enumerate(r) if t in stops), len(r)) for r in rows]
     forwards = None if lookup else max(lengths)
     ids = [r[:n] for r, n in zip(rows, lengths)]
-    return Counts(sum(lengths), None if lookup else sum(lengths), forwards, max(lengths), ids)
+    return Counts(sum(lengths), None if lookup else sum(lengths), forwards, max(lengths), dict(zip(prompts, ids)))
 
 
 def _ours(strategy: str, block_size: int, threshold: float) -> Runner:
     def run(model, tokenizer, prompts, max_new):
         r = generate(model, tokenizer, prompts, strategy=strategy, block_size=block_size, threshold=threshold,
                      max_new_tokens=max_new)
-        return Counts(r.generated_tokens, sum(r.sample_forwards), r.forwards, max(map(len, r.token_ids)), r.token_ids)
+        return Counts(r.generated_tokens, sum(r.sample_forwards), r.forwards, max(map(len, r.token_ids)),
+                      dict(zip(prompts, r.token_ids)))
 
     return run
 
@@ -155,7 +158,8 @@ def total(results) -> tuple[float, Counts]:
 def _row(method, category, bs, b, t, seconds, c: Counts) -> Row:
     tpf = c.tokens / c.sample_forwards if c.sample_forwards else None
     spf = c.ar_steps / c.forwards if c.forwards else None
-    return Row(method, category, bs, b, t, tpf, c.tokens, seconds, c.tokens / seconds, steps_per_forward=spf, ids=c.ids)
+    return Row(method, category, bs, b, t, tpf, c.tokens, seconds, c.tokens / seconds, steps_per_forward=spf,
+               answers=c.answers)
 
 
 def groups(categories) -> dict[str, list[str]]:
@@ -221,12 +225,19 @@ def add_speedups(rows: list[Row]) -> None:
 
 def add_agreement(rows: list[Row]) -> None:
     """same_as_generate: the share of a row's answers equal token for token to hf_generate's on the same batches
-    (lossless methods: 1, up to bf16 rounding between forwards of different widths)."""
-    base = {(r.batch_size, r.category): r.ids for r in rows if r.method == "hf_generate"}
+    (lossless methods: 1, up to bf16 rounding between forwards of different widths); same_as_batch_1: the share
+    equal to the same method's answers one prompt at a time."""
+    def share(want: dict | None, got: dict) -> float | None:  # answers compared prompt by prompt
+        if not want or want.keys() != got.keys():
+            return None
+        return sum(want[p] == got[p] for p in got) / len(got)
+
+    base = {(r.batch_size, r.category): r.answers for r in rows if r.method == "hf_generate"}
+    alone = {(r.method, r.block_size, r.threshold, r.category): r.answers for r in rows if r.batch_size == 1}
     for r in rows:
-        want = base.get((r.batch_size, r.category))
-        if want and len(want) == len(r.ids):
-            r.same_as_generate = sum(a == b for a, b in zip(want, r.ids)) / len(want)
+        r.same_as_generate = share(base.get((r.batch_size, r.category)), r.answers)
+        if r.batch_size > 1:
+            r.same_as_batch_1 = share(alone.get((r.method, r.block_size, r.threshold, r.category)), r.answers)
 
 
 def add_bounds(rows: list[Row], model, tokenizer, prompts: list[str]) -> None:
@@ -346,7 +357,7 @@ def main(argv: list[str] | None = None) -> None:
                 "prompts": len(records),
                 "max_new_tokens": args.max_new_tokens, "repeats": args.repeats}
         with open(args.json, "w") as f:
-            json.dump({**info, "rows": [{k: v for k, v in asdict(r).items() if k != "ids"} for r in rows]}, f, indent=2)
+            json.dump({**info, "rows": [{k: v for k, v in asdict(r).items() if k != "answers"} for r in rows]}, f, indent=2)
     path = args.plot or (args.json.rsplit(".", 1)[0] + ".png" if args.json else None)
     if path and plot(rows, path, f"mars-bench: speedup over transformers generate ({device}, {dtype})"):
         print(f"plot: {path}")

@@ -59,7 +59,10 @@ def test_mars_eval_writes_json_with_schema(heldout, tiny_dir, tmp_path, capsys):
     report = json.loads(out.read_text())
     assert report["block_size"] == 4 and report["model"] == report["source"] == str(tiny_dir)
     rows = report["rows"]
-    assert {r["threshold"] for r in rows} == {1.0, 0.5}
+    assert {r["threshold"] for r in rows if r.get("strategy") != "verified"} == {1.0, 0.5}
+    verified = [r for r in rows if r.get("strategy") == "verified"]  # by default one verified run at its threshold
+    assert {r["threshold"] for r in verified} == {mars_eval.STRATEGY_THRESHOLDS["verified"]}
+    assert all(r["same_as_one_token"] == 1.0 for r in verified)  # fp32: verified answers are the one-token answers
     for r in rows:
         assert {"threshold", "category", "tokens_per_forward", "accuracy", "agreement", "n"} <= set(r)
         assert r["tokens_per_forward"] >= 1.0 and 0.0 <= r["agreement"] <= 1.0 and r["n"] >= 1
