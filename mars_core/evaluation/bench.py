@@ -357,7 +357,8 @@ def main(argv: list[str] | None = None) -> None:
                 "prompts": len(records),
                 "max_new_tokens": args.max_new_tokens, "repeats": args.repeats}
         with open(args.json, "w") as f:
-            json.dump({**info, "rows": [{k: v for k, v in asdict(r).items() if k != "answers"} for r in rows]}, f, indent=2)
+            table = [{k: v for k, v in asdict(r).items() if k != "answers"} for r in rows]
+            json.dump({**info, "rows": table}, f, indent=2)
     path = args.plot or (args.json.rsplit(".", 1)[0] + ".png" if args.json else None)
     if path and plot(rows, path, f"mars-bench: speedup over transformers generate ({device}, {dtype})"):
         print(f"plot: {path}")
