@@ -93,8 +93,11 @@ def page_js() -> str:
     while (holder && !watched.has(holder.id)) holder = holder.parentElement;
     if (!holder || box.value === "") return;
     const value = box.valueAsNumber, low = parseFloat(box.min), high = parseFloat(box.max);
-    if (Number.isNaN(value) || value < low || value > high) window.marsTyped[holder.id] = box.value;
-    else if (event.type === "input") delete window.marsTyped[holder.id];  // typed again, within range
+    const outside = Number.isNaN(value) || value < low || value > high;
+    // a value is typed when the box is left or Enter pressed: "0" on the way to "0.3" is not a value
+    const done = event.type === "blur" || (event.type === "keydown" && event.key === "Enter");
+    if (outside && done) window.marsTyped[holder.id] = box.value;
+    else if (!outside && event.type === "input") delete window.marsTyped[holder.id];  // typed again, within range
   };
   // capture phase: a blur reaches this listener before the box's own handler, which clamps the value
   for (const kind of ["input", "blur", "keydown"]) document.addEventListener(kind, note, true);

@@ -36,9 +36,10 @@ LANE_NAMES = {"ar": "AR", "mars": "MARS τ", "verified": "MARS verified"}
 LANE_COLOURS = {"ar": AR_COLOUR, "mars": MARS_COLOUR, "verified": VERIFIED_COLOUR}
 # (prompt, what it shows): each finishes in well under 20 s on a 2-core CPU with the embedded model
 EXAMPLES = [
-    ("Count from 1 to 30, separated by commas.", "counting: MARS gains much"),
+    ("List the numbers from 1 to 15, separated by commas.", "counting: MARS gains much"),
     ("Name 4 colours, as a numbered list.", "a list: MARS gains much"),
-    ("Make a markdown table with columns Name and Age: Ana is 31, Ben is 45, Chloe is 27.", "a table: gains much"),
+    ("Make a markdown table with columns Name and Age: Ana is 31, Ben is 45, Chloe is 27.",
+     "a table: gains much (the small model repeats its rows)"),
     ("Write a Python function that returns the squares of a list of numbers.", "code: gains"),
     ("Explain in two sentences what a volcano is.", "open explanation: MARS gains little"),
 ]

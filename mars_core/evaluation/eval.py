@@ -263,7 +263,7 @@ def pareto_plot(report: dict[str, Any], path: str | os.PathLike, category: str =
             ax.annotate(lab, (x, y), textcoords="offset points", xytext=(4, 5), fontsize=8)
         if checked:
             ax.plot([r["tokens_per_forward"] for r in checked], [100 * r["accuracy"] for r in checked], "D",
-                    color="tab:green", label="MARS verified (= one-token answer)")
+                    color="tab:green", label="MARS verified (greedy AR's answer, up to bf16 rounding)")
             for r in checked:
                 ax.annotate(f"drafts ≥ {r['threshold']:g}", (r["tokens_per_forward"], 100 * r["accuracy"]),
                             textcoords="offset points", xytext=(4, -11), fontsize=8, color="tab:green")
@@ -294,7 +294,8 @@ def pareto_plot(report: dict[str, Any], path: str | os.PathLike, category: str =
         return None
 
 
-def calibration_plot(reports: dict[str, dict[str, Any]], path: str | os.PathLike) -> str | None:
+def calibration_plot(reports: dict[str, dict[str, Any]], path: str | os.PathLike,
+                     title: str = "draft precision against confidence (held-out)") -> str | None:
     """Reliability of the mask slots: draft precision against confidence, one line per labelled report, read
     at each report's lowest threshold (its accepted drafts span the widest confidence range). A calibrated
     model sits on the diagonal; below it, a threshold of 0.9 lets through drafts that are right less often."""
@@ -322,7 +323,7 @@ def calibration_plot(reports: dict[str, dict[str, Any]], path: str | os.PathLike
         ax.plot(xs, ys, "o-", label=label)
     ax.set_xlabel("confidence of the accepted mask-slot token (bin centre)")
     ax.set_ylabel("equal to the model's own AR choice (%)")
-    ax.set_title("draft precision against confidence (held-out)", fontsize=9)
+    ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
