@@ -13,25 +13,10 @@ import app
 from mars_core.serving import adaptive_threshold
 from studio import explorer, inputs, models, race, walkthrough
 
-from tiny import tiny_qwen2, tiny_tokenizer
-
 PROMPT = "Count from one to ten"
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    tok = tiny_tokenizer(mask_token=True)
-    return tiny_qwen2(len(tok), max_position_embeddings=1024), tok
-
-
-@pytest.fixture(autouse=True)
-def served(tiny, monkeypatch):
-    monkeypatch.setitem(models.MODELS, "tiny", tiny)
-    monkeypatch.setattr(race, "FRAME_SECONDS", 0.0)  # one update per forward: the tests step the race by forward
-    monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="tiny"))
-    monkeypatch.delenv("SPACE_ID", raising=False)
-    yield
-    assert models.TRACKER.active == 0  # every handler gives its slot back
+pytestmark = pytest.mark.usefixtures("served")  # tests/studio/conftest.py: the tiny model, served
 
 
 OUT = ("ar", "mars", "verified", "forwards", "time", "stats", "trace")  # race's outputs, in order

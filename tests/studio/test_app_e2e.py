@@ -4,28 +4,21 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from benchmarks.load_test import free_port, stop_process, wait_until_up
+
 from tiny import tiny_qwen2, tiny_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPTS = ["Count from one to ten", "What is the capital of France?", "hello", "List three colours"]
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def save_tiny_model(folder: Path, **overrides) -> Path:
@@ -39,40 +32,23 @@ def save_tiny_model(folder: Path, **overrides) -> Path:
 
 @contextlib.contextmanager
 def launched_app(model: str | None, *args: str, timeout: float = 180.0) -> Iterator[str]:
-    """Run `python app.py` on a free port and yield its URL; the process is ended (by its id) afterwards."""
+    """Run `python app.py` on a free port and yield its URL; the process is ended (by its id) afterwards. The
+    launching pieces are the load test's (benchmarks/load_test.py); the log goes where server_log reads it."""
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
     env.pop("SPACE_ID", None)
     cmd = [sys.executable, str(ROOT / "app.py"), "--port", str(port), *args]
     if model:
         cmd += ["--model", model]
-    log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"mars_app_{port}.log", "w+")
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                log.seek(0)
-                raise RuntimeError(f"app.py exited with {proc.returncode}:\n{log.read()[-3000:]}")
-            try:
-                with urllib.request.urlopen(url, timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"app.py did not answer on {url} within {timeout:.0f} s")
-            time.sleep(0.3)
-        yield url
-    finally:
-        proc.terminate()
+    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"mars_app_{port}.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
         try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+            url = f"http://127.0.0.1:{port}/"
+            wait_until_up(proc, url, log, timeout)
+            yield url
+        finally:
+            stop_process(proc)
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,7 @@ import json
 import pytest
 
 from mars_core import StreamEvent
-from studio import batch, inputs, models, race
-
-from tiny import tiny_qwen2, tiny_tokenizer
+from studio import batch, inputs, models
 
 PROMPTS = [
     "Count from one to ten",
@@ -22,20 +20,7 @@ PROMPTS = [
 TEXT = "\n".join(PROMPTS)
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    tok = tiny_tokenizer(mask_token=True)
-    return tiny_qwen2(len(tok), max_position_embeddings=1024), tok
-
-
-@pytest.fixture(autouse=True)
-def served(tiny, monkeypatch):
-    monkeypatch.setitem(models.MODELS, "tiny", tiny)
-    monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="tiny"))
-    monkeypatch.setattr(race, "FRAME_SECONDS", 0.0)  # one update per forward: the tests step the run by forward
-    monkeypatch.delenv("SPACE_ID", raising=False)
-    yield
-    assert models.TRACKER.active == 0  # every handler gives its slot back
+pytestmark = pytest.mark.usefixtures("served")  # tests/studio/conftest.py: the tiny model, served
 
 
 def final(outputs: list) -> dict:

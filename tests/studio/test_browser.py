@@ -69,15 +69,33 @@ def visible_errors(driver) -> list[str]:
     return [e.text or e.get_attribute("class") for e in found if e.is_displayed()]
 
 
+def screenshot_model(tmp_path) -> tuple[str | None, float]:
+    """The --model to serve (MARS_SCREENSHOT_MODEL; "default": the embedded model; unset: a tiny random one) and
+    how long to wait for it: a real model loads and decodes for minutes on this CPU."""
+    model = os.environ.get("MARS_SCREENSHOT_MODEL")
+    model = None if model == "default" else model or str(save_tiny_model(tmp_path / "tiny"))
+    return model, 600 if model is None or os.environ.get("MARS_SCREENSHOT_MODEL") else 120
+
+
+def screenshot(driver, tmp_path, name: str) -> None:
+    """Save the page as tmp_path/name, and with MARS_SCREENSHOT=1 also as assets/name (the README's pictures)."""
+    shot = tmp_path / name
+    assert driver.save_screenshot(str(shot))
+    print(f"screenshot: {shot}")
+    if os.environ.get("MARS_SCREENSHOT"):
+        target = ROOT / "assets" / name
+        target.parent.mkdir(exist_ok=True)
+        shutil.copyfile(shot, target)
+        print(f"saved {target}")
+
+
 def test_race_in_a_browser(driver, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
-    model = os.environ.get("MARS_SCREENSHOT_MODEL")
-    model = None if model == "default" else model or str(save_tiny_model(tmp_path / "tiny"))
+    model, timeout = screenshot_model(tmp_path)
     prompt = os.environ.get("MARS_SCREENSHOT_PROMPT", "Count from one to ten")
-    timeout = 600 if model is None or os.environ.get("MARS_SCREENSHOT_MODEL") else 120
     with launched_app(model, timeout=timeout) as url:
         driver.get(url)
         wait = WebDriverWait(driver, timeout)
@@ -99,14 +117,7 @@ def test_race_in_a_browser(driver, tmp_path):
         for element in (*panes, plots[0]):
             assert element.is_displayed()
             assert element.rect["y"] + 40 < driver.get_window_size()["height"], "scrolled out of the screenshot"
-        shot = tmp_path / "race.png"
-        assert driver.save_screenshot(str(shot))
-        print(f"screenshot: {shot}")
-        if os.environ.get("MARS_SCREENSHOT"):
-            target = ROOT / "assets" / "race.png"
-            target.parent.mkdir(exist_ok=True)
-            shutil.copyfile(shot, target)
-            print(f"saved {target}")
+        screenshot(driver, tmp_path, "race.png")
 
 
 def start_race(driver, url: str, prompt: str, threshold: str, max_new: str, timeout: float = 120):
@@ -166,9 +177,7 @@ def test_batch_in_a_browser(driver, tmp_path):
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
-    model = os.environ.get("MARS_SCREENSHOT_MODEL")
-    model = None if model == "default" else model or str(save_tiny_model(tmp_path / "tiny"))
-    timeout = 600 if model is None or os.environ.get("MARS_SCREENSHOT_MODEL") else 120
+    model, timeout = screenshot_model(tmp_path)
     with launched_app(model, timeout=timeout) as url:
         driver.get(url)
         wait = WebDriverWait(driver, timeout)
@@ -185,9 +194,4 @@ def test_batch_in_a_browser(driver, tmp_path):
         assert len(driver.find_element(By.ID, "batch-panes").find_elements(By.CSS_SELECTOR, "span[title]")) > 20
         driver.execute_script("document.getElementById('batch-panes').scrollIntoView()")  # panes and heatmap
         time.sleep(0.5)
-        shot = tmp_path / "batch.png"
-        assert driver.save_screenshot(str(shot))
-        print(f"screenshot: {shot}")
-        if os.environ.get("MARS_SCREENSHOT"):
-            shutil.copyfile(shot, ROOT / "assets" / "batch.png")
-            print(f"saved {ROOT / 'assets' / 'batch.png'}")
+        screenshot(driver, tmp_path, "batch.png")
