@@ -326,17 +326,11 @@ def batch_race(
         return
     controls = (DecodeControl(threshold=tau), DecodeControl(threshold=1.0))  # greedy both: block, AR
     session["batch"] = controls
-    slot = models.slots()
     try:
-        while not slot.acquire(timeout=0.25):  # every generation slot is busy: wait, visibly, and stay stoppable
-            if any(c.stopped for c in controls):
-                yield placeholder(prompts, block_size, "stopped")
-                return
-            yield placeholder(prompts, block_size, "waiting", WAITING)
-        try:
-            yield from decode(prompts, tau, block_size, new, controls)
-        finally:
-            slot.release()
+        yield from models.in_a_slot(
+            decode(prompts, tau, block_size, new, controls), lambda: any(c.stopped for c in controls),
+            lambda: placeholder(prompts, block_size, "waiting", WAITING),
+            lambda: placeholder(prompts, block_size, "stopped"))
     finally:
         if session.get("batch") is controls:
             session["batch"] = None

@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from mars_core.load import load
 from mars_core.serving import LoadTracker
@@ -37,6 +38,7 @@ class AppConfig:
 CONFIG = AppConfig()
 MODELS: dict[str, tuple[Any, Any]] = {}  # loaded (model, tokenizer) by name: read-only once loaded
 _LOAD_LOCK = threading.Lock()
+T = TypeVar("T")  # a frame: what a handler yields to the page
 TRACKER = LoadTracker()  # the one shared counter: generations running now, for "adapt to load"
 _SLOTS: dict[int, threading.Semaphore] = {}
 
@@ -46,6 +48,22 @@ def slots() -> threading.Semaphore:
     in Gradio's queue, so a race exists from the moment it is submitted (see race.race)."""
     with _LOAD_LOCK:
         return _SLOTS.setdefault(CONFIG.concurrency, threading.Semaphore(CONFIG.concurrency))
+
+
+def in_a_slot(work: Iterator[T], stopped: Callable[[], bool], waiting: Callable[[], T],
+              gave_up: Callable[[], T]) -> Iterator[T]:
+    """Run the generator `work` in one of the app-wide generation slots. Until one is free, yield waiting() every
+    0.25 s (the page says so and Stop still answers); stopped while waiting, yield gave_up() and end."""
+    slot = slots()
+    while not slot.acquire(timeout=0.25):
+        if stopped():
+            yield gave_up()
+            return
+        yield waiting()
+    try:
+        yield from work
+    finally:
+        slot.release()
 
 
 def check_model_choice(name: str | None) -> None:

@@ -363,17 +363,11 @@ def race(
                 "mars": DecodeControl(threshold=threshold_in_force(session), temperature=temp),
                 "verified": DecodeControl(threshold=DEFAULT_THRESHOLDS["verified"], temperature=temp)}
     session.update(controls)
-    slot = models.slots()
     try:
-        while not slot.acquire(timeout=0.25):  # every generation slot is busy: wait, visibly, and stay stoppable
-            if controls["ar"].stopped:
-                yield placeholder("stopped")
-                return
-            yield placeholder("waiting", "Waiting for a free generation slot (others are decoding)…")
-        try:
-            yield from _race(prompt, block, new, controls, session)
-        finally:
-            slot.release()
+        yield from models.in_a_slot(
+            _race(prompt, block, new, controls, session), lambda: controls["ar"].stopped,
+            lambda: placeholder("waiting", "Waiting for a free generation slot (others are decoding)…"),
+            lambda: placeholder("stopped"))
     finally:
         if session.get("ar") is controls["ar"]:
             session.update(ar=None, mars=None, verified=None)
