@@ -281,7 +281,8 @@ def headline(key: str, run: Run, ar: Run, depart: int | None, done: bool, dtype:
         verdict = f"same as AR so far ({min(len(ar.ids), len(run.ids))} tokens)"
     extra = ""
     if key == "verified" and run.drafted:
-        extra = f" · {run.matched} of {run.drafted} drafts matched ({run.looked_up} forwards drafted by prompt lookup)"
+        looked = f"{run.looked_up} forward{'' if run.looked_up == 1 else 's'} drafted by prompt lookup"
+        extra = f" · {run.matched} of {run.drafted} drafts matched ({looked})"
     return f"**{LANE_NAMES[key]}** {facts} · {verdict}{extra}"
 
 
