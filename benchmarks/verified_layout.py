@@ -21,8 +21,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mars_core import generate, load  # noqa: E402
-from mars_core.decoding import verified  # noqa: E402
+from mars_core import TreeLayout, generate, load  # noqa: E402
 from mars_core.evaluation.bench import forward_seconds  # noqa: E402
 from mars_core.evaluation.prompts import load_split  # noqa: E402
 
@@ -37,7 +36,8 @@ def cost_curve(model, tokenizer, prompt: str, widths: list[int], rounds: int = 3
     return {w: statistics.median(t) / one for w, t in times.items()}
 
 
-def decode_widths(model, tokenizer, prompts: list[str], block_size: int, threshold: float, max_new: int):
+def decode_widths(model, tokenizer, prompts: list[str], block_size: int, threshold: float, max_new: int,
+                  layout: TreeLayout):
     """(tokens, forwards, widths of every forward after the prefill) over the prompts, one at a time."""
     widths: list[int] = []
     hook = model.get_decoder().register_forward_pre_hook(
@@ -47,7 +47,7 @@ def decode_widths(model, tokenizer, prompts: list[str], block_size: int, thresho
         for p in prompts:
             start = len(widths)
             r = generate(model, tokenizer, p, strategy="verified", block_size=block_size, threshold=threshold,
-                         max_new_tokens=max_new)
+                         max_new_tokens=max_new, layout=layout)
             tokens, forwards = tokens + r.generated_tokens, forwards + r.forwards
             del widths[start]  # the prefill: the prompt's width, the same for every layout
     finally:
@@ -64,8 +64,8 @@ def main() -> None:
     p.add_argument("--block-size", type=int, default=4)
     p.add_argument("--thresholds", default="0.01,0.1,0.2,0.3,0.5,0.7")
     p.add_argument("--floors", default="0,0.05,0.1,0.2,0.3")
-    p.add_argument("--lookups", default=str(verified.LOOKUP_DRAFTS), help="prompt-lookup chain lengths (0: none)")
-    p.add_argument("--odds", default=str(verified.LOOKUP_ODDS), help="a lookup draft's assumed odds")
+    p.add_argument("--lookups", default=str(TreeLayout().lookup_drafts), help="prompt-lookup chain lengths (0: none)")
+    p.add_argument("--odds", default=str(TreeLayout().lookup_odds), help="a lookup draft's assumed odds")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--slope", type=float, default=None,
                    help="skip the timing: t(w)/t(1) = 1 + slope * (w - 1) (on a busy machine)")
@@ -84,8 +84,9 @@ def main() -> None:
     grid = [(int(look), float(odds), float(t), float(floor)) for look in args.lookups.split(",")
             for odds in args.odds.split(",") for t in args.thresholds.split(",") for floor in args.floors.split(",")]
     for look, odds, t, floor in grid:
-        verified.LOOKUP_DRAFTS, verified.LOOKUP_ODDS, verified.GROUP_FLOOR = look, odds, floor
-        tokens, forwards, widths = decode_widths(model, tokenizer, prompts, args.block_size, t, args.max_new_tokens)
+        layout = TreeLayout(group_floor=floor, lookup_drafts=look, lookup_odds=odds)
+        tokens, forwards, widths = decode_widths(model, tokenizer, prompts, args.block_size, t, args.max_new_tokens,
+                                                 layout)
         cost = statistics.mean(curve.get(w, 1 + (w - 1) * (curve[widest] - 1) / (widest - 1)) for w in widths)
         tpf = tokens / forwards
         print(f"{look:>4} {odds:>5g} {t:>5g} {floor:>6g} {tpf:>8.2f} {statistics.mean(widths):>6.1f} {cost:>6.2f} "

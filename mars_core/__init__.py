@@ -1,7 +1,8 @@
 """MARS Studio's engine: load, train and decode MARS multi-token generation."""
 
 from .decoding.control import DecodeControl
-from .generate import GenerationResult, StreamEvent, generate, stream
+from .decoding.spec import TreeLayout
+from .generate import DecodeOptions, GenerationResult, StreamEvent, generate, stream
 from .load import load
 from .training.mars_config import MarsConfig
 from .training.mars_trainer import MarsTrainer
@@ -11,12 +12,14 @@ from .training.sft_trainer import SFTTrainer
 
 __all__ = [
     "DecodeControl",
+    "DecodeOptions",
     "GenerationResult",
     "MarsConfig",
     "MarsTrainer",
     "SFTConfig",
     "SFTTrainer",
     "StreamEvent",
+    "TreeLayout",
     "generate",
     "load",
     "stream",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import torch
@@ -12,13 +12,13 @@ import torch
 from .decoding.block import block_decode
 from .decoding.control import DecodeControl
 from .decoding.sliding import sliding_decode
-from .decoding.spec import DecodeSpec, Step
+from .decoding.spec import DecodeSpec, Step, TreeLayout
 from .decoding.verified import verified_decode
 
 STRATEGIES = ("ar", "sliding", "block", "verified")
 DECODERS = {"ar": sliding_decode, "sliding": sliding_decode, "block": block_decode, "verified": verified_decode}
 # threshold=None means: accept mask predictions at confidence >= 0.9 (sliding, block); for verified, the drafts
-# worth checking (it never changes the answer there; the default is measured, see the README's speed section)
+# worth checking (it never changes the answer there; the default is measured, see docs/speed.md)
 DEFAULT_THRESHOLDS = {"ar": 1.0, "sliding": 0.9, "block": 0.9, "verified": 0.3}
 Message = dict[str, str]
 Prompts = str | Sequence[str] | Sequence[Message] | Sequence[Sequence[Message]]
@@ -126,36 +126,64 @@ def check_request(
         )
 
 
-def _start(
-    model, tokenizer, prompts, strategy, block_size, max_new_tokens, control, seed, chat
-) -> tuple[Iterator[Step], list[list[int]]]:
+@dataclass
+class DecodeOptions:
+    """How to decode, shared by generate() and stream(); each field can also be given to them as a keyword."""
+
+    strategy: str = "sliding"  # "ar", "sliding" (MARS, one sequence at a time), "block" (batches) or "verified"
+    block_size: int = 4  # B: the most tokens one forward may commit (the adapter's training block size)
+    max_new_tokens: int = 256  # per prompt
+    threshold: float | None = None  # None: DEFAULT_THRESHOLDS[strategy]; 1 = one token per forward
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0  # nucleus mass when sampling
+    confidence: str = "prob"  # "prob", "entropy" or "margin"
+    seed: int | None = None  # seeds sampling
+    stop_strings: Sequence[str] = ()  # the text is cut before the first of these
+    chat: bool = True  # a string prompt becomes a user turn under the chat template
+    control: DecodeControl | None = None  # live settings (threshold, stop()); overrides the four above when given
+    layout: TreeLayout = field(default_factory=TreeLayout)  # verified: which drafts and groups are fed
+
+    def with_settings(self, settings: dict[str, Any]) -> DecodeOptions:
+        """A copy with some fields replaced; an unknown name is a TypeError that lists the known ones."""
+        known = {f.name for f in fields(self)}
+        unknown = sorted(set(settings) - known)
+        if unknown:
+            raise TypeError(f"unknown decoding option(s) {unknown}; known: {sorted(known)}")
+        return replace(self, **settings)
+
+
+def _control(options: DecodeOptions) -> DecodeControl:
+    if options.control is not None:
+        options.control.snapshot()  # validates
+        return options.control
+    threshold = options.threshold
+    if threshold is None:
+        threshold = DEFAULT_THRESHOLDS.get(options.strategy, 0.9)
+    return DecodeControl(threshold=threshold, temperature=options.temperature, top_p=options.top_p,
+                         confidence=options.confidence)
+
+
+def _start(model, tokenizer, prompts: Prompts, options: DecodeOptions) -> tuple[Iterator[Step], list[list[int]]]:
     """Validate, encode, and start the chosen decoder (a generator of Steps)."""
-    prompt_ids = [encode_prompt(tokenizer, p, chat) for p in as_prompt_list(prompts)]
-    block_size = 1 if strategy == "ar" else block_size
-    check_request(model, tokenizer, prompt_ids, strategy, block_size, max_new_tokens)
+    control = _control(options)  # the settings first: their message names what is wrong
+    prompt_ids = [encode_prompt(tokenizer, p, options.chat) for p in as_prompt_list(prompts)]
+    block_size = 1 if options.strategy == "ar" else options.block_size
+    check_request(model, tokenizer, prompt_ids, options.strategy, block_size, options.max_new_tokens)
     generator = None
-    if seed is not None:
-        generator = torch.Generator(model.device).manual_seed(seed)
+    if options.seed is not None:
+        generator = torch.Generator(model.device).manual_seed(options.seed)
     stops = stop_token_ids(model, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
     spec = DecodeSpec(
         block_size=block_size,
-        max_new_tokens=max_new_tokens,
+        max_new_tokens=options.max_new_tokens,
         stop_ids=torch.tensor(stops, dtype=torch.long, device=model.device),
         pad_id=pad,
         mask_id=tokenizer.mask_token_id,
         generator=generator,
+        layout=options.layout,
     )
-    return DECODERS[strategy](model, prompt_ids, spec, control), prompt_ids
-
-
-def _control(control, strategy, threshold, temperature, top_p, confidence) -> DecodeControl:
-    if control is not None:
-        control.snapshot()  # validates
-        return control
-    if threshold is None:
-        threshold = DEFAULT_THRESHOLDS.get(strategy, 0.9)
-    return DecodeControl(threshold=threshold, temperature=temperature, top_p=top_p, confidence=confidence)
+    return DECODERS[options.strategy](model, prompt_ids, spec, control), prompt_ids
 
 
 class TextTracker:
@@ -184,27 +212,14 @@ class TextTracker:
 
 
 def stream(
-    model: torch.nn.Module,
-    tokenizer: Any,
-    prompts: Prompts,
-    *,
-    strategy: str = "sliding",
-    block_size: int = 4,
-    max_new_tokens: int = 256,
-    control: DecodeControl | None = None,
-    threshold: float | None = None,
-    temperature: float = 0.0,
-    top_p: float = 1.0,
-    confidence: str = "prob",
-    seed: int | None = None,
-    stop_strings: Sequence[str] = (),
-    chat: bool = True,
+    model: torch.nn.Module, tokenizer: Any, prompts: Prompts, options: DecodeOptions | None = None, **settings: Any
 ) -> Iterator[StreamEvent]:
-    """Yield a StreamEvent per forward. Settings are read from `control` at every forward, so a change
-    made while streaming (threshold, temperature, stop()) acts from the next forward on."""
-    control = _control(control, strategy, threshold, temperature, top_p, confidence)
-    steps, prompt_ids = _start(model, tokenizer, prompts, strategy, block_size, max_new_tokens, control, seed, chat)
-    tracker = TextTracker(tokenizer, len(prompt_ids), stop_strings)
+    """Yield a StreamEvent per forward. Settings (DecodeOptions, or its fields as keywords) are read from the
+    control at every forward, so a change made while streaming (threshold, temperature, stop()) acts from the
+    next forward on."""
+    options = (options or DecodeOptions()).with_settings(settings)
+    steps, prompt_ids = _start(model, tokenizer, prompts, options)
+    tracker = TextTracker(tokenizer, len(prompt_ids), options.stop_strings)
     t0, stop = time.perf_counter(), None
     for index in range(10**12):
         try:
@@ -241,32 +256,14 @@ def stream(
 
 
 def generate(
-    model: torch.nn.Module,
-    tokenizer: Any,
-    prompts: Prompts,
-    *,
-    strategy: str = "sliding",
-    block_size: int = 4,
-    max_new_tokens: int = 256,
-    threshold: float | None = None,
-    temperature: float = 0.0,
-    top_p: float = 1.0,
-    confidence: str = "prob",
-    seed: int | None = None,
-    stop_strings: Sequence[str] = (),
-    chat: bool = True,
-    control: DecodeControl | None = None,
+    model: torch.nn.Module, tokenizer: Any, prompts: Prompts, options: DecodeOptions | None = None, **settings: Any
 ) -> GenerationResult:
-    """Decode prompts with one of the strategies ("ar", "sliding", "block", "verified"); return texts, ids, stats."""
+    """Decode prompts with one of the strategies ("ar", "sliding", "block", "verified"); return texts, ids, stats.
+    Settings: a DecodeOptions, or its fields as keywords (generate(model, tok, "Hi", strategy="verified"))."""
     t0 = time.perf_counter()
-    if stop_strings:  # the stop-string check needs the text, which the streaming path keeps
-        events = list(
-            stream(
-                model, tokenizer, prompts, strategy=strategy, block_size=block_size, max_new_tokens=max_new_tokens,
-                control=control, threshold=threshold, temperature=temperature, top_p=top_p,
-                confidence=confidence, seed=seed, stop_strings=stop_strings, chat=chat,
-            )
-        )
+    options = (options or DecodeOptions()).with_settings(settings)
+    if options.stop_strings:  # the stop-string check needs the text, which the streaming path keeps
+        events = list(stream(model, tokenizer, prompts, options))
         n = len(events[0].token_ids) if events else len(as_prompt_list(prompts))
         ids = [[t for e in events for t in e.token_ids[i]] for i in range(n)]
         texts = ["".join(e.texts[i] for e in events) for i in range(n)]
@@ -274,8 +271,7 @@ def generate(
         return GenerationResult(
             texts, ids, len(events), sum(map(len, ids)), time.perf_counter() - t0, per_sample
         )
-    control = _control(control, strategy, threshold, temperature, top_p, confidence)
-    steps, prompt_ids = _start(model, tokenizer, prompts, strategy, block_size, max_new_tokens, control, seed, chat)
+    steps, prompt_ids = _start(model, tokenizer, prompts, options)
     forwards, active, last = 0, None, None
     for step in steps:  # the fast path: no per-sample Python work per forward
         forwards += 1

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from mars_core import DecodeControl, generate, stream
+from mars_core import DecodeControl, DecodeOptions, TreeLayout, generate, stream
 
 from tiny import tiny_tokenizer
 
@@ -49,6 +49,27 @@ def test_bad_input_gets_a_clear_error(model, tokenizer, kwargs, message):
         generate(model, tokenizer, **kwargs)
     with pytest.raises(ValueError, match=message):
         next(iter(stream(model, tokenizer, **kwargs)))
+
+
+def test_options_object_equals_keywords(model, tokenizer):
+    """generate and stream take one DecodeOptions or its fields as keywords (keywords override the object)."""
+    options = DecodeOptions(strategy="verified", threshold=0.3, max_new_tokens=12)
+    assert (generate(model, tokenizer, PROMPTS, options).token_ids
+            == generate(model, tokenizer, PROMPTS, strategy="verified", threshold=0.3, max_new_tokens=12).token_ids)
+    shorter = generate(model, tokenizer, PROMPTS[0], options, max_new_tokens=5)
+    assert len(shorter.token_ids[0]) == 5 and options.max_new_tokens == 12  # the object itself is not changed
+    events = list(stream(model, tokenizer, PROMPTS[0], options, max_new_tokens=5))
+    assert [t for e in events for t in e.token_ids[0]] == shorter.token_ids[0]
+
+
+def test_unknown_options_and_bad_layouts_are_refused(model, tokenizer):
+    with pytest.raises(TypeError, match="unknown decoding option.*threshhold"):
+        generate(model, tokenizer, "hello", threshhold=0.5)
+    with pytest.raises(TypeError, match="known:.*threshold"):
+        next(iter(stream(model, tokenizer, "hello", blocksize=4)))
+    for bad in (dict(group_floor=1.5), dict(lookup_drafts=-1), dict(lookup_ngrams=()), dict(lookup_odds=-0.1)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            TreeLayout(**bad)
 
 
 def test_mars_needs_a_mask_token(model):

@@ -1,4 +1,11 @@
-"""Decoders: one flat generator per strategy (sliding, block), the pieces they share, and their live settings.
+"""Decoders: one flat generator per strategy, the pieces they share, and their live settings.
+
+- sliding.py: MARS sliding window with a KV cache (block_size 1 is plain AR), one sequence or a batch;
+- block.py: the paper's block-level KV cache for batches (fixed shapes, positions aligned across the batch);
+- verified.py: verified MARS, the mask slots' drafts checked by the model's own predictions in the same forward
+  (exactly greedy AR's answer), with lookup.py's prompt-lookup drafts as a second source;
+- spec.py (what a decoder is asked, what each forward reports), control.py (settings read at every forward),
+  sampling.py (from logits to tokens), cache.py (left padding, the cache mask, one cached forward).
 
 Each decoder yields one `spec.Step` per model forward; `mars_core.generate` turns Steps into texts and events.
 """

@@ -17,6 +17,7 @@ cached (one per forward) and no masks, and reads one logit per sample: one-token
 from __future__ import annotations
 
 from collections.abc import Generator
+from dataclasses import dataclass
 
 import torch
 
@@ -26,82 +27,126 @@ from .sampling import accept_prefix, cap_at_stop, select
 from .spec import DecodeSpec, Step, write_out
 
 
+@dataclass
+class Blocks:
+    """The block being filled, what enters the cache next, and the answer so far, per sample."""
+
+    uncached: torch.Tensor  # [b, U] tokens that enter the cache with the next forward (prompt, or last block's tail)
+    uncached_valid: torch.Tensor  # [b, U] real (not left padding)
+    uncached_pos: torch.Tensor  # [b, U] their positions
+    base: torch.Tensor  # [b] position of the current block's slot 0
+    block: torch.Tensor  # [b, B] filled slots (a prefix), masks after them
+    filled: torch.Tensor  # [b] filled slots
+    valid: torch.Tensor  # [b, T] which cache slots hold real tokens
+    out: torch.Tensor  # [b, max_new_tokens + B] committed tokens (write_out's buffer)
+    generated: torch.Tensor  # [b] tokens committed
+    done: torch.Tensor  # [b] finished
+    filled_max: int = 0  # host copy of filled.max()
+    cached: int = 0  # leading block slots already in the cache
+
+
+def start(prompts: list[list[int]], spec: DecodeSpec, dev: torch.device) -> Blocks:
+    """An empty first block after the prompt, which enters the cache with block 0's first forward."""
+    b, B = len(prompts), spec.block_size
+    uncached, uncached_valid = left_pad(prompts, spec.pad_id, dev)
+    zero = torch.zeros(b, dtype=torch.long, device=dev)
+    return Blocks(uncached, uncached_valid, (uncached_valid.long().cumsum(1) - 1).clamp_min(0),
+                  base=uncached_valid.sum(1), block=empty_block(spec, b, dev), filled=zero.clone(),
+                  valid=torch.zeros((b, 0), dtype=torch.bool, device=dev), generated=zero, done=zero.bool(),
+                  out=torch.full((b, spec.max_new_tokens + B), spec.pad_id, dtype=torch.long, device=dev))
+
+
+def empty_block(spec: DecodeSpec, b: int, dev: torch.device) -> torch.Tensor:
+    mask_id = spec.mask_id if spec.block_size > 1 else spec.pad_id
+    return torch.full((b, spec.block_size), mask_id, dtype=torch.long, device=dev)
+
+
+def feed(model: torch.nn.Module, cache, s: Blocks, width: int) -> tuple[torch.Tensor, int]:
+    """Forward [uncached | block slots cached .. width-1]; the logits that predict slots first .. width, and first
+    (slot s is predicted by slot s-1's logits; slot 0 by the last uncached token's)."""
+    U, dev = s.uncached.shape[1], s.block.device
+    slots = torch.arange(s.cached, width, device=dev)
+    ids = torch.cat([s.uncached, s.block[:, s.cached : width]], 1)
+    positions = torch.cat([s.uncached_pos, s.base[:, None] + slots], 1)
+    fed_ok = torch.ones((s.block.shape[0], width - s.cached), dtype=torch.bool, device=dev)
+    mask = cache_mask(torch.cat([s.valid, s.uncached_valid, fed_ok], 1), U + width - s.cached)
+    first = s.cached + (U == 0)  # the block slot the first kept logit predicts (U > 0 means cached == 0)
+    return forward(model, ids, positions, mask, cache, keep=width - first + 1), first
+
+
+def predict(logits: torch.Tensor, s: Blocks, ctl, first: int, one_token: bool,
+            generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every block slot's token [b, B] and confidence: filled slots keep theirs (confidence 1); in one-token
+    mode only slot `filled` is predicted (the rest are left as they are, confidence 0)."""
+    b, B = s.block.shape
+    if one_token:
+        j = (s.filled - first).clamp(0, logits.shape[1] - 1)
+        picked = logits.gather(1, j[:, None, None].expand(-1, 1, logits.shape[-1]))
+        tok, tok_conf = select(picked, ctl, generator)
+        at = s.filled.clamp_max(B - 1)[:, None]
+        return s.block.scatter(1, at, tok), torch.zeros(b, B, device=logits.device).scatter(1, at, tok_conf)
+    tokens, conf = select(logits[:, : B - first], ctl, generator)  # the last logit lies past the block
+    return (torch.cat([s.block[:, :first], tokens], 1),
+            torch.cat([torch.ones(b, first, device=logits.device), conf], 1))
+
+
+def fill(s: Blocks, tokens: torch.Tensor, conf: torch.Tensor, threshold: float, spec: DecodeSpec
+         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Accept slots filled .. end-1 (the first always, then while confident; none for a sample that waits at
+    the block's end), cut at max_new_tokens and after a stop token; returns (start, end)."""
+    B = spec.block_size
+    slots = torch.arange(B, device=tokens.device)
+    waiting = s.done | (s.filled >= B)
+    end = accept_prefix(conf, s.filled, threshold).clamp_max(B)
+    end = torch.minimum(end, s.filled + spec.max_new_tokens - s.generated)
+    end, hit = cap_at_stop(tokens, s.filled, end, spec.stop_ids)
+    end = torch.where(waiting, s.filled, end)
+    s.done = s.done | hit | (s.generated + end - s.filled >= spec.max_new_tokens)
+    s.block = torch.where((slots >= s.filled[:, None]) & (slots < end[:, None]), tokens, s.block)
+    begin, s.filled = s.filled, end
+    write_out(s.out, s.generated, tokens, begin, end)  # also advances generated
+    return begin, end
+
+
+def settle(cache, s: Blocks, spec: DecodeSpec, width: int, keep: int, filled_max: int, complete: bool) -> None:
+    """Keep the fed slots every live sample has filled (crop the rest: masks among them); when the block is
+    complete, start the next one, whose first forward feeds this one's uncached tail."""
+    b, B, dev = s.block.shape[0], spec.block_size, s.block.device
+    if width > keep:
+        cache.crop(-(width - keep))
+    fed_ok = torch.ones((b, keep - s.cached), dtype=torch.bool, device=dev)
+    s.valid = torch.cat([s.valid, s.uncached_valid, fed_ok], 1)
+    s.cached, s.filled_max = keep, filled_max
+    tail = torch.arange(s.cached if complete else B, B, device=dev)  # nothing is left uncached mid-block
+    s.uncached, s.uncached_pos = s.block[:, tail], s.base[:, None] + tail
+    s.uncached_valid = torch.ones((b, len(tail)), dtype=torch.bool, device=dev)
+    if complete:
+        s.base, s.block = s.base + B, empty_block(spec, b, dev)
+        s.filled, s.filled_max, s.cached = torch.zeros_like(s.filled), 0, 0
+
+
 @torch.inference_mode()
 def block_decode(
     model: torch.nn.Module, prompts: list[list[int]], spec: DecodeSpec, control: DecodeControl
 ) -> Generator[Step, torch.Tensor | None, None]:
     """Yield one Step per forward. send() a bool [b] tensor to stop samples (stop strings)."""
-    dev, B, b = model.device, spec.block_size, len(prompts)
-    uncached, uncached_valid = left_pad(prompts, spec.pad_id, dev)  # enters the cache with block 0's first forward
-    uncached_pos = (uncached_valid.long().cumsum(1) - 1).clamp_min(0)
-    base = uncached_valid.sum(1)  # position of the current block's slot 0, per sample
-    slots = torch.arange(B, device=dev)
-    mask_id = spec.mask_id if B > 1 else spec.pad_id
-    block = torch.full((b, B), mask_id, dtype=torch.long, device=dev)
-    filled = torch.zeros(b, dtype=torch.long, device=dev)  # filled slots form a prefix of the block
-    valid = torch.zeros((b, 0), dtype=torch.bool, device=dev)
-    block_ok = torch.ones((b, B), dtype=torch.bool, device=dev)
-    out = torch.full((b, spec.max_new_tokens + B), spec.pad_id, dtype=torch.long, device=dev)
-    generated = torch.zeros(b, dtype=torch.long, device=dev)
-    done = torch.zeros(b, dtype=torch.bool, device=dev)
-    cache = new_cache(model)
-    filled_max, cached = 0, 0  # host copies: filled.max(), and the block slots already in the cache
+    B, b = spec.block_size, len(prompts)
+    s, cache = start(prompts, spec, model.device), new_cache(model)
     while True:
         ctl = control.snapshot()
         if ctl.stopped:
             return
-        U = uncached.shape[1]
-        W = B if ctl.threshold < 1.0 else filled_max  # block slots cached .. W-1 are fed this forward
-        ids = torch.cat([uncached, block[:, cached:W]], 1)
-        positions = torch.cat([uncached_pos, base[:, None] + slots[cached:W]], 1)
-        mask = cache_mask(torch.cat([valid, uncached_valid, block_ok[:, cached:W]], 1), U + W - cached)
-        first = cached + (U == 0)  # the block slot the first kept logit predicts (U > 0 means cached == 0)
-        logits = forward(model, ids, positions, mask, cache, keep=W - first + 1)  # predict slots first .. W
-        if W < B:  # one-token mode: the prediction for slot `filled` only
-            j = (filled - first).clamp(0, logits.shape[1] - 1)
-            picked = logits.gather(1, j[:, None, None].expand(-1, 1, logits.shape[-1]))
-            tok, tok_conf = select(picked, ctl, spec.generator)
-            at = filled.clamp_max(B - 1)[:, None]
-            tokens = block.scatter(1, at, tok)
-            conf = torch.zeros(b, B, device=dev).scatter(1, at, tok_conf)
-        else:  # slots before `first` are filled already (confidence 1); the last logit lies past the block
-            tokens, conf = select(logits[:, : B - first], ctl, spec.generator)
-            tokens = torch.cat([block[:, :first], tokens], 1)
-            conf = torch.cat([torch.ones(b, first, device=dev), conf], 1)
-        shared = torch.where(done, B, filled).min().clamp_max(W)  # fed slots real for every live sample
-
-        waiting = done | (filled >= B)
-        end = accept_prefix(conf, filled, ctl.threshold).clamp_max(B)
-        end = torch.minimum(end, filled + spec.max_new_tokens - generated)
-        end, hit = cap_at_stop(tokens, filled, end, spec.stop_ids)
-        end = torch.where(waiting, filled, end)
-        done = done | hit | (generated + end - filled >= spec.max_new_tokens)
-        block = torch.where((slots >= filled[:, None]) & (slots < end[:, None]), tokens, block)
-        start = filled
-        write_out(out, generated, tokens, start, end)
-        filled = end
-        block_done = (filled >= B) | done
-        host = torch.stack([end, done.long(), block_done.long(), shared.expand(b)]).tolist()  # one host sync
-        stop = yield Step(tokens, conf, start, end, [bool(d) for d in host[1]], ctl.threshold, out, generated)
+        width = B if ctl.threshold < 1.0 else s.filled_max  # block slots cached .. width-1 are fed this forward
+        logits, first = feed(model, cache, s, width)
+        tokens, conf = predict(logits, s, ctl, first, width < B, spec.generator)
+        shared = torch.where(s.done, B, s.filled).min().clamp_max(width)  # fed slots real for every live sample
+        begin, end = fill(s, tokens, conf, ctl.threshold, spec)
+        block_done = (s.filled >= B) | s.done
+        host = torch.stack([end, s.done.long(), block_done.long(), shared.expand(b)]).tolist()  # one host sync
+        stop = yield Step(tokens, conf, begin, end, [bool(d) for d in host[1]], ctl.threshold, s.out, s.generated)
         if stop is not None:
-            done = done | stop.to(dev)
-        if bool(done.all()):
+            s.done = s.done | stop.to(s.done.device)
+        if bool(s.done.all()):
             return
-        keep = host[3][0]
-        if W > keep:
-            cache.crop(-(W - keep))  # drop the slots some sample has not filled yet (masks among them)
-        valid = torch.cat([valid, uncached_valid, block_ok[:, cached:keep]], 1)  # what the cache now holds
-        cached, filled_max = keep, max(host[0])
-        complete = all(host[2]) if stop is None else bool((done | (filled >= B)).all())
-        if complete:
-            # next block: this one's uncached tail enters the cache with the next forward
-            tail = slots[cached:]
-            uncached, uncached_valid, uncached_pos = block[:, tail], block_ok[:, tail], base[:, None] + tail
-            base = base + B
-            block = torch.full((b, B), mask_id, dtype=torch.long, device=dev)
-            filled = torch.zeros(b, dtype=torch.long, device=dev)
-            filled_max, cached = 0, 0
-        else:
-            uncached = uncached[:, :0]
-            uncached_valid = uncached_valid[:, :0]
-            uncached_pos = uncached_pos[:, :0]
+        complete = all(host[2]) if stop is None else bool((s.done | (s.filled >= B)).all())
+        settle(cache, s, spec, width, host[3][0], max(host[0]), complete)

@@ -1,10 +1,30 @@
-"""What a decoder is asked (DecodeSpec), what each forward reports (Step), and the output buffer they fill."""
+"""What a decoder is asked (DecodeSpec, TreeLayout), what each forward reports (Step), and the buffer they fill."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
+
+
+@dataclass(frozen=True)
+class TreeLayout:
+    """How verified decoding shapes each forward's tree: what is worth its width. It never changes the answer."""
+
+    group_floor: float = 0.1  # feed G_j when P(exactly j drafts match) >= this (benchmarks/verified_layout.py)
+    lookup_drafts: int = 7  # longest prompt-lookup chain checked in one forward (0: mask drafts only)
+    lookup_ngrams: tuple[int, ...] = (3, 2)  # n-gram sizes prompt lookup matches, the longest that matches wins
+    lookup_odds: float = 0.6  # a lookup draft's assumed chance of matching (it has no confidence of its own)
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.group_floor <= 1.0:
+            raise ValueError(f"group_floor must be in [0, 1], got {self.group_floor!r}")
+        if self.lookup_drafts < 0:
+            raise ValueError(f"lookup_drafts must be >= 0 (0: no prompt lookup), got {self.lookup_drafts!r}")
+        if not self.lookup_ngrams or min(self.lookup_ngrams) < 1:
+            raise ValueError(f"lookup_ngrams must be n-gram sizes >= 1, got {self.lookup_ngrams!r}")
+        if not 0.0 <= self.lookup_odds <= 1.0:
+            raise ValueError(f"lookup_odds must be in [0, 1], got {self.lookup_odds!r}")
 
 
 @dataclass
@@ -15,6 +35,7 @@ class DecodeSpec:
     pad_id: int  # fills left padding and slots that mean nothing
     mask_id: int | None  # the mask token (needed when block_size > 1)
     generator: torch.Generator | None = None  # seeds sampling
+    layout: TreeLayout = field(default_factory=TreeLayout)  # verified decoding: which drafts and groups are fed
 
 
 @dataclass

@@ -18,14 +18,12 @@ where they are read: the k+1 verify positions, then the g masks of the group eac
 
 Which groups to feed: with draft confidences c_1..c_k, exactly j drafts match with probability about
     P(m = j) = c_1 ... c_j (1 - c_{j+1})        P(m = k) = c_1 ... c_k
-and G_j is fed when P(m = j) >= GROUP_FLOOR: width goes where it is likely to pay.
+and G_j is fed when P(m = j) >= layout.group_floor: width goes where it is likely to pay.
 
-A second draft source, prompt lookup: the tokens that followed the latest earlier occurrence of the text's last
-3 (else 2) tokens in the prompt and the answer so far, up to LOOKUP_DRAFTS of them. A lookup token's confidence is
-the mask draft's where both propose the same token (at least that likely), at most 1 - the mask draft's where they
-differ, and LOOKUP_ODDS past the mask drafts. Per sample, the forward checks the chain with the longer expected run
-of matches, sum_i c_1 ... c_i, each chain cut where its confidence falls below the threshold. Groups hang after
-whichever chain is checked.
+A second draft source, prompt lookup (lookup.py): the tokens that followed the latest earlier occurrence of the
+text's last 3 (else 2) tokens in the prompt and the answer so far, up to layout.lookup_drafts of them. Per sample,
+the forward checks the chain with the longer expected run of matches, sum_i c_1 ... c_i, each chain cut where its
+confidence falls below the threshold. Groups hang after whichever chain is checked.
 
 Sampling (temperature > 0) keeps the AR distribution with the speculative-sampling rule: a draft x drawn from its
 mask slot's distribution q is accepted with probability min(1, p(x)/q(x)); at the first rejection the token is
@@ -35,25 +33,66 @@ drawn from max(0, p - q) renormalised, after the last fed draft from p. Whether 
 Batches: drafts, groups and the cache's holes are per sample, positions explicit; the layout (how many draft
 columns, which group columns) is the union over samples. The threshold in force when a forward ends decides which
 of its drafts the next forward checks; the one host sync per forward returns that layout.
+
+One forward is four phases, a function each: feed the tree, verify (greedy or speculative), choose the next chain
+(mask group or lookup, and the groups to hang after it), commit and crop. The loop carries two small states:
+Answer (what is committed, what the cache holds) and Tree (what the coming forward feeds).
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator
+from dataclasses import dataclass
 from functools import lru_cache
+from itertools import accumulate
 
 import torch
 
 from ..attention import as_model_mask
 from .cache import left_pad, new_cache
 from .control import DecodeControl
+from .lookup import expected_run, lookup_confidence, lookup_drafts
 from .sampling import cap_at_stop, confidence_of, distribution, draw
-from .spec import DecodeSpec, Step, write_out
+from .spec import DecodeSpec, Step, TreeLayout, write_out
 
-GROUP_FLOOR = 0.1  # feed G_j when P(exactly j drafts match) >= this; measured in benchmarks/verified_layout.py
-LOOKUP_DRAFTS = 7  # longest prompt-lookup chain checked in one forward (0: mask drafts only)
-LOOKUP_NGRAMS = (3, 2)  # n-gram sizes matched, the longest that matches wins
-LOOKUP_ODDS = 0.6  # a lookup draft's assumed chance of matching (it has no confidence of its own)
+
+@dataclass
+class Answer:
+    """What is committed so far, per sample, and what the cache holds."""
+
+    prompt: torch.Tensor  # [b, S] the left-padded prompts: lookup searches them, then `out`
+    text_start: torch.Tensor  # [b] first real prompt slot
+    out: torch.Tensor  # [b, max_new_tokens + D + 1] committed answer tokens (write_out's buffer)
+    generated: torch.Tensor  # [b] answer tokens committed
+    done: torch.Tensor  # [b] finished: stop token, max_new_tokens or a stop request
+    length: torch.Tensor  # [b] n, tokens committed in the sequence (prompt and answer, pending ones included)
+    valid: torch.Tensor  # [b, T] which cache slots hold real tokens
+
+
+@dataclass
+class Tree:
+    """What the coming forward feeds after the cache: [ pending | d_1 .. d_K | G_j for j in groups ]."""
+
+    pending: torch.Tensor  # [b, P] committed tokens not yet cached (the bonus token; the prompt at prefill)
+    pending_valid: torch.Tensor  # [b, P] real (not left padding, not a finished sample)
+    drafts: torch.Tensor  # [b, K] d_1 .. d_K for positions n .. n+K-1
+    fed: torch.Tensor  # [b, K] which drafts are real, per sample
+    q: torch.Tensor | None  # [b, K, V] the drafts' own distributions (None: point masses, as greedy drafts are)
+    looked: torch.Tensor  # [b] the drafts came from prompt lookup (else from the mask slots)
+    groups: tuple[int, ...]  # the j of each G_j hung in this forward, the union over samples
+    group_fed: torch.Tensor  # [b, D+1] G_j is real for sample i
+    threshold: float  # the threshold that chose these drafts
+
+
+@dataclass
+class Chain:
+    """The drafts proposed for the next forward, padded to D: only the first `count` per sample are checked."""
+
+    tokens: torch.Tensor  # [b, D]
+    conf: torch.Tensor  # [b, D] c_1 .. c_D (0 where nothing was proposed)
+    q: torch.Tensor | None  # [b, D, V] their distributions when sampling (None: greedy)
+    count: torch.Tensor  # [b] leading drafts kept: confidence >= threshold (set by next_chain)
+    looked: torch.Tensor  # [b] prompt lookup's chain won over the mask slots'
 
 
 @lru_cache(maxsize=64)
@@ -94,42 +133,17 @@ def group_odds(conf: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
     return torch.cat([ones, c.cumprod(-1)], 1) * (1 - torch.cat([c, 0 * ones], 1))
 
 
-def lookup_drafts(seq: torch.Tensor, start: torch.Tensor, end: torch.Tensor, ngrams: tuple[int, ...],
-                  width: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Prompt lookup per row of seq [b, S] (text in start..end-1): the `width` tokens that followed the latest
-    earlier occurrence of the row's last n tokens, for the longest n in ngrams that occurs. (drafts, count)."""
-    b, size = seq.shape
-    after = torch.full((b,), -1, dtype=torch.long, device=seq.device)  # where the continuation starts
-    for n in sorted(ngrams):  # a longer match overrides a shorter one
-        if size <= n:
-            continue
-        last = seq.gather(1, (end[:, None] - n + torch.arange(n, device=seq.device)).clamp(0, size - 1))
-        at = torch.arange(size - n + 1, device=seq.device)
-        hit = (seq.unfold(1, n, 1) == last[:, None, :]).all(-1) & (at >= start[:, None]) & (at + n < end[:, None])
-        pos = torch.where(hit & (end - start > n)[:, None], at, -1).max(-1).values
-        after = torch.where(pos >= 0, pos + n, after)
-    count = torch.where(after >= 0, (end - after).clamp(0, width), 0)
-    idx = (after.clamp_min(0)[:, None] + torch.arange(width, device=seq.device)).clamp_max(size - 1)
-    return seq.gather(1, idx), count
-
-
-def lookup_confidence(found: torch.Tensor, drafts: torch.Tensor, conf: torch.Tensor) -> torch.Tensor:
-    """Confidence of each lookup token [b, D]: the mask draft's where the two agree, at most 1 - it where they
-    differ, LOOKUP_ODDS where no mask draft says anything (conf 0 there)."""
-    odds = torch.full_like(conf, LOOKUP_ODDS)
-    return torch.where(found == drafts, torch.maximum(conf, odds), torch.minimum(odds, 1 - conf))
-
-
-def expected_run(conf: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
-    """Expected number of leading matches, sum_i c_1 ... c_i over the first count[i] drafts."""
-    c = torch.where(torch.arange(conf.shape[1], device=conf.device) < count[:, None], conf, 0.0)
-    return c.cumprod(-1).sum(-1)
-
-
 def widen(x: torch.Tensor, width: int, value: float) -> torch.Tensor:
     """x [b, k, ...] padded with `value` along dim 1 to `width`."""
     pad = torch.full((x.shape[0], width - x.shape[1], *x.shape[2:]), value, dtype=x.dtype, device=x.device)
     return torch.cat([x, pad], 1)
+
+
+def to_host(*tensors: torch.Tensor) -> list[list[int]]:
+    """The tensors' values as Python lists, in one device-to-host copy (one sync per forward)."""
+    flat = torch.cat([t.reshape(-1).long() for t in tensors]).tolist()
+    sizes = [t.numel() for t in tensors]
+    return [flat[end - n : end] for end, n in zip(accumulate(sizes), sizes)]
 
 
 def speculative(p: torch.Tensor, drafts: torch.Tensor, q: torch.Tensor | None, fed: torch.Tensor,
@@ -154,119 +168,165 @@ def speculative(p: torch.Tensor, drafts: torch.Tensor, q: torch.Tensor | None, f
     return m, torch.where(slots < m[:, None], padded, y[:, None])
 
 
+def start(prompts: list[list[int]], spec: DecodeSpec, threshold: float, dev: torch.device, depth: int
+          ) -> tuple[Answer, Tree]:
+    """Nothing committed; the first forward is the prefill, with G_0 after the prompt to propose the first drafts."""
+    b, g = len(prompts), spec.block_size - 1
+    pending, pending_valid = left_pad(prompts, spec.pad_id, dev)
+    none = torch.zeros(b, dtype=torch.long, device=dev)
+    answer = Answer(prompt=pending, text_start=(~pending_valid).sum(1), generated=none, done=none.bool(),
+                    out=torch.full((b, spec.max_new_tokens + depth + 1), spec.pad_id, dtype=torch.long, device=dev),
+                    length=pending_valid.sum(1), valid=torch.zeros((b, 0), dtype=torch.bool, device=dev))
+    tree = Tree(pending, pending_valid, drafts=pending[:, :0], fed=pending_valid[:, :0], q=None, looked=none.bool(),
+                groups=(0,) if g > 0 and threshold < 1.0 else (), threshold=threshold,
+                group_fed=torch.ones((b, depth + 1), dtype=torch.bool, device=dev))
+    return answer, tree
+
+
+def feed(model: torch.nn.Module, cache, answer: Answer, tree: Tree, g: int, mask_id: int) -> torch.Tensor:
+    """One forward over the tree under its explicit mask; the last hidden states [b, W, H] (logits come later,
+    only where read). Positions: pending n-P .. n-1, d_a n+a-1, mask t of G_j n+j+t."""
+    (b, P), K, dev = tree.pending.shape, tree.drafts.shape[1], tree.pending.device
+    cols = torch.tensor(tree.groups, dtype=torch.long, device=dev)
+    offsets = (cols[:, None] + torch.arange(g, device=dev)).reshape(-1)
+    ids = torch.cat([tree.pending, tree.drafts, torch.full((b, len(cols) * g), mask_id, device=dev)], 1)
+    positions = answer.length[:, None] + torch.cat([torch.arange(-P, K, device=dev), offsets])
+    fed_valid = torch.cat([tree.pending_valid, tree.fed, tree.group_fed[:, cols].repeat_interleave(g, 1)], 1)
+    mask = tree_mask(answer.valid, fed_valid, tree_template(P, K, tree.groups, g))
+    return model.get_decoder()(input_ids=ids, position_ids=positions.clamp_min(0), past_key_values=cache,
+                               attention_mask=as_model_mask(mask, model), use_cache=True).last_hidden_state
+
+
+def verify(head: torch.nn.Module, hidden: torch.Tensor, tree: Tree, ctl, generator: torch.Generator | None
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(m, tokens [b, K+1], confidences): slot P-1+a predicts position n+a, so greedy m is the leading run of
+    d_a == argmax at slot P-2+a; tokens[m] is the bonus. Sampling: the speculative rule instead of equality."""
+    P, K = tree.pending.shape[1], tree.drafts.shape[1]
+    logits = head(hidden[:, P - 1 : P + K])
+    p = distribution(logits, ctl)
+    if ctl.temperature == 0:
+        tokens = logits.float().argmax(-1)
+        m = leading((tokens[:, :K] == tree.drafts) & tree.fed)
+    else:
+        m, tokens = speculative(p, tree.drafts, tree.q, tree.fed, generator)
+    return m, tokens, confidence_of(p, tokens, ctl.confidence)
+
+
+def commit(answer: Answer, tokens: torch.Tensor, m: torch.Tensor, spec: DecodeSpec) -> torch.Tensor:
+    """Append tokens[:, :m+1] (cut at max_new_tokens and after a stop token) to the answer; returns end [b]."""
+    zero = torch.zeros_like(m)
+    end = torch.minimum(m + 1, spec.max_new_tokens - answer.generated)
+    end, hit = cap_at_stop(tokens, zero, end, spec.stop_ids)
+    end = torch.where(answer.done, 0, end)
+    answer.done = answer.done | hit | (answer.generated + end >= spec.max_new_tokens)
+    write_out(answer.out, answer.generated, tokens, zero, end)  # also advances generated
+    return end
+
+
+def mask_chain(head: torch.nn.Module, hidden: torch.Tensor, tree: Tree, m: torch.Tensor, done: torch.Tensor,
+               ctl, spec: DecodeSpec, depth: int) -> Chain:
+    """The next drafts from G_m, the group each sample goes on with (mask t predicts position n+m+1+t): the
+    argmax, or a draw when sampling, with the argmax's confidence; confidence 0 where G_m was not fed."""
+    b, g, dev = hidden.shape[0], spec.block_size - 1, hidden.device
+    tokens = torch.full((b, depth), spec.pad_id, dtype=torch.long, device=dev)
+    if not tree.groups:
+        return Chain(tokens, torch.zeros((b, depth), device=dev), None, torch.zeros_like(m), torch.zeros_like(done))
+    index = torch.full((depth + 1,), -1, dtype=torch.long, device=dev)  # G_j -> its place among the fed groups
+    index[list(tree.groups)] = torch.arange(len(tree.groups), device=dev)
+    at = index[m]
+    has = (at >= 0) & tree.group_fed.gather(1, m[:, None]).squeeze(1) & ~done
+    rows = tree.pending.shape[1] + tree.drafts.shape[1] + at.clamp_min(0)[:, None] * g + torch.arange(g, device=dev)
+    logits = head(hidden.gather(1, rows[..., None].expand(-1, -1, hidden.shape[-1])))
+    q, top = distribution(logits, ctl), logits.float().argmax(-1)
+    greedy = ctl.temperature == 0
+    conf = torch.where(has[:, None], confidence_of(q, top, ctl.confidence), 0.0)
+    return Chain(widen(top if greedy else draw(q, spec.generator), depth, spec.pad_id), widen(conf, depth, 0.0),
+                 None if greedy else widen(q, depth, 0.0), torch.zeros_like(m), torch.zeros_like(done))
+
+
+def with_lookup(chain: Chain, answer: Answer, threshold: float, layout: TreeLayout, pad_id: int) -> Chain:
+    """Per sample, the mask chain or prompt lookup's over the prompt and the answer so far, whichever promises
+    the longer run of matches (each cut where its confidence falls below the threshold)."""
+    b, depth = chain.tokens.shape
+    count = leading(chain.conf >= threshold)
+    if layout.lookup_drafts == 0:
+        return Chain(chain.tokens, chain.conf, chain.q, count, chain.looked)
+    text = torch.cat([answer.prompt, answer.out], 1)
+    found, found_count = lookup_drafts(text, answer.text_start, answer.prompt.shape[1] + answer.generated,
+                                       layout.lookup_ngrams, layout.lookup_drafts)
+    found = widen(found, depth, pad_id)
+    found_conf = lookup_confidence(found, chain.tokens, chain.conf, layout.lookup_odds)
+    found_count = torch.minimum(found_count, leading(found_conf >= threshold))
+    looked = expected_run(found_conf, found_count) > expected_run(chain.conf, count)
+    q = chain.q
+    if q is not None:  # a lookup draft is a point mass
+        point = torch.zeros_like(q).scatter_(-1, found[..., None], 1.0)
+        q = torch.where(looked[:, None, None], point, q)
+    pick = looked[:, None]
+    return Chain(torch.where(pick, found, chain.tokens), torch.where(pick, found_conf, chain.conf), q,
+                 torch.where(looked, found_count, count), looked)
+
+
+def next_chain(chain: Chain, answer: Answer, threshold: float, spec: DecodeSpec) -> tuple[Chain, torch.Tensor]:
+    """The drafts the next forward checks, and [b, D+1] which groups hang after them: G_j is fed when j <= count
+    and P(exactly j drafts match) >= the group floor. At threshold 1 no draft is worth checking: a plain
+    one-token forward."""
+    b, depth = chain.tokens.shape
+    if threshold >= 1.0 or spec.block_size == 1:
+        none = torch.zeros(b, dtype=torch.bool, device=chain.tokens.device)
+        return Chain(chain.tokens, chain.conf, chain.q, none.long(), none), none[:, None].expand(b, depth + 1)
+    chain = with_lookup(chain, answer, threshold, spec.layout, spec.pad_id)
+    likely = group_odds(chain.conf, chain.count) >= spec.layout.group_floor
+    steps = torch.arange(depth + 1, device=chain.tokens.device)
+    return chain, (steps <= chain.count[:, None]) & likely & ~answer.done[:, None]
+
+
+def crop(cache, answer: Answer, tree: Tree, m: torch.Tensor, kept: int, g: int) -> None:
+    """The cache keeps the pending tokens and the first `kept` drafts (the most any sample matched; the others'
+    unmatched ones stay as holes) and drops the rest; the answer's sequence grows by m+1."""
+    P, K = tree.pending.shape[1], tree.drafts.shape[1]
+    width = P + K + len(tree.groups) * g
+    if width > P + kept:
+        cache.crop(-(width - P - kept))
+    matched = tree.fed & (torch.arange(K, device=m.device) < m[:, None])
+    answer.valid = torch.cat([answer.valid, tree.pending_valid, matched[:, :kept]], 1)
+    answer.length = answer.length + m + 1
+
+
+def grow(tokens: torch.Tensor, m: torch.Tensor, chain: Chain, groups: tuple[int, ...], group_fed: torch.Tensor,
+         done: torch.Tensor, drafts: int, threshold: float) -> Tree:
+    """The next tree: the bonus token pending, the chain's first `drafts` tokens (the longest count), its groups."""
+    live = ~done
+    return Tree(pending=tokens.gather(1, m[:, None]), pending_valid=live[:, None], drafts=chain.tokens[:, :drafts],
+                fed=(torch.arange(drafts, device=m.device) < chain.count[:, None]) & live[:, None],
+                q=None if chain.q is None else chain.q[:, :drafts], looked=chain.looked, groups=groups,
+                group_fed=group_fed & live[:, None], threshold=threshold)
+
+
 @torch.inference_mode()
 def verified_decode(
     model: torch.nn.Module, prompts: list[list[int]], spec: DecodeSpec, control: DecodeControl
 ) -> Generator[Step, torch.Tensor | None, None]:
     """Yield one Step per forward. send() a bool [b] tensor to stop samples (stop strings)."""
-    dev, b, g = model.device, len(prompts), spec.block_size - 1
-    look = LOOKUP_DRAFTS if g > 0 else 0
-    D = max(g, look)  # the longest draft chain a forward may check
-    body, head = model.get_decoder(), model.get_output_embeddings()
-    mask_id = spec.mask_id if g > 0 else spec.pad_id
-    pending, pending_valid = left_pad(prompts, spec.pad_id, dev)  # prefill is the first step's pending run
-    prompt, text_start = pending, (~pending_valid).sum(1)  # the text lookup searches: prompt, then answer
-    length = pending_valid.sum(1)  # committed tokens per sample, the pending ones included
-    valid = torch.zeros((b, 0), dtype=torch.bool, device=dev)  # which cache slots hold real tokens
-    drafts = torch.zeros((b, 0), dtype=torch.long, device=dev)
-    fed = torch.zeros((b, 0), dtype=torch.bool, device=dev)  # which draft slots are real, per sample
-    draft_q: torch.Tensor | None = None  # the drafts' distributions (None: greedy drafts)
-    out = torch.full((b, spec.max_new_tokens + D + 1), spec.pad_id, dtype=torch.long, device=dev)
-    generated = torch.zeros(b, dtype=torch.long, device=dev)
-    done = torch.zeros(b, dtype=torch.bool, device=dev)
-    zero = torch.zeros(b, dtype=torch.long, device=dev)
-    ctl = control.snapshot()
-    tau = ctl.threshold  # the threshold that chose the drafts the coming forward checks
-    groups = (0,) if g > 0 and tau < 1.0 else ()  # prefill: G_0 after the prompt proposes the first drafts
-    group_fed = torch.ones((b, D + 1), dtype=torch.bool, device=dev)
-    drafted_by = torch.zeros(b, dtype=torch.bool, device=dev)  # the checked drafts came from prompt lookup
-    cache = new_cache(model)
-    while True:
-        if control.stopped:
-            return
-        P, K = pending.shape[1], drafts.shape[1]
-        cols = torch.tensor(groups, dtype=torch.long, device=dev)
-        offsets = (cols[:, None] + torch.arange(g, device=dev)).reshape(-1)  # group j, mask t -> n + j + t
-        ids = torch.cat([pending, drafts, torch.full((b, len(groups) * g), mask_id, device=dev)], 1)
-        positions = length[:, None] + torch.cat([torch.arange(-P, K, device=dev), offsets])
-        fed_valid = torch.cat([pending_valid, fed, group_fed[:, cols].repeat_interleave(g, 1)], 1)
-        mask = tree_mask(valid, fed_valid, tree_template(P, K, groups, g))
-        hidden = body(input_ids=ids, position_ids=positions.clamp_min(0), attention_mask=as_model_mask(mask, model),
-                      past_key_values=cache, use_cache=True).last_hidden_state
-
-        # verify: the prediction at slot P-1+a is the AR token for position n+a, drafts d_1.. are checked in order
-        logits = head(hidden[:, P - 1 : P + K])
-        p = distribution(logits, ctl)
-        if ctl.temperature == 0:
-            tokens = logits.float().argmax(-1)
-            m = leading((tokens[:, :K] == drafts) & fed)
-        else:
-            m, tokens = speculative(p, drafts, draft_q, fed, spec.generator)
-        conf = confidence_of(p, tokens, ctl.confidence)
-        end = torch.minimum(m + 1, spec.max_new_tokens - generated)
-        end, hit = cap_at_stop(tokens, zero, end, spec.stop_ids)
-        end = torch.where(done, 0, end)
-        done = done | hit | (generated + end >= spec.max_new_tokens)
-        write_out(out, generated, tokens, zero, end)
-
-        # the next drafts: the predictions of the group each sample goes on with (G_m), if it was fed
-        column = torch.full((D + 1,), -1, dtype=torch.long, device=dev)
-        column[cols] = torch.arange(len(groups), device=dev)
-        has = (column[m] >= 0) & group_fed.gather(1, m[:, None]).squeeze(1) & ~done
-        nxt = torch.full((b, g), spec.pad_id, dtype=torch.long, device=dev)
-        nxt_conf = torch.zeros((b, g), device=dev)
-        nxt_q = None
-        if groups:
-            rows = P + K + column[m].clamp_min(0)[:, None] * g + torch.arange(g, device=dev)
-            group_logits = head(hidden.gather(1, rows[..., None].expand(-1, -1, hidden.shape[-1])))
-            q = distribution(group_logits, ctl)
-            top = group_logits.float().argmax(-1)
-            nxt = top if ctl.temperature == 0 else draw(q, spec.generator)
-            nxt_q = None if ctl.temperature == 0 else q
-            nxt_conf = torch.where(has[:, None], confidence_of(q, top, ctl.confidence), 0.0)
-
-        # the next forward's layout, with the threshold in force now: drafts while confident, groups while likely
-        checked_with, ctl = tau, control.snapshot()
-        tau = ctl.threshold
-        nxt, nxt_conf = widen(nxt, D, spec.pad_id), widen(nxt_conf, D, 0.0)
-        looked = torch.zeros(b, dtype=torch.bool, device=dev)
-        if tau < 1.0 and g > 0:
-            count = leading(nxt_conf >= tau)
-            if look:  # prompt lookup over the prompt and the answer so far, where its chain promises more
-                found, found_count = lookup_drafts(torch.cat([prompt, out], 1), text_start,
-                                                   prompt.shape[1] + generated, LOOKUP_NGRAMS, look)
-                found = widen(found, D, spec.pad_id)
-                found_conf = lookup_confidence(found, nxt, nxt_conf)
-                found_count = torch.minimum(found_count, leading(found_conf >= tau))
-                looked = expected_run(found_conf, found_count) > expected_run(nxt_conf, count)
-                nxt = torch.where(looked[:, None], found, nxt)
-                nxt_conf = torch.where(looked[:, None], found_conf, nxt_conf)
-                count = torch.where(looked, found_count, count)
-                if nxt_q is not None:  # a lookup draft is a point mass
-                    point = torch.zeros(b, D, nxt_q.shape[-1], device=dev).scatter_(-1, nxt[..., None], 1.0)
-                    nxt_q = torch.where(looked[:, None, None], point, widen(nxt_q, D, 0.0))
-            likely = group_odds(nxt_conf, count) >= GROUP_FLOOR
-            group_fed = (torch.arange(D + 1, device=dev) <= count[:, None]) & likely & ~done[:, None]
-        else:  # no draft is worth checking: plain one-token forwards from here on
-            count, group_fed = zero, torch.zeros((b, D + 1), dtype=torch.bool, device=dev)
-        host = torch.cat([done.long(), m, count, group_fed.any(0).long()]).tolist()  # the one host sync
-        dones, ms, counts = host[:b], host[b : 2 * b], host[2 * b : 3 * b]
-        groups = tuple(j for j in range(D + 1) if host[3 * b + j])
-        stop = yield Step(tokens, conf, zero, end, [bool(d) for d in dones], checked_with, out, generated,
-                          drafts=drafts, drafted=fed.sum(1), matched=torch.minimum(m, end), looked_up=drafted_by)
+    g = spec.block_size - 1
+    depth = max(g, spec.layout.lookup_drafts) if g > 0 else 0  # D: the longest draft chain a forward may check
+    head, cache, ctl = model.get_output_embeddings(), new_cache(model), control.snapshot()
+    answer, tree = start(prompts, spec, ctl.threshold, model.device, depth)
+    while not control.stopped:
+        hidden = feed(model, cache, answer, tree, g, spec.mask_id if g > 0 else spec.pad_id)
+        m, tokens, conf = verify(head, hidden, tree, ctl, spec.generator)
+        end = commit(answer, tokens, m, spec)
+        chain = mask_chain(head, hidden, tree, m, answer.done, ctl, spec, depth)
+        ctl = control.snapshot()  # the threshold in force now chooses what the next forward checks
+        chain, group_fed = next_chain(chain, answer, ctl.threshold, spec)
+        done, ms, counts, hung = to_host(answer.done, m, chain.count, group_fed.any(0))  # the one host sync
+        stop = yield Step(tokens, conf, torch.zeros_like(m), end, [bool(d) for d in done], tree.threshold,
+                          answer.out, answer.generated, drafts=tree.drafts, drafted=tree.fed.sum(1),
+                          matched=torch.minimum(m, end), looked_up=tree.looked)
         if stop is not None:
-            done = done | stop.to(dev)
-            group_fed &= ~done[:, None]
-        if bool(done.all()):
+            answer.done = answer.done | stop.to(answer.done.device)
+        if bool(answer.done.all()):
             return
-        kept = max(ms)  # the fed slots that stay in the cache: pending, then the matched drafts (holes elsewhere)
-        if ids.shape[1] > P + kept:
-            cache.crop(-(ids.shape[1] - P - kept))
-        valid = torch.cat([valid, pending_valid, (fed & (torch.arange(K, device=dev) < m[:, None]))[:, :kept]], 1)
-        length = length + m + 1
-        pending, pending_valid = tokens.gather(1, m[:, None]), ~done[:, None]
-        most = max(counts)
-        drafts = nxt[:, :most]
-        fed = (torch.arange(most, device=dev) < count[:, None]) & ~done[:, None]
-        draft_q = None if nxt_q is None else nxt_q[:, :most]
-        drafted_by = looked
+        crop(cache, answer, tree, m, max(ms), g)
+        groups = tuple(j for j, any_fed in enumerate(hung) if any_fed)
+        tree = grow(tokens, m, chain, groups, group_fed, answer.done, max(counts), ctl.threshold)

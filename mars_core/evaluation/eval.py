@@ -236,6 +236,22 @@ def evaluate(
 # ----------------------------------------------------------------------------- plot
 
 
+def save_figure(fig, ax, path: str | os.PathLike, xlabel: str, ylabel: str, title: str) -> str:
+    """Label, grid and legend one matplotlib axes the way every report plot is drawn, save it to path, close it."""
+    import matplotlib.pyplot as plt
+
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return str(path)
+
+
 def pareto_plot(report: dict[str, Any], path: str | os.PathLike, category: str = "all") -> str | None:
     """Tokens per forward vs accuracy, one labelled point per threshold (+ the base model); returns the path."""
     rows = [r for r in report["rows"] if r["category"] == category and r["accuracy"] is not None]
@@ -269,15 +285,7 @@ def pareto_plot(report: dict[str, Any], path: str | os.PathLike, category: str =
                             textcoords="offset points", xytext=(4, -11), fontsize=8, color="tab:green")
         if base and base["accuracy"] is not None:
             ax.plot([1.0], [100 * base["accuracy"]], "s", color="tab:gray", label="base (AR)")
-        ax.set_xlabel("tokens per forward")
-        ax.set_ylabel("task accuracy (%)")
-        ax.set_title(title, fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(path)
-        plt.close(fig)
-        return path
+        return save_figure(fig, ax, path, "tokens per forward", "task accuracy (%)", title)
     except ImportError:
         pass
     try:
@@ -321,16 +329,8 @@ def calibration_plot(reports: dict[str, dict[str, Any]], path: str | os.PathLike
     ax.plot([0.5, 1.0], [50, 100], "--", color="gray", label="calibrated")
     for label, xs, ys in lines:
         ax.plot(xs, ys, "o-", label=label)
-    ax.set_xlabel("confidence of the accepted mask-slot token (bin centre)")
-    ax.set_ylabel("equal to the model's own AR choice (%)")
-    ax.set_title(title, fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return str(path)
+    return save_figure(fig, ax, path, "confidence of the accepted mask-slot token (bin centre)",
+                       "equal to the model's own AR choice (%)", title)
 
 
 # ----------------------------------------------------------------------------- CLI

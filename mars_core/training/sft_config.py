@@ -1,4 +1,5 @@
-"""Training arguments for plain autoregressive SFT on chat data (the paper's control baseline)."""
+"""Training arguments for plain autoregressive SFT on chat data (the paper's control baseline); MarsConfig extends
+them with the MARS knobs."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from transformers import TrainingArguments
 class SFTConfig(TrainingArguments):
     """transformers.TrainingArguments plus the chat-data length, with defaults suited to chat SFT."""
 
-    # Conversations are cut to this many tokens (the paper uses 512).
+    # Conversations are cut to this many tokens (the paper uses 512); a MARS forward sees twice as many.
     max_length: int = field(default=512, metadata={"help": "Cut each tokenized conversation to this many tokens."})
     # The collator needs the `labels` column, which the model's forward signature would keep anyway.
     remove_unused_columns: bool = field(default=False, metadata={"help": "Drop dataset columns the model ignores."})

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mars_core import DecodeControl, generate, stream
-from mars_core.decoding import verified
+from mars_core import DecodeControl, TreeLayout, generate, stream
+from mars_core.decoding.lookup import lookup_drafts
 
 from reference import reference_verified
 from test_decoders import PROMPTS, encode, hf_greedy
@@ -43,19 +43,19 @@ def test_verified_equals_hf_generate(trained, tokenizer, block_size, threshold):
 
 
 @pytest.mark.parametrize("lookup", [0, 7])
-@pytest.mark.parametrize("floor", [0.0, verified.GROUP_FLOOR, 0.6])
+@pytest.mark.parametrize("floor", [0.0, TreeLayout().group_floor, 0.6])
 @pytest.mark.parametrize("threshold", [0.9, 0.5, 0.3])
-def test_cached_equals_no_cache_reference(trained, tokenizer, monkeypatch, floor, threshold, lookup):
+def test_cached_equals_no_cache_reference(trained, tokenizer, floor, threshold, lookup):
     """Same tokens and the same number of forwards as recomputing everything each step (the cache holds real
     tokens only), whichever groups the floor lets through, with and without prompt-lookup drafts."""
-    monkeypatch.setattr(verified, "GROUP_FLOOR", floor)
-    monkeypatch.setattr(verified, "LOOKUP_DRAFTS", lookup)
+    layout = TreeLayout(group_floor=floor, lookup_drafts=lookup)
     stop = {tokenizer.eos_token_id}
     for text in PROMPTS + NEW_PROMPTS + list(ANSWERS)[3:]:
-        got = generate(trained, tokenizer, text, strategy="verified", threshold=threshold, max_new_tokens=30)
+        got = generate(trained, tokenizer, text, strategy="verified", threshold=threshold, max_new_tokens=30,
+                       layout=layout)
         want, forwards = reference_verified(trained, encode(tokenizer, text), 4, threshold, 30,
-                                            tokenizer.mask_token_id, stop, floor, lookup, verified.LOOKUP_NGRAMS,
-                                            verified.LOOKUP_ODDS)
+                                            tokenizer.mask_token_id, stop, floor, lookup, layout.lookup_ngrams,
+                                            layout.lookup_odds)
         assert got.token_ids[0] == want
         assert got.forwards == forwards
 
@@ -80,20 +80,18 @@ def test_threshold_one_feeds_one_token_per_forward(trained, tokenizer):
     assert widths[1:] == [1] * (len(widths) - 1)
 
 
-def test_pruning_narrows_the_tree(trained, tokenizer, monkeypatch):
+def test_pruning_narrows_the_tree(trained, tokenizer):
     """Groups unlikely to be used are not fed: narrower forwards than feeding every group, same answer."""
     def widths_and_result(floor):
-        monkeypatch.setattr(verified, "GROUP_FLOOR", floor)
         widths = []
         hook = trained.get_decoder().register_forward_pre_hook(
             lambda m, a, kw: widths.append(kw["input_ids"].shape[1]), with_kwargs=True)
         try:
             return widths, generate(trained, tokenizer, list(ANSWERS), strategy="verified", threshold=0.3,
-                                    max_new_tokens=40)
+                                    max_new_tokens=40, layout=TreeLayout(group_floor=floor, lookup_drafts=0))
         finally:
             hook.remove()
 
-    monkeypatch.setattr(verified, "LOOKUP_DRAFTS", 0)
     every, full = widths_and_result(0.0)
     pruned, lean = widths_and_result(0.1)
     assert lean.token_ids == full.token_ids
@@ -114,7 +112,7 @@ def test_stream_events_say_what_was_drafted_and_matched(trained, tokenizer):
     assert sum(e.matched[0] for e in events) > 10
 
 
-def test_lookup_drafts_the_text_that_repeats(trained, tokenizer, monkeypatch):
+def test_lookup_drafts_the_text_that_repeats(trained, tokenizer):
     """The fox answer says its sentence twice: the second time, prompt lookup drafts it from the first, the drafts
     are accepted, and the answer is still exactly AR's. Without lookup the same answer takes more forwards."""
     text = list(ANSWERS)[4]
@@ -123,8 +121,8 @@ def test_lookup_drafts_the_text_that_repeats(trained, tokenizer, monkeypatch):
     assert [t for e in events for t in e.token_ids[0]] == want
     looked = [e for e in events if e.draft_source[0] == "lookup"]
     assert looked and max(len(e.token_ids[0]) for e in looked) > 4  # more than B = 4 tokens in one forward
-    monkeypatch.setattr(verified, "LOOKUP_DRAFTS", 0)
-    alone = generate(trained, tokenizer, text, strategy="verified", threshold=0.5, max_new_tokens=40)
+    alone = generate(trained, tokenizer, text, strategy="verified", threshold=0.5, max_new_tokens=40,
+                     layout=TreeLayout(lookup_drafts=0))
     assert alone.token_ids[0] == want and alone.forwards > len(events)
 
 
@@ -133,10 +131,10 @@ def test_lookup_finds_the_latest_longest_match():
                         [9, 9, 5, 1, 2, 8, 8, 4, 2, 0, 0, 0, 0, 0, 0],    # text ends at 9: "4 2" -> only "2" matches
                         [0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0]])   # no repeat at all
     start, end = torch.tensor([2, 2, 5]), torch.tensor([15, 9, 13])
-    drafts, count = verified.lookup_drafts(seq, start, end, (3, 2), 4)
+    drafts, count = lookup_drafts(seq, start, end, (3, 2), 4)
     assert count.tolist() == [4, 0, 0]
     assert drafts[0].tolist() == [6, 7, 1, 2]
-    drafts, count = verified.lookup_drafts(seq, start, end, (3, 2, 1), 4)
+    drafts, count = lookup_drafts(seq, start, end, (3, 2, 1), 4)
     assert count.tolist() == [4, 4, 0]  # a 1-gram "2" at position 4: what follows it, up to the text's end
     assert drafts[1].tolist() == [8, 8, 4, 2]
 

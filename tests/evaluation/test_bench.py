@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from mars_core.decoding.verified import LOOKUP_DRAFTS
+from mars_core.decoding.spec import TreeLayout
 from mars_core.evaluation.bench import METHODS, bench, format_table, main
 
 PROMPTS = ["Count from one to ten", "What is the capital of France?", "hello"]
@@ -40,7 +40,8 @@ def test_bench_rows_cover_every_configuration(model, tokenizer):
             assert r.tokens_per_forward == 1.0 and r.steps_per_forward == 1.0
         if r.method.startswith("mars_"):  # within a batch, a forward lasts until its slowest sample, so
             # steps/forward <= tokens/forward per batch; summed over a ragged last batch (3 prompts at 2) it need not be
-            most = max(r.block_size - 1, LOOKUP_DRAFTS) + 1 if r.method == "mars_verified" else r.block_size
+            deepest = max(r.block_size - 1, TreeLayout().lookup_drafts) + 1  # verified: a lookup chain + bonus
+            most = deepest if r.method == "mars_verified" else r.block_size
             assert 1.0 <= r.steps_per_forward <= most
             if r.batch_size == 1:
                 assert r.steps_per_forward == pytest.approx(r.tokens_per_forward)
