@@ -13,7 +13,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -29,6 +28,8 @@ from transformers import (
     Qwen2Config,
     Qwen2ForCausalLM,
 )
+
+from .machine import cpu_flags
 
 __all__ = [
     "DEFAULT_ALIASES",
@@ -187,23 +188,13 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
     return torch.device(device)
 
 
-def _cpu_flags() -> set[str]:
-    """CPU feature flags from /proc/cpuinfo (empty where there is none)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    match = re.search(r"^flags\s*:\s*(.*)$", text, re.MULTILINE)
-    return set(match.group(1).split()) if match else set()
-
-
 def bf16_supported(device: torch.device) -> bool:
     """Whether bf16 matmuls are fast on this device (CUDA support, or AMX / AVX512-BF16 on CPU)."""
     if device.type == "cuda":
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     if device.type == "cpu":
         capability = torch.backends.cpu.get_cpu_capability().upper()
-        return "AMX" in capability or bool({"amx_bf16", "avx512_bf16"} & _cpu_flags())
+        return "AMX" in capability or bool({"amx_bf16", "avx512_bf16"} & cpu_flags())
     return False
 
 

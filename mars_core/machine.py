@@ -1,0 +1,62 @@
+"""What machine a measurement was taken on: CPU model, the instruction sets that decide matmul speed, threads.
+
+Speeds differ by machine kind (a bf16 forward with AMX is about 4x an fp32 one without), so every speed figure and
+every measured cost curve carries this record.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ISA_FLAGS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")  # /proc/cpuinfo flags, fastest kind first
+
+
+def cpu_flags() -> set[str]:
+    """CPU feature flags from /proc/cpuinfo (empty where there is none)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    match = re.search(r"^flags\s*:\s*(.*)$", text, re.MULTILINE)
+    return set(match.group(1).split()) if match else set()
+
+
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what platform knows."""
+    try:
+        match = re.search(r"^model name\s*:\s*(.*)$", Path("/proc/cpuinfo").read_text(), re.MULTILINE)
+    except OSError:
+        match = None
+    return match.group(1).strip() if match else (platform.processor() or platform.machine())
+
+
+def machine_info(device: torch.device | str | None = None, dtype: torch.dtype | str | None = None) -> dict[str, Any]:
+    """A JSON-able record of where a measurement runs: CPU, ISA features, threads, torch, device and dtype."""
+    flags = cpu_flags()
+    device = torch.device(device or "cpu")
+    info: dict[str, Any] = {
+        "cpu": cpu_name(),
+        "isa": [f for f in ISA_FLAGS if f in flags],
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "device": device.type,
+    }
+    if device.type == "cuda" and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(device)
+    if dtype is not None:
+        info["dtype"] = str(dtype).removeprefix("torch.")
+    return info
+
+
+def machine_line(info: dict[str, Any]) -> str:
+    """One line for a table's caption: 'AMD EPYC (avx512f, avx2), 2 threads, torch 2.13.0, float32'."""
+    where = info.get("gpu") or info["cpu"]
+    isa = f" ({', '.join(info['isa'])})" if info.get("isa") and "gpu" not in info else ""
+    dtype = f", {info['dtype']}" if info.get("dtype") else ""
+    return f"{where}{isa}, {info['threads']} threads, torch {info['torch']}{dtype}"
