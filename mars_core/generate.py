@@ -163,6 +163,13 @@ def _control(options: DecodeOptions) -> DecodeControl:
                          confidence=options.confidence)
 
 
+def with_model_cost(layout: TreeLayout, model: torch.nn.Module) -> TreeLayout:
+    """The layout, with the model's own cost curve (load() measures it) where it names none."""
+    if layout.cost is None and layout.use_cost and getattr(model, "forward_cost", None) is not None:
+        return replace(layout, cost=model.forward_cost)
+    return layout
+
+
 def _start(model, tokenizer, prompts: Prompts, options: DecodeOptions) -> tuple[Iterator[Step], list[list[int]]]:
     """Validate, encode, and start the chosen decoder (a generator of Steps)."""
     control = _control(options)  # the settings first: their message names what is wrong
@@ -181,7 +188,7 @@ def _start(model, tokenizer, prompts: Prompts, options: DecodeOptions) -> tuple[
         pad_id=pad,
         mask_id=tokenizer.mask_token_id,
         generator=generator,
-        layout=options.layout,
+        layout=with_model_cost(options.layout, model),
     )
     return DECODERS[options.strategy](model, prompt_ids, spec, control), prompt_ids
 

@@ -29,6 +29,7 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
+from .decoding.cost import forward_cost
 from .machine import cpu_flags
 
 __all__ = [
@@ -348,13 +349,20 @@ def load(
     trust_remote_code: bool = False,
     mask_token: str | None = None,
     attn_implementation: str = "sdpa",
+    measure_cost: bool = True,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load (model, tokenizer) in eval mode, with mask/pad tokens, a chat template and left padding."""
+    """Load (model, tokenizer) in eval mode, with mask/pad tokens, a chat template and left padding.
+
+    measure_cost: give the model its forward cost curve on this machine (`model.forward_cost`, measured in seconds
+    on first load and cached under cache_root()/forward_cost), by which verified decoding sizes its trees."""
     device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, device)
     model, tokenizer = _open(resolve_source(name_or_path), torch_dtype, attn_implementation, trust_remote_code)
     prepare_tokenizer(model, tokenizer, mask_token=mask_token)
-    return model.to(device).eval(), tokenizer
+    model = model.to(device).eval()
+    if measure_cost:
+        model.forward_cost = forward_cost(model, cache_root() / "forward_cost")
+    return model, tokenizer
 
 
 # ----------------------------------------------------------------------------- tokenizer guarantees

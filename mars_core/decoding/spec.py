@@ -6,12 +6,20 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .cost import CostCurve
+
 
 @dataclass(frozen=True)
 class TreeLayout:
-    """How verified decoding shapes each forward's tree: what is worth its width. It never changes the answer."""
+    """How verified decoding shapes each forward's tree: what is worth its width. It never changes the answer.
 
-    group_floor: float = 0.1  # feed G_j when P(exactly j drafts match) >= this (benchmarks/verified_layout.py)
+    With a cost curve, each forward feeds the drafts and groups that maximise expected committed tokens per second
+    of forward (verified.plan_by_cost); without one, the fixed rules below (drafts while confident, G_j while
+    P(exactly j match) >= group_floor)."""
+
+    cost: CostCurve | None = None  # seconds per forward by batch and width; None: the model's own (load() measures it)
+    use_cost: bool = True  # False: the fixed rules alone, whatever curve there is
+    group_floor: float = 0.1  # fixed rule: feed G_j when P(exactly j drafts match) >= this
     lookup_drafts: int = 7  # longest prompt-lookup chain checked in one forward (0: mask drafts only)
     lookup_ngrams: tuple[int, ...] = (3, 2)  # n-gram sizes prompt lookup matches, the longest that matches wins
     lookup_odds: float = 0.6  # a lookup draft's assumed chance of matching (it has no confidence of its own)

@@ -67,6 +67,7 @@ class Answer:
     done: torch.Tensor  # [b] finished: stop token, max_new_tokens or a stop request
     length: torch.Tensor  # [b] n, tokens committed in the sequence (prompt and answer, pending ones included)
     valid: torch.Tensor  # [b, T] which cache slots hold real tokens
+    draft_yield: torch.Tensor  # [] drafts matched per sample and forward when there were drafts (running mean)
 
 
 @dataclass
@@ -176,7 +177,8 @@ def start(prompts: list[list[int]], spec: DecodeSpec, threshold: float, dev: tor
     none = torch.zeros(b, dtype=torch.long, device=dev)
     answer = Answer(prompt=pending, text_start=(~pending_valid).sum(1), generated=none, done=none.bool(),
                     out=torch.full((b, spec.max_new_tokens + depth + 1), spec.pad_id, dtype=torch.long, device=dev),
-                    length=pending_valid.sum(1), valid=torch.zeros((b, 0), dtype=torch.bool, device=dev))
+                    length=pending_valid.sum(1), valid=torch.zeros((b, 0), dtype=torch.bool, device=dev),
+                    draft_yield=torch.tensor(1.0, device=dev))
     tree = Tree(pending, pending_valid, drafts=pending[:, :0], fed=pending_valid[:, :0], q=None, looked=none.bool(),
                 groups=(0,) if g > 0 and threshold < 1.0 else (), threshold=threshold,
                 group_fed=torch.ones((b, depth + 1), dtype=torch.bool, device=dev))
@@ -267,18 +269,69 @@ def with_lookup(chain: Chain, answer: Answer, threshold: float, layout: TreeLayo
                  torch.where(looked, found_count, count), looked)
 
 
-def next_chain(chain: Chain, answer: Answer, threshold: float, spec: DecodeSpec) -> tuple[Chain, torch.Tensor]:
-    """The drafts the next forward checks, and [b, D+1] which groups hang after them: G_j is fed when j <= count
-    and P(exactly j drafts match) >= the group floor. At threshold 1 no draft is worth checking: a plain
-    one-token forward."""
+FLOORS = (0.0, 0.05, 0.1, 0.2, 0.35, 0.5, 2.0)  # group floors plan_by_cost tries (2.0: no group at all)
+YIELD_WEIGHT = 0.3  # weight of the newest forward in the running mean of drafts matched
+
+
+def seconds_by_width(spec: DecodeSpec, b: int, depth: int, dev: torch.device) -> torch.Tensor | None:
+    """[W+1] seconds of a forward by tokens fed per sample, up to the widest tree, for this batch size (None: no
+    cost-aware layout)."""
+    curve = spec.layout.cost if spec.layout.use_cost else None
+    if curve is None or spec.block_size == 1:
+        return None
+    widest = 1 + depth + (depth + 1) * (spec.block_size - 1)
+    return torch.tensor(curve.at(b, range(widest + 1)), dtype=torch.float32, device=dev)
+
+
+def plan_by_cost(conf: torch.Tensor, count: torch.Tensor, done: torch.Tensor, seconds: torch.Tensor,
+                 draft_yield: torch.Tensor, g: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(count [b], group_fed [b, D+1]) for the draft cap K and group floor f that maximise
+        ( sum_i [1 + sum_{a <= K_i} c_1 ... c_a] + y * sum_i sum_{j fed} P_i(m = j) ) / t(1 + K + |groups| g)
+    over K = 0..D and f in FLOORS, with K_i = min(K, count_i), y the drafts a fed group's proposals are expected to
+    get matched (draft_yield) and t the cost curve. K = 0 with no group is a plain one-token forward, so a tree is
+    fed only where it is expected to commit more tokens per second than that."""
+    b, depth = conf.shape
+    live = ~done
+    capped = torch.minimum(count[None, :], torch.arange(depth + 1, device=conf.device)[:, None])  # [K, b]
+    run = torch.cat([torch.zeros_like(conf[:, :1]), conf.cumprod(-1)], 1).cumsum(-1)  # run[i, a] = sum_{l<=a} c_1..c_l
+    tokens = ((1 + run.gather(1, capped.T)).T * live).sum(-1)  # [K] expected commits, over live samples
+    odds = group_odds(conf.repeat(depth + 1, 1), capped.reshape(-1)).view(depth + 1, b, depth + 1)  # [K, b, j]
+    eligible = (torch.arange(depth + 1, device=conf.device) <= capped[..., None]) & live[:, None]
+    floors = torch.tensor(FLOORS, device=conf.device)
+    fed = eligible[:, None] & (odds[:, None] >= floors[:, None, None, None])  # [K, f, b, j]
+    width = 1 + (capped * live).amax(-1)[:, None] + fed.any(2).sum(-1) * g  # [K, f]
+    gain = tokens[:, None] + draft_yield * (odds[:, None] * fed).sum((-2, -1))
+    best = (gain / seconds[width]).flatten().argmax()
+    k, f = best // len(FLOORS), best % len(FLOORS)
+    return capped[k], fed[k, f]
+
+
+def next_chain(chain: Chain, answer: Answer, threshold: float, spec: DecodeSpec, seconds: torch.Tensor | None
+               ) -> tuple[Chain, torch.Tensor]:
+    """The drafts the next forward checks, and [b, D+1] which groups hang after them: by cost where there is a
+    cost curve (plan_by_cost), else G_j is fed when j <= count and P(exactly j drafts match) >= the group floor.
+    At threshold 1 no draft is worth checking: a plain one-token forward."""
     b, depth = chain.tokens.shape
     if threshold >= 1.0 or spec.block_size == 1:
         none = torch.zeros(b, dtype=torch.bool, device=chain.tokens.device)
         return Chain(chain.tokens, chain.conf, chain.q, none.long(), none), none[:, None].expand(b, depth + 1)
     chain = with_lookup(chain, answer, threshold, spec.layout, spec.pad_id)
+    if seconds is not None:
+        count, group_fed = plan_by_cost(chain.conf, chain.count, answer.done, seconds, answer.draft_yield,
+                                        spec.block_size - 1)
+        return Chain(chain.tokens, chain.conf, chain.q, count, chain.looked), group_fed
     likely = group_odds(chain.conf, chain.count) >= spec.layout.group_floor
     steps = torch.arange(depth + 1, device=chain.tokens.device)
     return chain, (steps <= chain.count[:, None]) & likely & ~answer.done[:, None]
+
+
+def track_yield(answer: Answer, tree: Tree, m: torch.Tensor) -> None:
+    """Update the running mean of drafts matched per sample in forwards that checked drafts (no host sync)."""
+    checked = tree.fed.any(1)
+    n = checked.sum()
+    mean = (m * checked).sum() / n.clamp_min(1)
+    answer.draft_yield = torch.where(n > 0, (1 - YIELD_WEIGHT) * answer.draft_yield + YIELD_WEIGHT * mean,
+                                     answer.draft_yield)
 
 
 def crop(cache, answer: Answer, tree: Tree, m: torch.Tensor, kept: int, g: int) -> None:
@@ -312,13 +365,15 @@ def verified_decode(
     depth = max(g, spec.layout.lookup_drafts) if g > 0 else 0  # D: the longest draft chain a forward may check
     head, cache, ctl = model.get_output_embeddings(), new_cache(model), control.snapshot()
     answer, tree = start(prompts, spec, ctl.threshold, model.device, depth)
+    seconds = seconds_by_width(spec, len(prompts), depth, model.device)
     while not control.stopped:
         hidden = feed(model, cache, answer, tree, g, spec.mask_id if g > 0 else spec.pad_id)
         m, tokens, conf = verify(head, hidden, tree, ctl, spec.generator)
         end = commit(answer, tokens, m, spec)
+        track_yield(answer, tree, m)
         chain = mask_chain(head, hidden, tree, m, answer.done, ctl, spec, depth)
         ctl = control.snapshot()  # the threshold in force now chooses what the next forward checks
-        chain, group_fed = next_chain(chain, answer, ctl.threshold, spec)
+        chain, group_fed = next_chain(chain, answer, ctl.threshold, spec, seconds)
         done, ms, counts, hung = to_host(answer.done, m, chain.count, group_fed.any(0))  # the one host sync
         stop = yield Step(tokens, conf, torch.zeros_like(m), end, [bool(d) for d in done], tree.threshold,
                           answer.out, answer.generated, drafts=tree.drafts, drafted=tree.fed.sum(1),

@@ -1,0 +1,142 @@
+"""What a forward costs on this machine: seconds by batch size and tokens fed per sample, measured once and cached.
+
+Verified decoding sizes each forward's tree with it: drafts and groups of masks are fed only where the tokens they
+are expected to commit pay for their width. Width costs differ by machine: on a 2-core Xeon with AMX (bf16) 16 new
+tokens cost 1.4x one, on one without AMX (fp32) 3.6x, so constants tuned on one machine are wrong on the next.
+
+    curve = forward_cost(model, cache_dir)   # measured in seconds on first use, then read from cache_dir
+    curve.at(batch=4, widths=range(33))      # seconds per forward, interpolated linearly in width and batch
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..machine import machine_info
+from .cache import cache_mask, forward, new_cache
+
+BATCH_SIZES = (1, 4, 16)  # measured batch sizes; others are interpolated (or extrapolated linearly)
+WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # measured tokens per sample
+TOKEN_BUDGET = 128  # widths with batch * width above this are extrapolated, not timed (seconds, not minutes)
+
+
+def interpolate(x: float, xs: tuple[float, ...], ys: list[float]) -> float:
+    """Piecewise-linear y(x) through the points, extended linearly past both ends (one point: a constant)."""
+    if len(xs) == 1:
+        return ys[0]
+    i = max(1, min(len(xs) - 1, next((k for k, v in enumerate(xs) if v >= x), len(xs) - 1)))
+    slope = (ys[i] - ys[i - 1]) / (xs[i] - xs[i - 1])
+    return ys[i - 1] + slope * (x - xs[i - 1])
+
+
+@dataclass(frozen=True)
+class CostCurve:
+    """Seconds of one cached forward, seconds[i][j] for batch_sizes[i] samples of widths[j] new tokens each."""
+
+    batch_sizes: tuple[int, ...]
+    widths: tuple[int, ...]
+    seconds: tuple[tuple[float, ...], ...]
+    machine: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)  # where it was measured
+
+    def __post_init__(self) -> None:
+        if len(self.seconds) != len(self.batch_sizes) or any(len(r) != len(self.widths) for r in self.seconds):
+            raise ValueError("CostCurve: seconds must have one row per batch size and one column per width")
+        if list(self.widths) != sorted(set(self.widths)) or list(self.batch_sizes) != sorted(set(self.batch_sizes)):
+            raise ValueError("CostCurve: widths and batch sizes must be distinct and ascending")
+        if any(s <= 0 for row in self.seconds for s in row):
+            raise ValueError("CostCurve: every time must be > 0")
+
+    def at(self, batch: int, widths: Iterable[int]) -> list[float]:
+        """Seconds of a forward of `batch` samples at each width (width 0 costs what width 1 does)."""
+        row = [interpolate(batch, self.batch_sizes, [r[j] for r in self.seconds]) for j in range(len(self.widths))]
+        return [max(interpolate(max(w, 1), self.widths, row), 1e-9) for w in widths]
+
+    @classmethod
+    def from_function(cls, seconds: Callable[[int, int], float], batch_sizes: tuple[int, ...] = (1,),
+                      widths: tuple[int, ...] = tuple(range(1, 65))) -> CostCurve:
+        """A curve from a formula seconds(batch, width): for tests and for reproducible benchmarks."""
+        return cls(batch_sizes, widths, tuple(tuple(float(seconds(b, w)) for w in widths) for b in batch_sizes))
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> CostCurve:
+        d = json.loads(text)
+        return cls(tuple(d["batch_sizes"]), tuple(d["widths"]), tuple(tuple(r) for r in d["seconds"]),
+                   d.get("machine", {}))
+
+
+@torch.inference_mode()
+def measure_cost(model: torch.nn.Module, batch_sizes: tuple[int, ...] = BATCH_SIZES, widths: tuple[int, ...] = WIDTHS,
+                 context: int = 128, rounds: int = 3, budget: int = TOKEN_BUDGET) -> CostCurve:
+    """Time cached forwards (explicit mask, logits for up to 8 slots, as verified decoding reads them) after a
+    `context`-token prefix, medians over interleaved rounds; widths past the token budget are extrapolated."""
+    dev, vocab = model.device, model.get_input_embeddings().weight.shape[0]
+    gen = torch.Generator().manual_seed(0)
+    rows = []
+    for b in batch_sizes:
+        timed = [w for w in widths if b * w <= budget or w <= 2]
+        prefix = torch.randint(vocab, (b, context + max(timed)), generator=gen).to(dev)
+        cache = new_cache(model)
+        forward(model, prefix[:, :context], torch.arange(context, device=dev).expand(b, -1),
+                cache_mask(torch.ones(b, context, dtype=torch.bool, device=dev), context), cache, keep=1)
+        times: dict[int, list[float]] = {w: [] for w in timed}
+        for _ in range(rounds + 1):  # the first round warms up
+            for w in timed:
+                times[w].append(_timed_forward(model, cache, prefix[:, context : context + w], context))
+        measured = [statistics.median(times[w][1:]) for w in timed]
+        rows.append(tuple(interpolate(w, tuple(timed), measured) for w in widths))
+    return CostCurve(tuple(batch_sizes), tuple(widths), tuple(rows), machine_info(dev, model.dtype))
+
+
+def _timed_forward(model: torch.nn.Module, cache, ids: torch.Tensor, context: int) -> float:
+    """Seconds of one forward of ids [b, w] after the cached context, which is cropped back afterwards."""
+    b, w = ids.shape
+    positions = torch.arange(context, context + w, device=ids.device).expand(b, -1)
+    mask = cache_mask(torch.ones(b, context + w, dtype=torch.bool, device=ids.device), w)
+    if ids.device.type == "cuda":
+        torch.cuda.synchronize(ids.device)
+    t0 = time.perf_counter()
+    forward(model, ids, positions, mask, cache, keep=min(w, 8))
+    if ids.device.type == "cuda":
+        torch.cuda.synchronize(ids.device)
+    seconds = time.perf_counter() - t0
+    cache.crop(-w)
+    return seconds
+
+
+def cost_key(model: torch.nn.Module) -> str:
+    """What a cost curve depends on: the machine (CPU, ISA, threads, torch, device), the dtype, the model's shape."""
+    info = machine_info(model.device, model.dtype)
+    shape = {k: getattr(model.config, k, None) for k in ("model_type", "hidden_size", "intermediate_size",
+                                                          "num_hidden_layers", "num_attention_heads",
+                                                          "num_key_value_heads", "vocab_size")}
+    shape["attn"] = getattr(model.config, "_attn_implementation", None)
+    return hashlib.sha256(json.dumps([info, shape], sort_keys=True).encode()).hexdigest()[:16]
+
+
+def forward_cost(model: torch.nn.Module, cache_dir: str | Path | None = None, refresh: bool = False) -> CostCurve:
+    """The model's cost curve on this machine: read from cache_dir/<key>.json, else measured and written there."""
+    path = Path(cache_dir) / f"{cost_key(model)}.json" if cache_dir is not None else None
+    if path is not None and path.is_file() and not refresh:
+        try:
+            return CostCurve.from_json(path.read_text())
+        except (ValueError, KeyError, TypeError):
+            pass  # a damaged cache file is measured again
+    curve = measure_cost(model)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(curve.to_json())
+        tmp.replace(path)
+    return curve
