@@ -19,15 +19,7 @@ from mars_core.evaluation.prompts import prompt_categories, prompt_set
 from mars_core.evaluation.sweep import SWEEP_COLUMNS
 from studio import batch, explorer, models, race, walkthrough
 from studio.charts import plotly_data
-from studio.inputs import (
-    MAX_BLOCK_SIZE,
-    MAX_PROMPT_CHARS,
-    SWEEP_MAX_NEW_TOKENS,
-    WALK_MAX_NEW_TOKENS,
-    page_js,
-    typed_js,
-    unchecked,
-)
+from studio.inputs import MAX_PROMPT_CHARS, page_js, slider, typed_js
 
 log = logging.getLogger("mars_studio")
 
@@ -89,19 +81,8 @@ def build_ui() -> gr.Blocks:
             gr.Examples([[p] for p, _ in race.EXAMPLES], inputs=prompt, label="Examples",
                         example_labels=[f"{label} · {p}" for p, label in race.EXAMPLES])
             with gr.Row():
-                sliders = {}
-                for field, label, info, elem in (
-                    ("threshold", "Threshold τ (MARS τ lane)", "applies from the next forward, even mid-run",
-                     "race-threshold"),
-                    ("block size", "Block size B", "most tokens per forward from the mask slots", "race-block"),
-                    ("temperature", "Temperature", "0 = greedy", "race-temperature"),
-                    ("max new tokens", "Max new tokens", None, "race-max-new"),
-                ):
-                    low, high, step, value = race.SLIDERS[field]
-                    sliders[field] = unchecked(gr.Slider(low, high, value=value, step=step, label=label, info=info,
-                                                         elem_id=elem))
-                threshold, block = sliders["threshold"], sliders["block size"]
-                temperature, max_new = sliders["temperature"], sliders["max new tokens"]
+                threshold, block, temperature, max_new = (slider(f"race-{name}") for name in
+                                                          ("threshold", "block", "temperature", "max-new"))
                 adapt = gr.Checkbox(value=False, label="Adapt to load",
                                     info="τ drops 0.05 per extra concurrent run, down to 0.5")
             gr.HTML(race.legend_html())
@@ -143,12 +124,8 @@ def build_ui() -> gr.Blocks:
                     batch_run = gr.Button("Run batch", variant="primary", elem_id="batch-run")
                     batch_stop = gr.Button("Stop", variant="stop", elem_id="batch-stop")
             with gr.Row():
-                batch_tau = unchecked(gr.Slider(0.05, 1.0, value=0.9, step=0.01, label="Threshold τ",
-                                                elem_id="batch-threshold"))
-                batch_block = unchecked(gr.Slider(1, MAX_BLOCK_SIZE, value=4, step=1, label="Block size B",
-                                                  elem_id="batch-block"))
-                batch_new = unchecked(gr.Slider(8, batch.MAX_NEW_TOKENS, value=64, step=8, label="Max new tokens",
-                                                elem_id="batch-max-new"))
+                batch_tau, batch_block, batch_new = (slider(f"batch-{name}") for name in ("threshold", "block",
+                                                                                           "max-new"))
             batch_panes = gr.HTML(batch.panes_html(batch.EXAMPLES), label="batch", elem_id="batch-panes")
             batch_stats = gr.Markdown("Press **Run batch**.", elem_id="batch-stats")
             batch_plot = gr.Plot(plotly_data(batch.slots_figure([], [batch.row_label(i, p) for i, p in
@@ -168,11 +145,7 @@ def build_ui() -> gr.Blocks:
             with gr.Row(equal_height=True):
                 walk_prompt = gr.Textbox(walkthrough.DEFAULT_PROMPT, label="Prompt", scale=3,
                                          max_length=MAX_PROMPT_CHARS)
-                walk_tau = unchecked(gr.Slider(0.05, 1.0, value=0.9, step=0.01, label="Threshold τ",
-                                                 elem_id="walk-threshold"))
-                walk_block = unchecked(gr.Slider(1, 8, value=4, step=1, label="Block size B", elem_id="walk-block"))
-                walk_new = unchecked(gr.Slider(4, WALK_MAX_NEW_TOKENS, value=24, step=1, label="Max new tokens",
-                                               elem_id="walk-max-new"))
+                walk_tau, walk_block, walk_new = (slider(f"walk-{name}") for name in ("threshold", "block", "max-new"))
             with gr.Row():
                 decode_button = gr.Button("Decode", variant="primary")
                 prev_button = gr.Button("◀ Previous forward")
@@ -189,15 +162,11 @@ def build_ui() -> gr.Blocks:
             with gr.Row():
                 sweep_mode = gr.Radio(list(explorer.MODES), value="threshold mode", label="Mode", scale=1)
                 sweep_taus = gr.Textbox("1, 0.9, 0.7, 0.5", label="Thresholds", scale=2)
-                sweep_block = unchecked(gr.Slider(1, MAX_BLOCK_SIZE, value=4, step=1, label="Block size B",
-                                                  elem_id="sweep-block"))
-                sweep_new = unchecked(gr.Slider(8, SWEEP_MAX_NEW_TOKENS, value=48, step=8, label="Max new tokens",
-                                                elem_id="sweep-max-new"))
+                sweep_block, sweep_new = slider("sweep-block"), slider("sweep-max-new")
             cats, pool = prompt_categories(), len(prompt_set())
             with gr.Row():
                 sweep_cats = gr.CheckboxGroup(cats, value=cats, label="Prompt categories", scale=3)
-                sweep_limit = unchecked(gr.Slider(1, pool, value=min(9, pool), step=1, scale=1, elem_id="sweep-limit",
-                                                  label="Prompts (taken round-robin over the categories)"))
+                sweep_limit = slider("sweep-limit", maximum=pool, value=min(9, pool), scale=1)
             sweep_plan = gr.Markdown(elem_id="sweep-plan")
             sweep_button = gr.Button("Run sweep", variant="primary", elem_id="sweep-run")
             sweep_status = gr.Markdown(label="status", elem_id="sweep-status")
@@ -211,30 +180,30 @@ def build_ui() -> gr.Blocks:
         # exists from the moment it is submitted, and a /set_threshold sent with it is not lost.
         race_inputs = [prompt, threshold, block, temperature, max_new, adapt, session]
         run_button.click(gpu(race.race), race_inputs, outputs, api_name="race", show_progress="minimal",
-                         concurrency_limit=None, js=typed_js([None, *(s.elem_id for s in race_inputs[1:5])], True))
+                         concurrency_limit=None, js=typed_js(race_inputs, True))
         quick = dict(concurrency_limit=None, show_progress="hidden", queue=True)
         # Stop ends the lanes from inside (their controls): Gradio's `cancels` would mark every output as an error
         stop_button.click(race.stop, session, None, api_name="stop", **quick)
         threshold.change(race.set_threshold, [threshold, session], None, api_name="set_threshold",
-                         js=typed_js([threshold.elem_id], False), **quick)
+                         js=typed_js([threshold], False), **quick)
         adapt.change(race.set_adapt, [adapt, session], None, api_name="set_adapt", **quick)
         batch_inputs = [batch_prompts, batch_tau, batch_block, batch_new, session]
         batch_run.click(gpu(batch.batch_race), batch_inputs, [batch_panes, batch_plot, batch_stats, batch_data],
                         api_name="batch", show_progress="minimal", concurrency_limit=None,
-                        js=typed_js([None, *(s.elem_id for s in batch_inputs[1:4])], True))
+                        js=typed_js(batch_inputs, True))
         batch_stop.click(batch.stop_batch, session, None, api_name="stop_batch", **quick)
         gr.on([mask_n.change, mask_b.change], walkthrough.mask_figure, [mask_n, mask_b], mask_plot, api_name="mask",
               show_progress="hidden")
-        decode_button.click(gpu(walkthrough.walk_decode), [walk_prompt, walk_tau, walk_block, walk_new],
-                            [walk_view, walk], api_name="walkthrough",
-                            js=typed_js([None, "walk-threshold", "walk-block", "walk-max-new"], True))
+        walk_inputs = [walk_prompt, walk_tau, walk_block, walk_new]
+        decode_button.click(gpu(walkthrough.walk_decode), walk_inputs, [walk_view, walk], api_name="walkthrough",
+                            js=typed_js(walk_inputs, True))
         hidden = dict(api_visibility="undocumented", **quick)
         prev_button.click(lambda w: walkthrough.walk_move(w, -1), walk, [walk_view, walk], **hidden)
         next_button.click(lambda w: walkthrough.walk_move(w, 1), walk, [walk_view, walk], **hidden)
         sweep_inputs = [sweep_taus, sweep_block, sweep_new, sweep_cats, sweep_limit, sweep_mode]
         sweep_button.click(gpu(explorer.run_sweep), sweep_inputs, [pareto, table, csv_file, sweep_status],
                            api_name="sweep", show_progress_on=pareto,
-                           js=typed_js([None, "sweep-block", "sweep-max-new", None, "sweep-limit"], True))
+                           js=typed_js(sweep_inputs, True))
         gr.on([c.change for c in sweep_inputs] + [demo.load], explorer.plan, sweep_inputs, sweep_plan,
               api_visibility="undocumented", show_progress="hidden", queue=False)
     demo.queue(default_concurrency_limit=models.CONFIG.concurrency, max_size=64)

@@ -19,7 +19,7 @@ from mars_core.generate import check_request, encode_prompt
 
 from . import models, race
 from .charts import MARS_COLOUR, chart_layout, plotly_data
-from .inputs import MAX_PROMPT_CHARS, check_inputs, warn
+from .inputs import MAX_PROMPT_CHARS, cap, check_inputs, warn
 from .race import COUNT_COLOURS, count_class, count_colour
 
 log = logging.getLogger("mars_studio")
@@ -33,7 +33,7 @@ EXAMPLES = [  # fast (lists, counting, a table) and slow (open questions): the f
     "Why do people like to travel? Answer in one sentence.",
 ]
 MIN_PROMPTS, MAX_PROMPTS = 4, 8
-MAX_NEW_TOKENS = 256  # per sample: a batch of up to 8 prompts, decoded twice (block and AR)
+MAX_NEW_TOKENS = cap("batch-max-new")  # per sample (inputs.INPUTS)
 TEXT_CHARS = MAX_PROMPTS * (MAX_PROMPT_CHARS + 1)  # longest prompts text the tab accepts (a Textbox max_length)
 WAIT_COLOUR = "#fb923c"  # a sample that committed nothing in a forward: waiting at the block boundary
 LABEL_WORDS = 4  # words of the prompt in a chart row label

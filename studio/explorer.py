@@ -17,7 +17,7 @@ from mars_core.evaluation.sweep import SWEEP_COLUMNS, threshold_sweep
 
 from . import models
 from .charts import MARS_COLOUR, TAU_COLOUR, chart_layout
-from .inputs import SWEEP_MAX_NEW_TOKENS, check_inputs, integer, warn
+from .inputs import cap, check_inputs, integer, warn
 
 log = logging.getLogger("mars_studio")
 
@@ -63,7 +63,7 @@ def chosen(thresholds: str, block_size: Any, max_new_tokens: Any, categories: li
            mode: str) -> tuple[list[float], int, int, list[dict], str]:
     """The validated sweep settings: thresholds, B, max new tokens, the prompts, the strategy (a ValueError else)."""
     values = parse_thresholds(thresholds)
-    _, _, block, _, new = check_inputs("sweep", 1.0, block_size, 0.0, max_new_tokens, cap=SWEEP_MAX_NEW_TOKENS)
+    _, _, block, _, new = check_inputs("sweep", 1.0, block_size, 0.0, max_new_tokens, cap=cap("sweep-max-new"))
     if mode not in MODES:
         raise ValueError(f"Mode must be one of {', '.join(MODES)}, got {mode!r}.")
     prompts = prompts_in(list(categories or []), limit=integer(limit, "number of prompts"))

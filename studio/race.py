@@ -27,7 +27,7 @@ from mars_core.serving import adaptive_threshold
 
 from . import models
 from .charts import AR_COLOUR, MARS_COLOUR, TAU_COLOUR, VERIFIED_COLOUR, chart_layout, plotly_data
-from .inputs import MAX_BLOCK_SIZE, MAX_NEW_TOKENS, MAX_TEMPERATURE, check_field, check_inputs, warn
+from .inputs import INPUTS, cap, check_field, check_inputs, warn
 
 log = logging.getLogger("mars_studio")
 
@@ -44,9 +44,8 @@ EXAMPLES = [
     ("Explain in two sentences what a volcano is.", "open explanation: MARS gains little"),
 ]
 DEFAULT_PROMPT = EXAMPLES[0][0]
-# The race's sliders: field -> (minimum, maximum, step, default). The handlers refuse values outside, with one message.
-SLIDERS = {"threshold": (0.05, 1.0, 0.01, 0.9), "block size": (1, MAX_BLOCK_SIZE, 1, 4),
-           "temperature": (0.0, MAX_TEMPERATURE, 0.05, 0.0), "max new tokens": (8, MAX_NEW_TOKENS, 8, 96)}
+# The race's sliders (inputs.INPUTS): field -> (minimum, maximum, step, default)
+SLIDERS = {i.field: (i.low, i.high, i.step, i.value) for elem, i in INPUTS.items() if elem.startswith("race-")}
 FRAME_SECONDS = 0.25  # at most one update of the page per this much time (and the last): a browser re-drawing
 # three panes and two charts after every forward of a fast model falls behind and stops answering clicks. The
 # interval grows with the text on screen (FRAME_SECONDS more per FRAME_TOKENS tokens), the charts come every
@@ -352,7 +351,8 @@ def race(
 ) -> Iterator[tuple]:
     """Stream AR, MARS at τ and MARS verified side by side, one forward each in turn; yields every output."""
     try:
-        prompt, tau, block, temp, new = check_inputs(prompt, threshold, block_size, temperature, max_new_tokens)
+        prompt, tau, block, temp, new = check_inputs(prompt, threshold, block_size, temperature, max_new_tokens,
+                                                     cap=cap("race-max-new"))
     except ValueError as err:
         yield failure(str(err), toast=session.pop("told", None) != str(err))
         return

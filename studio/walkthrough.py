@@ -13,7 +13,7 @@ from mars_core.generate import encode_prompt
 
 from . import models
 from .charts import MARS_COLOUR
-from .inputs import WALK_MAX_NEW_TOKENS, check_inputs, warn
+from .inputs import cap, check_inputs, warn
 
 log = logging.getLogger("mars_studio")
 DEFAULT_PROMPT = "Name 4 colours, as a numbered list."
@@ -98,7 +98,7 @@ def walk_decode(prompt: str, threshold: float, block_size: int, max_new_tokens: 
     empty = {"steps": [], "index": 0}
     try:
         prompt, tau, block, _, new = check_inputs(prompt, threshold, block_size, 0.0, max_new_tokens,
-                                                  cap=WALK_MAX_NEW_TOKENS)
+                                                  cap=cap("walk-max-new"))
         model, tok = models.get_model(models.CONFIG.model)
         fed = encode_prompt(tok, prompt)
         steps, context = [], ""
