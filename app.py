@@ -17,7 +17,7 @@ import pandas as pd
 
 from mars_core.evaluation.prompts import prompt_categories, prompt_set
 from mars_core.evaluation.sweep import SWEEP_COLUMNS
-from studio import batch, explorer, models, race, walkthrough
+from studio import batch, explorer, lanes, models, race, walkthrough
 from studio.charts import plotly_data
 from studio.inputs import MAX_PROMPT_CHARS, page_js, slider, typed_js
 
@@ -30,7 +30,7 @@ try:  # Hugging Face ZeroGPU: a GPU per call when the `spaces` package is there;
 except ImportError:
     gpu = lambda fn: fn  # noqa: E731
 
-CSS = ".gradio-container {max-width: 1400px !important; margin: 0 auto}" + race.PANE_CSS
+CSS = ".gradio-container {max-width: 1400px !important; margin: 0 auto}" + lanes.PANE_CSS
 THEME = gr.themes.Soft(primary_hue="blue")
 
 

@@ -50,6 +50,9 @@ def slots() -> threading.Semaphore:
         return _SLOTS.setdefault(CONFIG.concurrency, threading.Semaphore(CONFIG.concurrency))
 
 
+WAITING = "Waiting for a free generation slot (others are decoding)…"
+
+
 def in_a_slot(work: Iterator[T], stopped: Callable[[], bool], waiting: Callable[[], T],
               gave_up: Callable[[], T]) -> Iterator[T]:
     """Run the generator `work` in one of the app-wide generation slots. Until one is free, yield waiting() every
