@@ -195,13 +195,13 @@ def build_ui() -> gr.Blocks:
         gr.on([mask_n.change, mask_b.change], walkthrough.mask_figure, [mask_n, mask_b], mask_plot, api_name="mask",
               show_progress="hidden")
         walk_inputs = [walk_prompt, walk_tau, walk_block, walk_new]
-        decode_button.click(gpu(walkthrough.walk_decode), walk_inputs, [walk_view, walk], api_name="walkthrough",
+        decode_button.click(gpu(walkthrough.walk_steps), walk_inputs, [walk_view, walk], api_name="walkthrough",
                             js=typed_js(walk_inputs, True))
         hidden = dict(api_visibility="undocumented", **quick)
         prev_button.click(lambda w: walkthrough.walk_move(w, -1), walk, [walk_view, walk], **hidden)
         next_button.click(lambda w: walkthrough.walk_move(w, 1), walk, [walk_view, walk], **hidden)
         sweep_inputs = [sweep_taus, sweep_block, sweep_new, sweep_cats, sweep_limit, sweep_mode]
-        sweep_button.click(gpu(explorer.run_sweep), sweep_inputs, [pareto, table, csv_file, sweep_status],
+        sweep_button.click(gpu(explorer.sweep), sweep_inputs, [pareto, table, csv_file, sweep_status],
                            api_name="sweep", show_progress_on=pareto,
                            js=typed_js(sweep_inputs, True))
         gr.on([c.change for c in sweep_inputs] + [demo.load], explorer.plan, sweep_inputs, sweep_plan,

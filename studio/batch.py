@@ -313,7 +313,7 @@ def batch_race(
     try:
         yield from models.in_a_slot(
             guarded(decode(prompts, tau, block_size, new, controls), failure, "Generation"),
-            lambda: any(c.stopped for c in controls), lambda: placeholder(prompts, block_size, "waiting", WAITING),
+            lambda: placeholder(prompts, block_size, "waiting", WAITING), lambda: any(c.stopped for c in controls),
             lambda: placeholder(prompts, block_size, "stopped"))
     finally:
         if session.get("batch") is controls:

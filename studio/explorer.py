@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import csv
-import logging
 import os
 import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 import gradio as gr
@@ -18,8 +18,7 @@ from mars_core.evaluation.sweep import SWEEP_COLUMNS, threshold_sweep
 from . import models
 from .charts import MARS_COLOUR, TAU_COLOUR, chart_layout
 from .inputs import cap, check_inputs, integer, warn
-
-log = logging.getLogger("mars_studio")
+from .lanes import guarded
 
 
 def parse_thresholds(text: str) -> list[float]:
@@ -95,23 +94,44 @@ def plan(thresholds: str, block_size: Any, max_new_tokens: Any, categories: list
             "Answers that end early and forwards that commit several tokens make it shorter.\n\n" + listing)
 
 
+def sweep(
+    thresholds: str, block_size: int, max_new_tokens: int, categories: list[str], limit: int = 9,
+    mode: str = "threshold mode", progress: Any = gr.Progress(),
+) -> Iterator[tuple[Any, pd.DataFrame | None, str | None, str]]:
+    """The Run sweep button: the settings checked, then the sweep in a generation slot (until one is free, the status
+    says so and the results on screen stay); its one frame is chart, table, CSV and status."""
+    try:
+        values, block, new, prompts, strategy = chosen(thresholds, block_size, max_new_tokens, categories, limit,
+                                                       mode)
+    except ValueError as err:
+        yield failure(str(err))
+        return
+    yield from models.in_a_slot(guarded(decode(values, block, new, prompts, strategy, mode, progress), failure,
+                                        "Sweep"), lambda: (gr.skip(), gr.skip(), gr.skip(), models.WAITING))
+
+
 def run_sweep(
     thresholds: str, block_size: int, max_new_tokens: int, categories: list[str], limit: int = 9,
     mode: str = "threshold mode", progress: Any = gr.Progress(),
 ) -> tuple[Any, pd.DataFrame | None, str | None, str]:
-    """Sweep the thresholds over the first `limit` prompts of the chosen categories: chart, table, CSV, status."""
-    try:
-        values, block, new, prompts, strategy = chosen(thresholds, block_size, max_new_tokens, categories, limit,
-                                                       mode)
-        model, tok = models.get_model(models.CONFIG.model)
-        with models.slots(), models.TRACKER:
-            rows = threshold_sweep(model, tok, prompts, values, block_size=block, max_new_tokens=new,
-                                   strategy=strategy, progress=progress)
-    except ValueError as err:
-        return None, None, None, warn(str(err))
-    except Exception as err:
-        log.exception("sweep failed")
-        return None, None, None, warn(f"Sweep failed: {type(err).__name__}: {err}")
+    """Sweep the thresholds over the first `limit` prompts of the chosen categories: chart, table, CSV, status (the
+    last frame of sweep)."""
+    *_, last = sweep(thresholds, block_size, max_new_tokens, categories, limit, mode, progress)
+    return last
+
+
+def failure(message: str) -> tuple[None, None, None, str]:
+    """The explorer's outputs for a message instead of a sweep: no chart, table or CSV; the message (and a toast)."""
+    return None, None, None, warn(message)
+
+
+def decode(values: list[float], block: int, new: int, prompts: list[dict], strategy: str, mode: str,
+           progress: Any) -> Iterator[tuple[Any, pd.DataFrame, str, str]]:
+    """The sweep itself, inside a generation slot: one frame once every threshold is decoded."""
+    model, tok = models.get_model(models.CONFIG.model)
+    with models.TRACKER:
+        rows = threshold_sweep(model, tok, prompts, values, block_size=block, max_new_tokens=new,
+                               strategy=strategy, progress=progress)
     path = os.path.join(tempfile.mkdtemp(prefix="mars_sweep_"), "threshold_sweep.csv")
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(SWEEP_COLUMNS))
@@ -120,4 +140,4 @@ def run_sweep(
     table = pd.DataFrame(rows, columns=list(SWEEP_COLUMNS)).round(3)
     status = (f"Swept {plural(len(rows), 'threshold')} over {plural(len(prompts), 'prompt')} in {mode} (B = {block}, "
               f"up to {new} new tokens).")
-    return pareto_figure(rows, mode), table, path, status
+    yield pareto_figure(rows, mode), table, path, status

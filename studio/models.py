@@ -53,14 +53,16 @@ def slots() -> threading.Semaphore:
 WAITING = "Waiting for a free generation slot (others are decoding)…"
 
 
-def in_a_slot(work: Iterator[T], stopped: Callable[[], bool], waiting: Callable[[], T],
-              gave_up: Callable[[], T]) -> Iterator[T]:
-    """Run the generator `work` in one of the app-wide generation slots. Until one is free, yield waiting() every
-    0.25 s (the page says so and Stop still answers); stopped while waiting, yield gave_up() and end."""
+def in_a_slot(work: Iterator[T], waiting: Callable[[], T], stopped: Callable[[], bool] = lambda: False,
+              gave_up: Callable[[], T] | None = None) -> Iterator[T]:
+    """Run the generator `work` in one of the app-wide generation slots: every tab that runs the model does. Until
+    one is free, yield waiting() every 0.25 s (the page says so, Stop still answers, and a page that leaves ends the
+    wait: Gradio closes the generator); stopped while waiting, yield gave_up() and end."""
     slot = slots()
     while not slot.acquire(timeout=0.25):
         if stopped():
-            yield gave_up()
+            if gave_up:
+                yield gave_up()
             return
         yield waiting()
     try:

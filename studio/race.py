@@ -318,7 +318,7 @@ def race(
     try:
         yield from models.in_a_slot(
             guarded(_race(prompt, block, new, controls, session), failure, "Generation"),
-            lambda: controls["ar"].stopped, lambda: placeholder("waiting", models.WAITING),
+            lambda: placeholder("waiting", models.WAITING), lambda: controls["ar"].stopped,
             lambda: placeholder("stopped"))
     finally:
         if session.get("ar") is controls["ar"]:

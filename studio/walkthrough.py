@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import html
-import logging
+from collections.abc import Iterator
 
+import gradio as gr
 import plotly.graph_objects as go
 import torch
 
@@ -14,8 +15,8 @@ from mars_core.generate import encode_prompt
 from . import models
 from .charts import MARS_COLOUR
 from .inputs import cap, check_inputs, warn
+from .lanes import guarded
 
-log = logging.getLogger("mars_studio")
 DEFAULT_PROMPT = "Name 4 colours, as a numbered list."
 
 CATEGORY_NAMES = ("hidden", "clean → clean (causal)", "noisy → noisy (same block, causal)",
@@ -93,35 +94,51 @@ def token_chip(text: str, colour: str = "#e2e8f0") -> str:
             f'white-space:pre;display:inline-block">{shown}</code>')
 
 
-def walk_decode(prompt: str, threshold: float, block_size: int, max_new_tokens: int) -> tuple[str, dict]:
-    """Decode a prompt with the sliding strategy and keep, per forward, its input, proposals and verdicts."""
-    empty = {"steps": [], "index": 0}
+def walk_steps(prompt: str, threshold: float, block_size: int, max_new_tokens: int) -> Iterator[tuple[str, dict]]:
+    """The Decode button: the inputs checked, then the decode in a generation slot (until one is free, the view says
+    so); its one frame is the first forward's view and the walk."""
     try:
         prompt, tau, block, _, new = check_inputs(prompt, threshold, block_size, 0.0, max_new_tokens,
                                                   cap=cap("walk-max-new"))
-        model, tok = models.get_model(models.CONFIG.model)
-        fed = encode_prompt(tok, prompt)
-        steps, context = [], ""
-        with models.slots(), models.TRACKER:
-            for event in stream(model, tok, prompt, strategy="sliding", block_size=block, max_new_tokens=new,
-                                threshold=tau):
-                steps.append({
-                    "forward": event.forward, "threshold": event.threshold, "context": context,
-                    "fed": [tok.decode([i]) for i in fed[-16:]], "fed_count": len(fed),
-                    "masks": len(event.proposed_ids[0]) - 1,  # τ = 1 feeds none: none could be accepted
-                    "proposals": [tok.decode([i]) for i in event.proposed_ids[0]],
-                    "confidences": event.proposed_confidences[0], "start": event.accepted_from[0],
-                    "accepted": len(event.token_ids[0]), "added": event.texts[0], "done": event.done[0],
-                })
-                context += event.texts[0]
-                fed = event.token_ids[0]
     except ValueError as err:
-        return f"<p>{html.escape(warn(str(err)))}</p>", empty
-    except Exception as err:
-        log.exception("walkthrough failed")
-        return f"<p>{html.escape(warn(f'Decoding failed: {type(err).__name__}: {err}'))}</p>", empty
+        yield failure(str(err))
+        return
+    yield from models.in_a_slot(guarded(decode(prompt, tau, block, new), failure, "Decoding"),
+                                lambda: (f"<p>{models.WAITING}</p>", gr.skip()))
+
+
+def walk_decode(prompt: str, threshold: float, block_size: int, max_new_tokens: int) -> tuple[str, dict]:
+    """Decode a prompt with the sliding strategy and keep, per forward, its input, proposals and verdicts: the first
+    forward's view and the walk (walk_steps' last frame)."""
+    *_, last = walk_steps(prompt, threshold, block_size, max_new_tokens)
+    return last
+
+
+def decode(prompt: str, tau: float, block: int, new: int) -> Iterator[tuple[str, dict]]:
+    """The walkthrough's decode itself, inside a generation slot: one frame once every forward is kept."""
+    model, tok = models.get_model(models.CONFIG.model)
+    fed = encode_prompt(tok, prompt)
+    steps, context = [], ""
+    with models.TRACKER:
+        for event in stream(model, tok, prompt, strategy="sliding", block_size=block, max_new_tokens=new,
+                            threshold=tau):
+            steps.append({
+                "forward": event.forward, "threshold": event.threshold, "context": context,
+                "fed": [tok.decode([i]) for i in fed[-16:]], "fed_count": len(fed),
+                "masks": len(event.proposed_ids[0]) - 1,  # τ = 1 feeds none: none could be accepted
+                "proposals": [tok.decode([i]) for i in event.proposed_ids[0]],
+                "confidences": event.proposed_confidences[0], "start": event.accepted_from[0],
+                "accepted": len(event.token_ids[0]), "added": event.texts[0], "done": event.done[0],
+            })
+            context += event.texts[0]
+            fed = event.token_ids[0]
     walk = {"steps": steps, "index": 0}
-    return step_html(walk), walk
+    yield step_html(walk), walk
+
+
+def failure(message: str) -> tuple[str, dict]:
+    """The walkthrough's outputs for a message instead of a decode: the message (and its toast), an empty walk."""
+    return f"<p>{html.escape(warn(message))}</p>", {"steps": [], "index": 0}
 
 
 def verdict(step: dict, slot: int) -> str:

@@ -285,6 +285,25 @@ def test_walkthrough_bad_input():
     assert "Empty prompt" in page and walk["steps"] == []
 
 
+def test_walkthrough_and_sweep_wait_for_a_free_generation_slot(monkeypatch):
+    """Like the race and the batch (models.in_a_slot): while every slot is taken they say so, and a page that leaves
+    (Gradio closes the generator) ends the wait without decoding; once the slot is free they run."""
+    monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="tiny", concurrency=1))
+    slot = models.slots()
+    assert slot.acquire(timeout=5)  # another generation holds the only slot
+    try:
+        walking = walkthrough.walk_steps(PROMPT, 0.3, 4, 8)
+        sweeping = explorer.sweep("1, 0.3", 4, 8, ["lists"], 2, progress=lambda *a, **k: None)
+        assert models.WAITING in next(walking)[0] and next(sweeping)[3] == models.WAITING
+        assert models.TRACKER.active == 0
+        sweeping.close()
+    finally:
+        slot.release()
+    page, walk = list(walking)[-1]
+    assert "Forward 1 of" in page and walk["steps"] and slot.acquire(blocking=False)  # the slot was given back
+    slot.release()
+
+
 def test_sweep_handler_gives_chart_table_and_csv():
     seen = []
     fig, table, path, status = explorer.run_sweep("1, 0.3, 0.05", 4, 8, ["lists", "counting"], 5,
