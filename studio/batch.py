@@ -19,7 +19,7 @@ from mars_core.generate import check_request, encode_prompt
 
 from . import lanes, models
 from .charts import MARS_COLOUR, chart_layout, plotly_data
-from .inputs import MAX_PROMPT_CHARS, cap, check_inputs, warn
+from .inputs import MAX_PROMPT_CHARS, cap, check_inputs, slider, warn
 from .lanes import Lane, Throttle, chip, count_class, count_colour, guarded
 from .models import WAITING
 
@@ -348,3 +348,28 @@ def decode(prompts: list[str], tau: float, block_size: int, new: int, controls: 
     finally:
         block.events.close()
         ar.events.close()
+
+
+def build(demo: gr.Blocks) -> None:
+    """The Batch tab: the prompts, settings, the cells, the slot chart, stats and the trace, and their events."""
+    session = gr.State(new_session())
+    with gr.Tab("Batch"):
+        gr.Markdown(
+            "The paper's strategy for batches: the **block-level KV cache**. Generation is cut into blocks of B "
+            "aligned slots; a sample that filled its block waits for the slowest before the batch moves on. Every "
+            "prompt below is decoded in ONE batch, block-cached MARS against AR on the same batch, both streaming."
+        )
+        with gr.Row(equal_height=True):
+            prompts = gr.Textbox("\n".join(EXAMPLES), label="Prompts (4 to 8, one per line)", lines=7, scale=5,
+                                 max_length=TEXT_CHARS, elem_id="batch-prompts")
+            run_button, stop_button = lanes.run_and_stop("batch", "Run batch")
+        with gr.Row():
+            tau, block, new = (slider(f"batch-{name}") for name in ("threshold", "block", "max-new"))
+        panes = gr.HTML(panes_html(EXAMPLES), label="batch", elem_id="batch-panes")
+        stats = gr.Markdown("Press **Run batch**.", elem_id="batch-stats")
+        labels = [row_label(i, p) for i, p in enumerate(EXAMPLES)]
+        plot = gr.Plot(plotly_data(slots_figure([], labels, 4, [], [])), label="block slots", show_label=False,
+                       elem_id="batch-plot")
+        data = lanes.trace_json()
+    lanes.wire(run_button, stop_button, batch_race, stop_batch, [prompts, tau, block, new, session],
+               [panes, plot, stats, data], "batch", "stop_batch")

@@ -12,12 +12,12 @@ import gradio as gr
 import pandas as pd
 import plotly.graph_objects as go
 
-from mars_core.evaluation.prompts import prompts_in
+from mars_core.evaluation.prompts import prompt_categories, prompt_set, prompts_in
 from mars_core.evaluation.sweep import SWEEP_COLUMNS, threshold_sweep
 
 from . import models
 from .charts import MARS_COLOUR, TAU_COLOUR, chart_layout
-from .inputs import cap, check_inputs, integer, warn
+from .inputs import cap, check_inputs, integer, slider, typed_js, warn
 from .lanes import guarded
 
 
@@ -141,3 +141,33 @@ def decode(values: list[float], block: int, new: int, prompts: list[dict], strat
     status = (f"Swept {plural(len(rows), 'threshold')} over {plural(len(prompts), 'prompt')} in {mode} (B = {block}, "
               f"up to {new} new tokens).")
     yield pareto_figure(rows, mode), table, path, status
+
+
+def build(demo: gr.Blocks) -> None:
+    """The Threshold explorer tab: the sweep's settings and plan, its chart, table and CSV, and their events."""
+    with gr.Tab("Threshold explorer"):
+        gr.Markdown(
+            "Decode the held-out prompts (never trained on; the built-in set when the data is absent) at "
+            "several thresholds, greedy, one prompt at a time. Quality is agreement with the τ = 1 answer: "
+            "the shared-prefix fraction of tokens (1 = the same answer). In verified mode the threshold only "
+            "chooses which drafts are checked: quality stays 1 and tokens per forward moves."
+        )
+        with gr.Row():
+            mode = gr.Radio(list(MODES), value="threshold mode", label="Mode", scale=1)
+            taus = gr.Textbox("1, 0.9, 0.7, 0.5", label="Thresholds", scale=2)
+            block, new = slider("sweep-block"), slider("sweep-max-new")
+        cats, pool = prompt_categories(), len(prompt_set())
+        with gr.Row():
+            categories = gr.CheckboxGroup(cats, value=cats, label="Prompt categories", scale=3)
+            limit = slider("sweep-limit", maximum=pool, value=min(9, pool), scale=1)
+        plan_view = gr.Markdown(elem_id="sweep-plan")
+        run_button = gr.Button("Run sweep", variant="primary", elem_id="sweep-run")
+        status = gr.Markdown(label="status", elem_id="sweep-status")
+        pareto = gr.Plot(label="pareto", show_label=False)
+        table = gr.Dataframe(pd.DataFrame(columns=list(SWEEP_COLUMNS)), label="Results", interactive=False)
+        csv_file = gr.File(label="CSV")
+    inputs = [taus, block, new, categories, limit, mode]
+    run_button.click(models.gpu(sweep), inputs, [pareto, table, csv_file, status], api_name="sweep",
+                     show_progress_on=pareto, js=typed_js(inputs, True))
+    gr.on([c.change for c in inputs] + [demo.load], plan, inputs, plan_view, api_visibility="undocumented",
+          show_progress="hidden", queue=False)

@@ -1,6 +1,6 @@
 """What the Race and Batch tabs share: the recorder behind a lane (Run) and a batch (BatchRun), when to redraw the
-page, the token colours with their CSS and legend chips, and the guard that turns an error into a message (the
-walkthrough and the explorer use the guard too)."""
+page, the token colours with their CSS and legend chips, the Run/Stop pair and its wiring, and the guard that turns
+an error into a message (the walkthrough and the explorer use the guard too)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,11 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+
+import gradio as gr
+
+from . import models
+from .inputs import typed_js
 
 log = logging.getLogger("mars_studio")
 T = TypeVar("T")  # a frame: what a handler yields to the page
@@ -120,6 +125,33 @@ def legend_html(lead: str, rest: str, style: str = "") -> str:
     """A colour legend: `lead`, a chip per count colour, then `rest`."""
     chips = "".join(chip(label, colour) for _, colour, label in COUNT_COLOURS)
     return f'<div style="font-size:0.9em{style}">{lead}: {chips} &nbsp;·&nbsp; {rest}</div>'
+
+
+# ----------------------------------------------------------------------------- Run, Stop and the trace
+
+
+def run_and_stop(tab: str, run_label: str) -> tuple[gr.Button, gr.Button]:
+    """The Run and Stop buttons in a column beside a tab's prompt box (elem_ids <tab>-run and <tab>-stop)."""
+    with gr.Column(scale=1, min_width=140):
+        return (gr.Button(run_label, variant="primary", elem_id=f"{tab}-run"),
+                gr.Button("Stop", variant="stop", elem_id=f"{tab}-stop"))
+
+
+def trace_json() -> gr.JSON:
+    """The per-forward data of a run, folded away (clients and tests read the same JSON)."""
+    with gr.Accordion("Per-forward data (JSON)", open=False):
+        return gr.JSON(label="trace", show_label=False)
+
+
+def wire(run: gr.Button, stop: gr.Button, handler: Callable, stopper: Callable, inputs: list, outputs: list,
+         api_name: str, stop_name: str) -> None:
+    """A streaming tab's Run and Stop (the session State last of `inputs`). No Gradio concurrency limit: the handler
+    takes an app-wide generation slot itself (models.in_a_slot), so a run exists from the moment it is submitted and
+    a /set_threshold sent with it is not lost. Stop ends the run from inside (its controls): Gradio's `cancels` would
+    mark every output as an error."""
+    run.click(models.gpu(handler), inputs, outputs, api_name=api_name, show_progress="minimal",
+              concurrency_limit=None, js=typed_js(inputs, True))
+    stop.click(stopper, inputs[-1], None, api_name=stop_name, **QUICK)
 
 
 # ----------------------------------------------------------------------------- the error guard

@@ -14,6 +14,13 @@ from mars_core.serving import LoadTracker
 
 log = logging.getLogger("mars_studio")
 
+try:  # Hugging Face ZeroGPU: a GPU per call when the `spaces` package is there; a no-op everywhere else
+    import spaces
+
+    gpu: Callable = getattr(spaces, "GPU", None) or (lambda fn: fn)
+except ImportError:
+    gpu = lambda fn: fn  # noqa: E731
+
 SPACE_MODELS = (
     "default",
     "smollm2-135m-instruct",
@@ -69,6 +76,15 @@ def in_a_slot(work: Iterator[T], waiting: Callable[[], T], stopped: Callable[[],
         yield from work
     finally:
         slot.release()
+
+
+def preload() -> None:
+    """Load the served models in the background so the first Run does not wait (failures show on Run)."""
+    for name in {CONFIG.model, CONFIG.ar_model or CONFIG.model}:
+        try:
+            get_model(name)
+        except ValueError as err:
+            log.warning("%s", err)
 
 
 def check_model_choice(name: str | None) -> None:

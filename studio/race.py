@@ -25,8 +25,8 @@ from mars_core.serving import adaptive_threshold
 
 from . import lanes, models
 from .charts import AR_COLOUR, MARS_COLOUR, TAU_COLOUR, VERIFIED_COLOUR, chart_layout, plotly_data
-from .inputs import INPUTS, cap, check_field, check_inputs, warn
-from .lanes import Lane, Throttle, count_class, guarded
+from .inputs import INPUTS, MAX_PROMPT_CHARS, cap, check_field, check_inputs, slider, typed_js, warn
+from .lanes import QUICK, Lane, Throttle, count_class, guarded
 
 LANES = ("ar", "mars", "verified")
 LANE_NAMES = {"ar": "AR", "mars": "MARS τ", "verified": "MARS verified"}
@@ -398,3 +398,55 @@ def example_outputs(path: Path = EXAMPLE_FILE) -> tuple:
     session = {**new_session(), "threshold": record["threshold"]}
     status = (f"recorded on {record['recorded']} ({record['machine']}, {record['dtype']}): press Run to race live")
     return frame(runs, session, record["block_size"], status, True, record["dtype"])
+
+
+# ----------------------------------------------------------------------------- the tab
+
+
+def build(demo: gr.Blocks) -> None:
+    """The Race tab: prompt, settings, the three lanes' panes, two charts and the trace, and their events; the page
+    opens on the recorded race."""
+    session = gr.State(new_session())
+    with gr.Tab("Race"):
+        with gr.Row(equal_height=True):
+            prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=2, scale=5, placeholder="Ask something…",
+                                max_length=MAX_PROMPT_CHARS, elem_id="race-prompt")
+            run_button, stop_button = lanes.run_and_stop("race", "Run")
+        gr.Examples([[p] for p, _ in EXAMPLES], inputs=prompt, label="Examples",
+                    example_labels=[f"{label} · {p}" for p, label in EXAMPLES])
+        with gr.Row():
+            threshold, block, temperature, max_new = (slider(f"race-{name}") for name in
+                                                      ("threshold", "block", "temperature", "max-new"))
+            adapt = gr.Checkbox(value=False, label="Adapt to load",
+                                info="τ drops 0.05 per extra concurrent run, down to 0.5")
+        gr.HTML(legend_html())
+        panes = []
+        with gr.Row():
+            for key, title in (("ar", "**AR** · one token per forward"),
+                               ("mars", "**MARS τ** · mask predictions accepted while confidence ≥ τ"),
+                               ("verified", "**MARS verified** · drafts checked by the model: AR's answer")):
+                with gr.Column(min_width=260):
+                    gr.Markdown(title)
+                    panes.append(gr.HTML(pane_html(None), label=f"{key} text", elem_id=f"{key}-pane", **PANE))
+        stats = gr.Markdown("Press **Run**: the three lanes stream at the same time.", label="stats",
+                            elem_id="race-stats")
+        with gr.Row():
+            forwards_plot = gr.Plot(plotly_data(forwards_figure({}, 4)), label="tokens per forward", show_label=False,
+                                    elem_id="forwards-plot")
+            time_plot = gr.Plot(plotly_data(time_figure({})), label="tokens against time", show_label=False,
+                                elem_id="time-plot")
+        gr.Markdown(
+            "<small>The lanes share this machine's CPU: the app advances them in turn, one forward each, and "
+            "times each by its own forwards only, so none is charged for another's work. MARS verified checks "
+            "the mask slots' drafts (and, where the text repeats itself, prompt-lookup drafts) with the model's "
+            "own next-token predictions in the same forward that proposes the next drafts: every token is the "
+            "one AR picks, several per forward when the drafts are right.</small>"
+        )
+        data = lanes.trace_json()
+    outputs = [*panes, forwards_plot, time_plot, stats, data]
+    demo.load(example_outputs, None, outputs, api_visibility="undocumented", show_progress="hidden")
+    lanes.wire(run_button, stop_button, race, stop, [prompt, threshold, block, temperature, max_new, adapt, session],
+               outputs, "race", "stop")
+    threshold.change(set_threshold, [threshold, session], None, api_name="set_threshold",
+                     js=typed_js([threshold], False), **QUICK)
+    adapt.change(set_adapt, [adapt, session], None, api_name="set_adapt", **QUICK)

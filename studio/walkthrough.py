@@ -14,8 +14,8 @@ from mars_core.generate import encode_prompt
 
 from . import models
 from .charts import MARS_COLOUR
-from .inputs import cap, check_inputs, warn
-from .lanes import guarded
+from .inputs import MAX_PROMPT_CHARS, cap, check_inputs, slider, typed_js, warn
+from .lanes import QUICK, guarded
 
 DEFAULT_PROMPT = "Name 4 colours, as a numbered list."
 
@@ -204,3 +204,33 @@ def walk_move(walk: dict, delta: int) -> tuple[str, dict]:
     steps = walk.get("steps", [])
     walk = {"steps": steps, "index": min(max(walk.get("index", 0) + int(delta), 0), max(len(steps) - 1, 0))}
     return step_html(walk), walk
+
+
+def build(demo: gr.Blocks) -> None:
+    """The Walkthrough tab: the training mask and the loss, then a decode stepped forward by forward, and their
+    events."""
+    with gr.Tab("Walkthrough"):
+        gr.Markdown("### Training: one forward over [noisy | clean]")
+        with gr.Row():
+            mask_n = gr.Slider(2, 16, value=8, step=1, label="Response tokens n")
+            mask_b = gr.Slider(1, 8, value=4, step=1, label="Block size B")
+        mask_plot = gr.Plot(mask_figure(8, 4), label="attention mask", show_label=False)
+        gr.Markdown(LOSS_MARKDOWN, latex_delimiters=[
+            {"left": "$$", "right": "$$", "display": True}, {"left": "$", "right": "$", "display": False}])
+        gr.Markdown("### Decoding, one forward at a time")
+        with gr.Row(equal_height=True):
+            prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", scale=3, max_length=MAX_PROMPT_CHARS)
+            tau, block, new = (slider(f"walk-{name}") for name in ("threshold", "block", "max-new"))
+        with gr.Row():
+            decode_button = gr.Button("Decode", variant="primary")
+            prev_button = gr.Button("◀ Previous forward")
+            next_button = gr.Button("Next forward ▶")
+        walk = gr.State({"steps": [], "index": 0})
+        view = gr.HTML(step_html({"steps": [], "index": 0}), label="forward")
+    gr.on([mask_n.change, mask_b.change], mask_figure, [mask_n, mask_b], mask_plot, api_name="mask",
+          show_progress="hidden")
+    inputs = [prompt, tau, block, new]
+    decode_button.click(models.gpu(walk_steps), inputs, [view, walk], api_name="walkthrough",
+                        js=typed_js(inputs, True))
+    prev_button.click(lambda w: walk_move(w, -1), walk, [view, walk], api_visibility="undocumented", **QUICK)
+    next_button.click(lambda w: walk_move(w, 1), walk, [view, walk], api_visibility="undocumented", **QUICK)
