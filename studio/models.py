@@ -1,4 +1,6 @@
-"""The models the app serves: set once at launch, loaded once per name, and the shared count of running work."""
+"""The models the app serves: set once at launch, loaded once per name (preloaded in the background), the ZeroGPU
+wrapper, the app-wide generation slots every tab that runs a model waits in (in_a_slot), and the count of running
+work."""
 
 from __future__ import annotations
 
