@@ -10,35 +10,15 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable
 
 import gradio as gr
-import pandas as pd
 
-from mars_core.evaluation.prompts import prompt_categories, prompt_set
-from mars_core.evaluation.sweep import SWEEP_COLUMNS
-from studio import batch, explorer, models, race, walkthrough
-from studio.charts import plotly_data
-from studio.inputs import (
-    MAX_BLOCK_SIZE,
-    MAX_PROMPT_CHARS,
-    SWEEP_MAX_NEW_TOKENS,
-    WALK_MAX_NEW_TOKENS,
-    page_js,
-    typed_js,
-    unchecked,
-)
+from studio import batch, explorer, lanes, models, race, walkthrough
+from studio.inputs import page_js
 
 log = logging.getLogger("mars_studio")
 
-try:  # Hugging Face ZeroGPU: a GPU per call when the `spaces` package is there; a no-op everywhere else
-    import spaces
-
-    gpu: Callable = getattr(spaces, "GPU", None) or (lambda fn: fn)
-except ImportError:
-    gpu = lambda fn: fn  # noqa: E731
-
-CSS = ".gradio-container {max-width: 1400px !important; margin: 0 auto}" + race.PANE_CSS
+CSS = ".gradio-container {max-width: 1400px !important; margin: 0 auto}" + lanes.PANE_CSS
 THEME = gr.themes.Soft(primary_hue="blue")
 
 
@@ -75,179 +55,14 @@ def intro_markdown() -> str:
 
 
 def build_ui() -> gr.Blocks:
-    """The whole app: Race, Batch, Walkthrough and Threshold explorer tabs, with a queue."""
+    """The whole app: the header, then the Race, Batch, Walkthrough and Threshold explorer tabs (each builds its own
+    layout and events), with a queue."""
     with gr.Blocks(title="MARS Studio") as demo:
         gr.Markdown(intro_markdown())
-        session = gr.State(race.new_session())
-        with gr.Tab("Race"):
-            with gr.Row(equal_height=True):
-                prompt = gr.Textbox(race.DEFAULT_PROMPT, label="Prompt", lines=2, scale=5,
-                                    placeholder="Ask something…", max_length=MAX_PROMPT_CHARS, elem_id="race-prompt")
-                with gr.Column(scale=1, min_width=140):
-                    run_button = gr.Button("Run", variant="primary", elem_id="race-run")
-                    stop_button = gr.Button("Stop", variant="stop", elem_id="race-stop")
-            gr.Examples([[p] for p, _ in race.EXAMPLES], inputs=prompt, label="Examples",
-                        example_labels=[f"{label} · {p}" for p, label in race.EXAMPLES])
-            with gr.Row():
-                sliders = {}
-                for field, label, info, elem in (
-                    ("threshold", "Threshold τ (MARS τ lane)", "applies from the next forward, even mid-run",
-                     "race-threshold"),
-                    ("block size", "Block size B", "most tokens per forward from the mask slots", "race-block"),
-                    ("temperature", "Temperature", "0 = greedy", "race-temperature"),
-                    ("max new tokens", "Max new tokens", None, "race-max-new"),
-                ):
-                    low, high, step, value = race.SLIDERS[field]
-                    sliders[field] = unchecked(gr.Slider(low, high, value=value, step=step, label=label, info=info,
-                                                         elem_id=elem))
-                threshold, block = sliders["threshold"], sliders["block size"]
-                temperature, max_new = sliders["temperature"], sliders["max new tokens"]
-                adapt = gr.Checkbox(value=False, label="Adapt to load",
-                                    info="τ drops 0.05 per extra concurrent run, down to 0.5")
-            gr.HTML(race.legend_html())
-            panes = []
-            with gr.Row():
-                for key, title in (("ar", "**AR** · one token per forward"),
-                                   ("mars", "**MARS τ** · mask predictions accepted while confidence ≥ τ"),
-                                   ("verified", "**MARS verified** · drafts checked by the model: AR's answer")):
-                    with gr.Column(min_width=260):
-                        gr.Markdown(title)
-                        panes.append(gr.HTML(race.pane_html(None), label=f"{key} text", elem_id=f"{key}-pane",
-                                             **race.PANE))
-            stats = gr.Markdown("Press **Run**: the three lanes stream at the same time.", label="stats",
-                                elem_id="race-stats")
-            with gr.Row():
-                forwards_plot = gr.Plot(plotly_data(race.forwards_figure({}, 4)), label="tokens per forward",
-                                        show_label=False, elem_id="forwards-plot")
-                time_plot = gr.Plot(plotly_data(race.time_figure({})), label="tokens against time",
-                                    show_label=False, elem_id="time-plot")
-            gr.Markdown(
-                "<small>The lanes share this machine's CPU: the app advances them in turn, one forward each, and "
-                "times each by its own forwards only, so none is charged for another's work. MARS verified checks "
-                "the mask slots' drafts (and, where the text repeats itself, prompt-lookup drafts) with the model's "
-                "own next-token predictions in the same forward that proposes the next drafts: every token is the "
-                "one AR picks, several per forward when the drafts are right.</small>"
-            )
-            with gr.Accordion("Per-forward data (JSON)", open=False):
-                data = gr.JSON(label="trace", show_label=False)
-        with gr.Tab("Batch"):
-            gr.Markdown(
-                "The paper's strategy for batches: the **block-level KV cache**. Generation is cut into blocks of B "
-                "aligned slots; a sample that filled its block waits for the slowest before the batch moves on. Every "
-                "prompt below is decoded in ONE batch, block-cached MARS against AR on the same batch, both streaming."
-            )
-            with gr.Row(equal_height=True):
-                batch_prompts = gr.Textbox("\n".join(batch.EXAMPLES), label="Prompts (4 to 8, one per line)", lines=7,
-                                           scale=5, max_length=batch.TEXT_CHARS, elem_id="batch-prompts")
-                with gr.Column(scale=1, min_width=140):
-                    batch_run = gr.Button("Run batch", variant="primary", elem_id="batch-run")
-                    batch_stop = gr.Button("Stop", variant="stop", elem_id="batch-stop")
-            with gr.Row():
-                batch_tau = unchecked(gr.Slider(0.05, 1.0, value=0.9, step=0.01, label="Threshold τ",
-                                                elem_id="batch-threshold"))
-                batch_block = unchecked(gr.Slider(1, MAX_BLOCK_SIZE, value=4, step=1, label="Block size B",
-                                                  elem_id="batch-block"))
-                batch_new = unchecked(gr.Slider(8, batch.MAX_NEW_TOKENS, value=64, step=8, label="Max new tokens",
-                                                elem_id="batch-max-new"))
-            batch_panes = gr.HTML(batch.panes_html(batch.EXAMPLES), label="batch", elem_id="batch-panes")
-            batch_stats = gr.Markdown("Press **Run batch**.", elem_id="batch-stats")
-            batch_plot = gr.Plot(plotly_data(batch.slots_figure([], [batch.row_label(i, p) for i, p in
-                                                                     enumerate(batch.EXAMPLES)], 4, [], [])),
-                                 label="block slots", show_label=False, elem_id="batch-plot")
-            with gr.Accordion("Per-forward data (JSON)", open=False):
-                batch_data = gr.JSON(label="trace", show_label=False)
-        with gr.Tab("Walkthrough"):
-            gr.Markdown("### Training: one forward over [noisy | clean]")
-            with gr.Row():
-                mask_n = gr.Slider(2, 16, value=8, step=1, label="Response tokens n")
-                mask_b = gr.Slider(1, 8, value=4, step=1, label="Block size B")
-            mask_plot = gr.Plot(walkthrough.mask_figure(8, 4), label="attention mask", show_label=False)
-            gr.Markdown(walkthrough.LOSS_MARKDOWN, latex_delimiters=[
-                {"left": "$$", "right": "$$", "display": True}, {"left": "$", "right": "$", "display": False}])
-            gr.Markdown("### Decoding, one forward at a time")
-            with gr.Row(equal_height=True):
-                walk_prompt = gr.Textbox(walkthrough.DEFAULT_PROMPT, label="Prompt", scale=3,
-                                         max_length=MAX_PROMPT_CHARS)
-                walk_tau = unchecked(gr.Slider(0.05, 1.0, value=0.9, step=0.01, label="Threshold τ",
-                                                 elem_id="walk-threshold"))
-                walk_block = unchecked(gr.Slider(1, 8, value=4, step=1, label="Block size B", elem_id="walk-block"))
-                walk_new = unchecked(gr.Slider(4, WALK_MAX_NEW_TOKENS, value=24, step=1, label="Max new tokens",
-                                               elem_id="walk-max-new"))
-            with gr.Row():
-                decode_button = gr.Button("Decode", variant="primary")
-                prev_button = gr.Button("◀ Previous forward")
-                next_button = gr.Button("Next forward ▶")
-            walk = gr.State({"steps": [], "index": 0})
-            walk_view = gr.HTML(walkthrough.step_html({"steps": [], "index": 0}), label="forward")
-        with gr.Tab("Threshold explorer"):
-            gr.Markdown(
-                "Decode the held-out prompts (never trained on; the built-in set when the data is absent) at "
-                "several thresholds, greedy, one prompt at a time. Quality is agreement with the τ = 1 answer: "
-                "the shared-prefix fraction of tokens (1 = the same answer). In verified mode the threshold only "
-                "chooses which drafts are checked: quality stays 1 and tokens per forward moves."
-            )
-            with gr.Row():
-                sweep_mode = gr.Radio(list(explorer.MODES), value="threshold mode", label="Mode", scale=1)
-                sweep_taus = gr.Textbox("1, 0.9, 0.7, 0.5", label="Thresholds", scale=2)
-                sweep_block = unchecked(gr.Slider(1, MAX_BLOCK_SIZE, value=4, step=1, label="Block size B",
-                                                  elem_id="sweep-block"))
-                sweep_new = unchecked(gr.Slider(8, SWEEP_MAX_NEW_TOKENS, value=48, step=8, label="Max new tokens",
-                                                elem_id="sweep-max-new"))
-            cats, pool = prompt_categories(), len(prompt_set())
-            with gr.Row():
-                sweep_cats = gr.CheckboxGroup(cats, value=cats, label="Prompt categories", scale=3)
-                sweep_limit = unchecked(gr.Slider(1, pool, value=min(9, pool), step=1, scale=1, elem_id="sweep-limit",
-                                                  label="Prompts (taken round-robin over the categories)"))
-            sweep_plan = gr.Markdown(elem_id="sweep-plan")
-            sweep_button = gr.Button("Run sweep", variant="primary", elem_id="sweep-run")
-            sweep_status = gr.Markdown(label="status", elem_id="sweep-status")
-            pareto = gr.Plot(label="pareto", show_label=False)
-            table = gr.Dataframe(pd.DataFrame(columns=list(SWEEP_COLUMNS)), label="Results", interactive=False)
-            csv_file = gr.File(label="CSV")
-
-        outputs = [*panes, forwards_plot, time_plot, stats, data]
-        demo.load(race.example_outputs, None, outputs, api_visibility="undocumented", show_progress="hidden")
-        # No Gradio concurrency limit: the race takes an app-wide generation slot itself (models.slots), so it
-        # exists from the moment it is submitted, and a /set_threshold sent with it is not lost.
-        race_inputs = [prompt, threshold, block, temperature, max_new, adapt, session]
-        run_button.click(gpu(race.race), race_inputs, outputs, api_name="race", show_progress="minimal",
-                         concurrency_limit=None, js=typed_js([None, *(s.elem_id for s in race_inputs[1:5])], True))
-        quick = dict(concurrency_limit=None, show_progress="hidden", queue=True)
-        # Stop ends the lanes from inside (their controls): Gradio's `cancels` would mark every output as an error
-        stop_button.click(race.stop, session, None, api_name="stop", **quick)
-        threshold.change(race.set_threshold, [threshold, session], None, api_name="set_threshold",
-                         js=typed_js([threshold.elem_id], False), **quick)
-        adapt.change(race.set_adapt, [adapt, session], None, api_name="set_adapt", **quick)
-        batch_inputs = [batch_prompts, batch_tau, batch_block, batch_new, session]
-        batch_run.click(gpu(batch.batch_race), batch_inputs, [batch_panes, batch_plot, batch_stats, batch_data],
-                        api_name="batch", show_progress="minimal", concurrency_limit=None,
-                        js=typed_js([None, *(s.elem_id for s in batch_inputs[1:4])], True))
-        batch_stop.click(batch.stop_batch, session, None, api_name="stop_batch", **quick)
-        gr.on([mask_n.change, mask_b.change], walkthrough.mask_figure, [mask_n, mask_b], mask_plot, api_name="mask",
-              show_progress="hidden")
-        decode_button.click(gpu(walkthrough.walk_decode), [walk_prompt, walk_tau, walk_block, walk_new],
-                            [walk_view, walk], api_name="walkthrough",
-                            js=typed_js([None, "walk-threshold", "walk-block", "walk-max-new"], True))
-        hidden = dict(api_visibility="undocumented", **quick)
-        prev_button.click(lambda w: walkthrough.walk_move(w, -1), walk, [walk_view, walk], **hidden)
-        next_button.click(lambda w: walkthrough.walk_move(w, 1), walk, [walk_view, walk], **hidden)
-        sweep_inputs = [sweep_taus, sweep_block, sweep_new, sweep_cats, sweep_limit, sweep_mode]
-        sweep_button.click(gpu(explorer.run_sweep), sweep_inputs, [pareto, table, csv_file, sweep_status],
-                           api_name="sweep", show_progress_on=pareto,
-                           js=typed_js([None, "sweep-block", "sweep-max-new", None, "sweep-limit"], True))
-        gr.on([c.change for c in sweep_inputs] + [demo.load], explorer.plan, sweep_inputs, sweep_plan,
-              api_visibility="undocumented", show_progress="hidden", queue=False)
+        for tab in (race, batch, walkthrough, explorer):
+            tab.build(demo)
     demo.queue(default_concurrency_limit=models.CONFIG.concurrency, max_size=64)
     return demo
-
-
-def preload() -> None:
-    """Load the served models in the background so the first Run does not wait (failures show on Run)."""
-    for name in {models.CONFIG.model, models.CONFIG.ar_model or models.CONFIG.model}:
-        try:
-            models.get_model(name)
-        except ValueError as err:
-            log.warning("%s", err)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -284,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"recorded {race.record_example()}")
         return
     if not args.no_preload:
-        threading.Thread(target=preload, name="preload", daemon=True).start()
+        threading.Thread(target=models.preload, name="preload", daemon=True).start()
     build_ui().launch(server_name=args.host, server_port=args.port, theme=THEME, css=CSS, js=page_js())
 
 

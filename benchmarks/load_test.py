@@ -97,19 +97,25 @@ def stop_process(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
+def app_log(port: int) -> Path:
+    """Where the app launched on `port` writes what it prints."""
+    return Path(tempfile.gettempdir()) / f"mars_app_{port}.log"
+
+
 @contextlib.contextmanager
-def launched_app(model: str | None, concurrency: int, threads: int | None, timeout: float) -> Iterator[str]:
-    """Run `python app.py` on a free 127.0.0.1 port and yield its URL; the app is always ended afterwards."""
+def launched_app(model: str | None, *args: str, threads: int | None = None, timeout: float = 180.0) -> Iterator[str]:
+    """Run `python app.py [--model MODEL] ARGS` on a free 127.0.0.1 port (with `threads` torch threads, when given)
+    and yield its URL; the app is always ended afterwards (by its id). It prints to app_log(port). The load test and
+    the app's end-to-end and browser tests (tests/studio) launch it with this."""
     port = free_port()
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
     env.pop("SPACE_ID", None)
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
-    cmd = [sys.executable, str(ROOT / "app.py"), "--host", "127.0.0.1", "--port", str(port),
-           "--concurrency", str(concurrency)]
+    cmd = [sys.executable, str(ROOT / "app.py"), "--host", "127.0.0.1", "--port", str(port), *args]
     if model:
         cmd += ["--model", model]
-    log = Path(tempfile.gettempdir()) / f"mars_load_test_{port}.log"
+    log = app_log(port)
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
         try:
@@ -377,7 +383,8 @@ def run_rounds(args: argparse.Namespace) -> list[dict]:
     rows: list[dict] = []
     total = 2 * sum(args.clients) * args.requests_per_client
     print(f"launching app.py (model: {args.model or 'default'}, concurrency {max(args.clients)})…", flush=True)
-    with launched_app(args.model, max(args.clients), args.threads, args.startup_timeout) as url:
+    with launched_app(args.model, "--concurrency", str(max(args.clients)), threads=args.threads,
+                      timeout=args.startup_timeout) as url:
         try:
             print(f"warm-up request (not counted): {warm_up(url, args):.1f} s", flush=True)
             with tqdm(total=total, desc="requests", unit="req", file=sys.stderr) as progress:

@@ -1,1 +1,3 @@
-"""The app's UI, one module per tab (race, walkthrough, explorer) plus what they share; app.py wires it."""
+"""The app's tabs, one module each (race, batch, walkthrough, explorer: each builds its own layout and events), on
+what they share: lanes (the race and batch recorder, frame policy, colours, Run/Stop, error guard), inputs (the
+sliders' table and checks), charts and models (the served models and their generation slots). app.py assembles them."""

@@ -8,21 +8,20 @@ happens: per sample and forward, how many tokens were committed (0 = waiting at 
 from __future__ import annotations
 
 import html
-import logging
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import gradio as gr
+
 from mars_core import DecodeControl, stream
 from mars_core.generate import check_request, encode_prompt
 
-from . import models, race
+from . import lanes, models
 from .charts import MARS_COLOUR, chart_layout, plotly_data
-from .inputs import MAX_PROMPT_CHARS, check_inputs, warn
-from .race import COUNT_COLOURS, count_class, count_colour
-
-log = logging.getLogger("mars_studio")
+from .inputs import MAX_PROMPT_CHARS, cap, check_inputs, slider, warn
+from .lanes import Lane, Throttle, chip, count_class, count_colour, guarded
+from .models import WAITING
 
 EXAMPLES = [  # fast (lists, counting, a table) and slow (open questions): the fast ones wait at block boundaries
     "List three colours.",
@@ -33,11 +32,10 @@ EXAMPLES = [  # fast (lists, counting, a table) and slow (open questions): the f
     "Why do people like to travel? Answer in one sentence.",
 ]
 MIN_PROMPTS, MAX_PROMPTS = 4, 8
-MAX_NEW_TOKENS = 256  # per sample: a batch of up to 8 prompts, decoded twice (block and AR)
+MAX_NEW_TOKENS = cap("batch-max-new")  # per sample (inputs.INPUTS)
 TEXT_CHARS = MAX_PROMPTS * (MAX_PROMPT_CHARS + 1)  # longest prompts text the tab accepts (a Textbox max_length)
 WAIT_COLOUR = "#fb923c"  # a sample that committed nothing in a forward: waiting at the block boundary
 LABEL_WORDS = 4  # words of the prompt in a chart row label
-WAITING = "Waiting for a free generation slot (others are decoding)…"
 
 
 def new_session() -> dict:
@@ -65,12 +63,9 @@ def stop_batch(session: dict) -> None:
 
 
 @dataclass
-class BatchRun:
-    """One side's batch generation: what each forward committed per sample, timed by its own forwards only."""
+class BatchRun(Lane):
+    """One side's batch generation: what each forward committed per sample (the stream and its timing: lanes.Lane)."""
 
-    name: str
-    events: Iterator
-    tokenizer: Any
     size: int  # samples in the batch
     counts: list[list[int]] = field(default_factory=list)  # [forward][sample]: tokens committed
     starts: list[list[int]] = field(default_factory=list)  # [forward][sample]: accepted_from (block: first unfilled)
@@ -78,8 +73,6 @@ class BatchRun:
     texts: list[str] = field(init=False)
     ids: list[list[int]] = field(init=False)
     finished_at: list[int | None] = field(init=False)  # [sample]: the forward in which it finished
-    busy: float = 0.0
-    finished: bool = False
 
     def __post_init__(self) -> None:
         """Empty per-sample records."""
@@ -90,23 +83,16 @@ class BatchRun:
 
     def advance(self) -> None:
         """Run one forward of the whole batch (timing only this call) and record what each sample committed."""
-        start = time.perf_counter()
-        try:
-            event = next(self.events)
-        except StopIteration:  # every sample done, or stopped
-            self.finished = True
+        event = self.next_event()
+        if event is None:  # every sample done, or stopped
             return
-        self.busy += time.perf_counter() - start
         self.counts.append([len(ids) for ids in event.token_ids])
         self.starts.append(list(event.accepted_from))
         for i, (ids, conf, text) in enumerate(zip(event.token_ids, event.confidences, event.texts)):
             self.texts[i] += text
             self.ids[i] += ids
             if ids:
-                pieces = [self.tokenizer.decode([t], skip_special_tokens=True) for t in ids]
-                if "".join(pieces) != text:  # a character split over tokens: the forward's text as one piece
-                    pieces = [text]
-                self.chunks[i].append((event.forward, pieces, conf))
+                self.chunks[i].append((event.forward, self.pieces(ids, text), conf))
             if event.done[i] and self.finished_at[i] is None:
                 self.finished_at[i] = event.forward
         self.finished = all(event.done)
@@ -131,7 +117,7 @@ class BatchRun:
         forwards, tokens = len(self.counts), sum(map(sum, self.counts))
         return {
             "forwards": forwards, "tokens": tokens, "seconds": self.busy,
-            "tokens_per_second": tokens / self.busy if self.busy > 0 else 0.0,
+            "tokens_per_second": self.per_second(tokens),
             "counts": [list(c) for c in self.counts], "texts": list(self.texts), "ids": [list(i) for i in self.ids],
             "done": self.done(), "finished_at": list(self.finished_at),  # copies: a frame keeps its own state
         }
@@ -193,13 +179,10 @@ def slots_figure(
 
 def legend_html() -> str:
     """The colour legend above the cells."""
-    chip = "display:inline-block;padding:1px 8px;margin:0 3px;border-radius:4px"
-    chips = "".join(f'<span style="background:{c};{chip}">{label}</span>' for _, c, label in COUNT_COLOURS)
-    return (
-        f'<div style="font-size:0.9em;margin-bottom:6px">MARS (block) tokens, by how many this sample\'s forward '
-        f'committed: {chips} &nbsp;·&nbsp; <span style="background:{WAIT_COLOUR};{chip}">0</span> (waiting at '
-        "the block boundary) shows in the chart &nbsp;·&nbsp; grey text below = AR on the same batch</div>"
-    )
+    return lanes.legend_html(
+        "MARS (block) tokens, by how many this sample's forward committed", f"{chip('0', WAIT_COLOUR)} (waiting at "
+        "the block boundary) shows in the chart &nbsp;·&nbsp; grey text below = AR on the same batch",
+        ";margin-bottom:6px")
 
 
 def tokens_html(chunks: list[tuple[int, list[str], list[float]]]) -> str:
@@ -301,13 +284,14 @@ def failure(message: str) -> tuple:
 
 
 def frame(
-    prompts: list[str], block: BatchRun, ar: BatchRun, block_size: int, threshold: float, status: str, device: str
+    prompts: list[str], block: BatchRun, ar: BatchRun, block_size: int, threshold: float, status: str, device: str,
+    chart: bool = True,
 ) -> tuple:
-    """One update of the tab: cells, slot chart, stats and trace."""
+    """One update of the tab: cells, slot chart (or gr.skip(): left as it is), stats and trace."""
     figure = slots_figure(block.counts, [row_label(i, p) for i, p in enumerate(prompts)], block_size,
                           block.new_blocks(), block.finished_at)
     return (
-        panes_html(prompts, block, ar), plotly_data(figure),
+        panes_html(prompts, block, ar), plotly_data(figure) if chart else gr.skip(),
         stats_markdown(block, ar, block_size, threshold, status, device),
         trace(block, ar, status, prompts=prompts, block_size=block_size, threshold=threshold),
     )
@@ -328,8 +312,8 @@ def batch_race(
     session["batch"] = controls
     try:
         yield from models.in_a_slot(
-            decode(prompts, tau, block_size, new, controls), lambda: any(c.stopped for c in controls),
-            lambda: placeholder(prompts, block_size, "waiting", WAITING),
+            guarded(decode(prompts, tau, block_size, new, controls), failure, "Generation"),
+            lambda: placeholder(prompts, block_size, "waiting", WAITING), lambda: any(c.stopped for c in controls),
             lambda: placeholder(prompts, block_size, "stopped"))
     finally:
         if session.get("batch") is controls:
@@ -337,22 +321,18 @@ def batch_race(
 
 
 def decode(prompts: list[str], tau: float, block_size: int, new: int, controls: tuple) -> Iterator[tuple]:
-    """The batch race itself, inside a generation slot: load, check, then alternate one forward of each batch."""
+    """The batch race itself, inside a generation slot: load, check, then alternate one forward of each batch. A
+    ValueError is a message (a model that did not load, mars_core's checks: prompt too long for the context, …)."""
     if (models.CONFIG.model or "default") not in models.MODELS:
         yield placeholder(prompts, block_size, "loading", "Loading the model…")
-    try:
-        model, tokenizer = models.get_model(models.CONFIG.model)
-        ids = [encode_prompt(tokenizer, p) for p in prompts]
-        check_request(model, tokenizer, ids, "block", block_size, new)  # prompt too long for the context, …
-    except ValueError as err:
-        yield failure(str(err))
-        return
+    model, tokenizer = models.get_model(models.CONFIG.model)
+    check_request(model, tokenizer, [encode_prompt(tokenizer, p) for p in prompts], "block", block_size, new)
     block = BatchRun("MARS (block)", stream(model, tokenizer, prompts, strategy="block", block_size=block_size,
                                             max_new_tokens=new, control=controls[0]), tokenizer, len(prompts))
     ar = BatchRun("AR", stream(model, tokenizer, prompts, strategy="ar", max_new_tokens=new, control=controls[1]),
                   tokenizer, len(prompts))
     device = model.device.type.upper()  # what the wall-clock line measured: CPU, CUDA, MPS
-    shown = 0.0  # when the page was last updated (at most every race.FRAME_SECONDS, and the last frame)
+    throttle = Throttle()
     try:
         with models.TRACKER:
             while not (block.finished and ar.finished):
@@ -363,14 +343,33 @@ def decode(prompts: list[str], tau: float, block_size: int, new: int, controls: 
                 stopped = any(c.stopped for c in controls)
                 finished = block.finished and ar.finished
                 status = "stopped" if stopped else ("done" if finished else "running")
-                if finished or time.monotonic() - shown >= race.FRAME_SECONDS:
-                    shown = time.monotonic()
-                    yield frame(prompts, block, ar, block_size, tau, status, device)
-    except ValueError as err:  # mars_core's own checks
-        yield failure(str(err))
-    except Exception as err:  # never a traceback in the UI; the server log has it
-        log.exception("batch failed")
-        yield failure(f"Generation failed: {type(err).__name__}: {err}")
+                if throttle.due(sum(map(len, block.ids + ar.ids)), finished):
+                    yield frame(prompts, block, ar, block_size, tau, status, device, throttle.charts)
     finally:
         block.events.close()
         ar.events.close()
+
+
+def build(demo: gr.Blocks) -> None:
+    """The Batch tab: the prompts, settings, the cells, the slot chart, stats and the trace, and their events."""
+    session = gr.State(new_session())
+    with gr.Tab("Batch"):
+        gr.Markdown(
+            "The paper's strategy for batches: the **block-level KV cache**. Generation is cut into blocks of B "
+            "aligned slots; a sample that filled its block waits for the slowest before the batch moves on. Every "
+            "prompt below is decoded in ONE batch, block-cached MARS against AR on the same batch, both streaming."
+        )
+        with gr.Row(equal_height=True):
+            prompts = gr.Textbox("\n".join(EXAMPLES), label="Prompts (4 to 8, one per line)", lines=7, scale=5,
+                                 max_length=TEXT_CHARS, elem_id="batch-prompts")
+            run_button, stop_button = lanes.run_and_stop("batch", "Run batch")
+        with gr.Row():
+            tau, block, new = (slider(f"batch-{name}") for name in ("threshold", "block", "max-new"))
+        panes = gr.HTML(panes_html(EXAMPLES), label="batch", elem_id="batch-panes")
+        stats = gr.Markdown("Press **Run batch**.", elem_id="batch-stats")
+        labels = [row_label(i, p) for i, p in enumerate(EXAMPLES)]
+        plot = gr.Plot(plotly_data(slots_figure([], labels, 4, [], [])), label="block slots", show_label=False,
+                       elem_id="batch-plot")
+        data = lanes.trace_json()
+    lanes.wire(run_button, stop_button, batch_race, stop_batch, [prompts, tau, block, new, session],
+               [panes, plot, stats, data], "batch", "stop_batch")

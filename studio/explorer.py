@@ -3,23 +3,22 @@
 from __future__ import annotations
 
 import csv
-import logging
 import os
 import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 import gradio as gr
 import pandas as pd
 import plotly.graph_objects as go
 
-from mars_core.evaluation.prompts import prompts_in
+from mars_core.evaluation.prompts import prompt_categories, prompt_set, prompts_in
 from mars_core.evaluation.sweep import SWEEP_COLUMNS, threshold_sweep
 
 from . import models
 from .charts import MARS_COLOUR, TAU_COLOUR, chart_layout
-from .inputs import SWEEP_MAX_NEW_TOKENS, check_inputs, integer, warn
-
-log = logging.getLogger("mars_studio")
+from .inputs import cap, check_inputs, integer, slider, typed_js, warn
+from .lanes import guarded
 
 
 def parse_thresholds(text: str) -> list[float]:
@@ -63,7 +62,7 @@ def chosen(thresholds: str, block_size: Any, max_new_tokens: Any, categories: li
            mode: str) -> tuple[list[float], int, int, list[dict], str]:
     """The validated sweep settings: thresholds, B, max new tokens, the prompts, the strategy (a ValueError else)."""
     values = parse_thresholds(thresholds)
-    _, _, block, _, new = check_inputs("sweep", 1.0, block_size, 0.0, max_new_tokens, cap=SWEEP_MAX_NEW_TOKENS)
+    _, _, block, _, new = check_inputs("sweep", 1.0, block_size, 0.0, max_new_tokens, cap=cap("sweep-max-new"))
     if mode not in MODES:
         raise ValueError(f"Mode must be one of {', '.join(MODES)}, got {mode!r}.")
     prompts = prompts_in(list(categories or []), limit=integer(limit, "number of prompts"))
@@ -95,23 +94,44 @@ def plan(thresholds: str, block_size: Any, max_new_tokens: Any, categories: list
             "Answers that end early and forwards that commit several tokens make it shorter.\n\n" + listing)
 
 
+def sweep(
+    thresholds: str, block_size: int, max_new_tokens: int, categories: list[str], limit: int = 9,
+    mode: str = "threshold mode", progress: Any = gr.Progress(),
+) -> Iterator[tuple[Any, pd.DataFrame | None, str | None, str]]:
+    """The Run sweep button: the settings checked, then the sweep in a generation slot (until one is free, the status
+    says so and the results on screen stay); its one frame is chart, table, CSV and status."""
+    try:
+        values, block, new, prompts, strategy = chosen(thresholds, block_size, max_new_tokens, categories, limit,
+                                                       mode)
+    except ValueError as err:
+        yield failure(str(err))
+        return
+    yield from models.in_a_slot(guarded(decode(values, block, new, prompts, strategy, mode, progress), failure,
+                                        "Sweep"), lambda: (gr.skip(), gr.skip(), gr.skip(), models.WAITING))
+
+
 def run_sweep(
     thresholds: str, block_size: int, max_new_tokens: int, categories: list[str], limit: int = 9,
     mode: str = "threshold mode", progress: Any = gr.Progress(),
 ) -> tuple[Any, pd.DataFrame | None, str | None, str]:
-    """Sweep the thresholds over the first `limit` prompts of the chosen categories: chart, table, CSV, status."""
-    try:
-        values, block, new, prompts, strategy = chosen(thresholds, block_size, max_new_tokens, categories, limit,
-                                                       mode)
-        model, tok = models.get_model(models.CONFIG.model)
-        with models.slots(), models.TRACKER:
-            rows = threshold_sweep(model, tok, prompts, values, block_size=block, max_new_tokens=new,
-                                   strategy=strategy, progress=progress)
-    except ValueError as err:
-        return None, None, None, warn(str(err))
-    except Exception as err:
-        log.exception("sweep failed")
-        return None, None, None, warn(f"Sweep failed: {type(err).__name__}: {err}")
+    """Sweep the thresholds over the first `limit` prompts of the chosen categories: chart, table, CSV, status (the
+    last frame of sweep)."""
+    *_, last = sweep(thresholds, block_size, max_new_tokens, categories, limit, mode, progress)
+    return last
+
+
+def failure(message: str) -> tuple[None, None, None, str]:
+    """The explorer's outputs for a message instead of a sweep: no chart, table or CSV; the message (and a toast)."""
+    return None, None, None, warn(message)
+
+
+def decode(values: list[float], block: int, new: int, prompts: list[dict], strategy: str, mode: str,
+           progress: Any) -> Iterator[tuple[Any, pd.DataFrame, str, str]]:
+    """The sweep itself, inside a generation slot: one frame once every threshold is decoded."""
+    model, tok = models.get_model(models.CONFIG.model)
+    with models.TRACKER:
+        rows = threshold_sweep(model, tok, prompts, values, block_size=block, max_new_tokens=new,
+                               strategy=strategy, progress=progress)
     path = os.path.join(tempfile.mkdtemp(prefix="mars_sweep_"), "threshold_sweep.csv")
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(SWEEP_COLUMNS))
@@ -120,4 +140,34 @@ def run_sweep(
     table = pd.DataFrame(rows, columns=list(SWEEP_COLUMNS)).round(3)
     status = (f"Swept {plural(len(rows), 'threshold')} over {plural(len(prompts), 'prompt')} in {mode} (B = {block}, "
               f"up to {new} new tokens).")
-    return pareto_figure(rows, mode), table, path, status
+    yield pareto_figure(rows, mode), table, path, status
+
+
+def build(demo: gr.Blocks) -> None:
+    """The Threshold explorer tab: the sweep's settings and plan, its chart, table and CSV, and their events."""
+    with gr.Tab("Threshold explorer"):
+        gr.Markdown(
+            "Decode the held-out prompts (never trained on; the built-in set when the data is absent) at "
+            "several thresholds, greedy, one prompt at a time. Quality is agreement with the τ = 1 answer: "
+            "the shared-prefix fraction of tokens (1 = the same answer). In verified mode the threshold only "
+            "chooses which drafts are checked: quality stays 1 and tokens per forward moves."
+        )
+        with gr.Row():
+            mode = gr.Radio(list(MODES), value="threshold mode", label="Mode", scale=1)
+            taus = gr.Textbox("1, 0.9, 0.7, 0.5", label="Thresholds", scale=2)
+            block, new = slider("sweep-block"), slider("sweep-max-new")
+        cats, pool = prompt_categories(), len(prompt_set())
+        with gr.Row():
+            categories = gr.CheckboxGroup(cats, value=cats, label="Prompt categories", scale=3)
+            limit = slider("sweep-limit", maximum=pool, value=min(9, pool), scale=1)
+        plan_view = gr.Markdown(elem_id="sweep-plan")
+        run_button = gr.Button("Run sweep", variant="primary", elem_id="sweep-run")
+        status = gr.Markdown(label="status", elem_id="sweep-status")
+        pareto = gr.Plot(label="pareto", show_label=False)
+        table = gr.Dataframe(pd.DataFrame(columns=list(SWEEP_COLUMNS)), label="Results", interactive=False)
+        csv_file = gr.File(label="CSV")
+    inputs = [taus, block, new, categories, limit, mode]
+    run_button.click(models.gpu(sweep), inputs, [pareto, table, csv_file, status], api_name="sweep",
+                     show_progress_on=pareto, js=typed_js(inputs, True))
+    gr.on([c.change for c in inputs] + [demo.load], plan, inputs, plan_view, api_visibility="undocumented",
+          show_progress="hidden", queue=False)

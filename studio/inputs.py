@@ -1,8 +1,11 @@
-"""Input limits and checks shared by every tab: one clear message for a value out of range."""
+"""The page's numeric inputs and their checks, shared by every tab: one table (INPUTS) gives each slider its range,
+label and elem_id, the page script its watched boxes, and each handler its cap; a value out of range gets one clear
+message."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
@@ -13,6 +16,55 @@ MAX_BLOCK_SIZE = 16
 MAX_TEMPERATURE = 2.0
 WALK_MAX_NEW_TOKENS = 64
 SWEEP_MAX_NEW_TOKENS = 256
+BATCH_MAX_NEW_TOKENS = 256  # per sample: a batch of up to 8 prompts, decoded twice (block and AR)
+
+
+@dataclass(frozen=True)
+class Input:
+    """One numeric input: its slider (range, step, default, label, info) and which check its value gets (field)."""
+
+    elem_id: str
+    field: str  # what check_field checks ("threshold", "block size", "temperature", "max new tokens"), or "prompts"
+    low: float
+    high: float | None  # None: known when the tab is built (the prompt pool's size)
+    step: float
+    value: float
+    label: str
+    info: str | None = None
+
+
+TAU = "Threshold τ"
+INPUTS = {i.elem_id: i for i in (  # every slider whose typed value the page watches (page_js) and a handler checks
+    Input("race-threshold", "threshold", 0.05, 1.0, 0.01, 0.9, f"{TAU} (MARS τ lane)",
+          "applies from the next forward, even mid-run"),
+    Input("race-block", "block size", 1, MAX_BLOCK_SIZE, 1, 4, "Block size B",
+          "most tokens per forward from the mask slots"),
+    Input("race-temperature", "temperature", 0.0, MAX_TEMPERATURE, 0.05, 0.0, "Temperature", "0 = greedy"),
+    Input("race-max-new", "max new tokens", 8, MAX_NEW_TOKENS, 8, 96, "Max new tokens"),
+    Input("walk-threshold", "threshold", 0.05, 1.0, 0.01, 0.9, TAU),
+    Input("walk-block", "block size", 1, 8, 1, 4, "Block size B"),
+    Input("walk-max-new", "max new tokens", 4, WALK_MAX_NEW_TOKENS, 1, 24, "Max new tokens"),
+    Input("sweep-block", "block size", 1, MAX_BLOCK_SIZE, 1, 4, "Block size B"),
+    Input("sweep-max-new", "max new tokens", 8, SWEEP_MAX_NEW_TOKENS, 8, 48, "Max new tokens"),
+    Input("sweep-limit", "prompts", 1, None, 1, 9, "Prompts (taken round-robin over the categories)"),
+    Input("batch-threshold", "threshold", 0.05, 1.0, 0.01, 0.9, TAU),
+    Input("batch-block", "block size", 1, MAX_BLOCK_SIZE, 1, 4, "Block size B"),
+    Input("batch-max-new", "max new tokens", 8, BATCH_MAX_NEW_TOKENS, 8, 64, "Max new tokens"),
+)}
+WATCHED = tuple(INPUTS)  # the boxes page_js watches, by elem_id
+
+
+def slider(elem_id: str, **extra: Any) -> gr.Slider:
+    """The input's slider as INPUTS has it, unchecked (extra: layout such as scale, or a range known only now)."""
+    spec = INPUTS[elem_id]
+    settings = dict(minimum=spec.low, maximum=spec.high, value=spec.value, step=spec.step, label=spec.label,
+                    info=spec.info, elem_id=elem_id)
+    return unchecked(gr.Slider(**{**settings, **extra}))
+
+
+def cap(elem_id: str) -> int:
+    """The most new tokens a tab's handler accepts: its max-new-tokens slider's top (the server-side check)."""
+    return int(INPUTS[elem_id].high)
 
 
 def unchecked(slider: gr.Slider) -> gr.Slider:
@@ -74,12 +126,6 @@ def check_inputs(
             check_field("temperature", temperature), check_field("max new tokens", max_new_tokens, cap))
 
 
-# Slider boxes whose typed values the page watches (their elem_id): app.py names them, page_js watches them.
-WATCHED = ("race-threshold", "race-block", "race-temperature", "race-max-new", "walk-threshold", "walk-block",
-           "walk-max-new", "sweep-block", "sweep-max-new", "sweep-limit", "batch-threshold", "batch-block",
-           "batch-max-new")
-
-
 def page_js() -> str:
     """The browser clamps a number typed into a slider's box to the slider's range before any event sees it. This
     page script remembers, per watched slider, a value typed out of range (window.marsTyped)."""
@@ -104,10 +150,13 @@ def page_js() -> str:
 }""" % json.dumps(list(WATCHED))
 
 
-def typed_js(ids: list[str | None], consume: bool) -> str:
-    """An event's js step: every input whose slider (elem_id in `ids`, by position) had a value typed out of range is
-    handed to the handler as typed, not as the browser clamped it, so the handler's own check gives its one message
-    and nothing runs. A Run consumes it (pressed again, it runs with what the box now shows); a change only peeks."""
+def typed_js(inputs: list[Any], consume: bool) -> str:
+    """An event's js step: every input (the event's inputs in order: components or elem_ids) whose watched slider
+    had a value typed out of range is handed to the handler as typed, not as the browser clamped it, so the handler's
+    own check gives its one message and nothing runs. A Run consumes it (pressed again, it runs with what the box now
+    shows); a change only peeks."""
+    elems = [i if isinstance(i, str) else getattr(i, "elem_id", None) for i in inputs]
+    ids = [elem if elem in INPUTS else None for elem in elems]
     take = "delete typed[id];" if consume else ""
     return (f"(...args) => {{ const ids = {json.dumps(ids)}; const typed = window.marsTyped || {{}}; "
             f"return args.map((v, k) => {{ const id = ids[k]; if (!id || !(id in typed)) return v; "

@@ -1,4 +1,6 @@
-"""The models the app serves: set once at launch, loaded once per name, and the shared count of running work."""
+"""The models the app serves: set once at launch, loaded once per name (preloaded in the background), the ZeroGPU
+wrapper, the app-wide generation slots every tab that runs a model waits in (in_a_slot), and the count of running
+work."""
 
 from __future__ import annotations
 
@@ -13,6 +15,13 @@ from mars_core.load import load
 from mars_core.serving import LoadTracker
 
 log = logging.getLogger("mars_studio")
+
+try:  # Hugging Face ZeroGPU: a GPU per call when the `spaces` package is there; a no-op everywhere else
+    import spaces
+
+    gpu: Callable = getattr(spaces, "GPU", None) or (lambda fn: fn)
+except ImportError:
+    gpu = lambda fn: fn  # noqa: E731
 
 SPACE_MODELS = (
     "default",
@@ -50,20 +59,34 @@ def slots() -> threading.Semaphore:
         return _SLOTS.setdefault(CONFIG.concurrency, threading.Semaphore(CONFIG.concurrency))
 
 
-def in_a_slot(work: Iterator[T], stopped: Callable[[], bool], waiting: Callable[[], T],
-              gave_up: Callable[[], T]) -> Iterator[T]:
-    """Run the generator `work` in one of the app-wide generation slots. Until one is free, yield waiting() every
-    0.25 s (the page says so and Stop still answers); stopped while waiting, yield gave_up() and end."""
+WAITING = "Waiting for a free generation slot (others are decoding)…"
+
+
+def in_a_slot(work: Iterator[T], waiting: Callable[[], T], stopped: Callable[[], bool] = lambda: False,
+              gave_up: Callable[[], T] | None = None) -> Iterator[T]:
+    """Run the generator `work` in one of the app-wide generation slots: every tab that runs the model does. Until
+    one is free, yield waiting() every 0.25 s (the page says so, Stop still answers, and a page that leaves ends the
+    wait: Gradio closes the generator); stopped while waiting, yield gave_up() and end."""
     slot = slots()
     while not slot.acquire(timeout=0.25):
         if stopped():
-            yield gave_up()
+            if gave_up:
+                yield gave_up()
             return
         yield waiting()
     try:
         yield from work
     finally:
         slot.release()
+
+
+def preload() -> None:
+    """Load the served models in the background so the first Run does not wait (failures show on Run)."""
+    for name in {CONFIG.model, CONFIG.ar_model or CONFIG.model}:
+        try:
+            get_model(name)
+        except ValueError as err:
+            log.warning("%s", err)
 
 
 def check_model_choice(name: str | None) -> None:

@@ -10,14 +10,12 @@ from __future__ import annotations
 import dataclasses
 import html
 import json
-import logging
 import math
 import platform
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import gradio as gr
 
@@ -25,11 +23,10 @@ from mars_core import DecodeControl, stream
 from mars_core.generate import DEFAULT_THRESHOLDS
 from mars_core.serving import adaptive_threshold
 
-from . import models
+from . import lanes, models
 from .charts import AR_COLOUR, MARS_COLOUR, TAU_COLOUR, VERIFIED_COLOUR, chart_layout, plotly_data
-from .inputs import MAX_BLOCK_SIZE, MAX_NEW_TOKENS, MAX_TEMPERATURE, check_field, check_inputs, warn
-
-log = logging.getLogger("mars_studio")
+from .inputs import INPUTS, MAX_PROMPT_CHARS, cap, check_field, check_inputs, slider, typed_js, warn
+from .lanes import QUICK, Lane, Throttle, count_class, guarded
 
 LANES = ("ar", "mars", "verified")
 LANE_NAMES = {"ar": "AR", "mars": "MARS τ", "verified": "MARS verified"}
@@ -44,21 +41,9 @@ EXAMPLES = [
     ("Explain in two sentences what a volcano is.", "open explanation: MARS gains little"),
 ]
 DEFAULT_PROMPT = EXAMPLES[0][0]
-# The race's sliders: field -> (minimum, maximum, step, default). The handlers refuse values outside, with one message.
-SLIDERS = {"threshold": (0.05, 1.0, 0.01, 0.9), "block size": (1, MAX_BLOCK_SIZE, 1, 4),
-           "temperature": (0.0, MAX_TEMPERATURE, 0.05, 0.0), "max new tokens": (8, MAX_NEW_TOKENS, 8, 96)}
-FRAME_SECONDS = 0.25  # at most one update of the page per this much time (and the last): a browser re-drawing
-# three panes and two charts after every forward of a fast model falls behind and stops answering clicks. The
-# interval grows with the text on screen (FRAME_SECONDS more per FRAME_TOKENS tokens), the charts come every
-# CHART_SECONDS: a long race on a busy machine stays responsive (Stop answers).
-FRAME_TOKENS = 400
-CHART_SECONDS = 1.0
+# The race's sliders (inputs.INPUTS): field -> (minimum, maximum, step, default)
+SLIDERS = {i.field: (i.low, i.high, i.step, i.value) for elem, i in INPUTS.items() if elem.startswith("race-")}
 RECENT_SECONDS = 2.0  # a /set_threshold this close before a race starts was sent with it (clients send concurrently)
-# Background of a forward's tokens by how many tokens that forward committed: (most tokens, colour, legend).
-COUNT_COLOURS = (
-    (1, "#e8ebf0", "1"), (2, "#c9e2ff", "2"), (3, "#93c5fd", "3"), (4, "#60a5fa", "4"),
-    (8, "#c4b5fd", "5–8"), (10**9, "#f9a8d4", "9+"),
-)
 PANE = dict(min_height=300, max_height=300, autoscroll=True)  # every pane the same fixed height, following the text
 EXAMPLE_FILE = Path(__file__).resolve().parents[1] / "assets" / "race_example.json"  # python app.py --record-example
 
@@ -102,12 +87,9 @@ def stop(session: dict) -> None:
 
 
 @dataclass
-class Run:
-    """One lane's generation: its event stream and what it has committed, timed by its own forwards only."""
+class Run(Lane):
+    """One lane's generation: what each forward committed (the stream and its timing: lanes.Lane)."""
 
-    name: str
-    events: Iterator
-    tokenizer: Any
     chunks: list[tuple[int, list[str], list[float], str]] = field(default_factory=list)  # forward, pieces, conf, note
     counts: list[int] = field(default_factory=list)  # tokens committed by each forward
     thresholds: list[float] = field(default_factory=list)  # threshold each forward used
@@ -118,18 +100,12 @@ class Run:
     matched: int = 0  # verified: drafts that matched (each a token committed without a forward of its own)
     looked_up: int = 0  # verified: forwards whose drafts came from prompt lookup
     text: str = ""
-    busy: float = 0.0
-    finished: bool = False
 
     def advance(self) -> None:
         """Run one forward (timing only this call) and record what it committed."""
-        start = time.perf_counter()
-        try:
-            event = next(self.events)
-        except StopIteration:
-            self.finished = True
+        event = self.next_event()
+        if event is None:
             return
-        self.busy += time.perf_counter() - start
         ids, conf, text = event.token_ids[0], event.confidences[0], event.texts[0]
         self.counts.append(len(ids))
         self.thresholds.append(event.threshold)
@@ -145,10 +121,7 @@ class Run:
             if drafts:
                 note = f" · {matched} of {drafts} drafts ({event.draft_source[0]}) matched"
         if ids:
-            pieces = [self.tokenizer.decode([i], skip_special_tokens=True) for i in ids]
-            if "".join(pieces) != text:  # a character split over tokens: show the forward's text as one piece
-                pieces = [text]
-            self.chunks.append((event.forward, pieces, conf, note))
+            self.chunks.append((event.forward, self.pieces(ids, text), conf, note))
         self.finished = event.done[0]
 
     def summary(self) -> dict:
@@ -156,7 +129,7 @@ class Run:
         forwards, tokens = len(self.counts), sum(self.counts)
         return {
             "forwards": forwards, "tokens": tokens, "tokens_per_forward": tokens / max(forwards, 1),
-            "seconds": self.busy, "tokens_per_second": tokens / self.busy if self.busy > 0 else 0.0,
+            "seconds": self.busy, "tokens_per_second": self.per_second(tokens),
         }
 
 
@@ -170,35 +143,12 @@ def departure(reference: list[int], ids: list[int], both_done: bool) -> int | No
     return None
 
 
-def count_colour(count: int) -> str:
-    """Background colour for a forward that committed `count` tokens."""
-    return next(colour for most, colour, _ in COUNT_COLOURS if count <= most)
-
-
-def count_class(count: int) -> str:
-    """The CSS class of that colour (PANE_CSS): a class per token keeps a long answer's HTML small."""
-    return f"n{next(i for i, (most, _, _) in enumerate(COUNT_COLOURS) if count <= most)}"
-
-
-PANE_CSS = (  # the panes' token styles, in the page's CSS once instead of inline on every token
-    ".mars-pane .tk{padding:2px 0;box-decoration-break:clone;-webkit-box-decoration-break:clone}"
-    ".mars-pane .fs{border-top-left-radius:4px;border-bottom-left-radius:4px;margin-left:2px}"
-    ".mars-pane .ls{border-top-right-radius:4px;border-bottom-right-radius:4px}"
-    ".mars-pane .dep{outline:2px solid #dc2626}.mars-pane .low{border-bottom:2px dotted #dc2626}"
-    + "".join(f".mars-pane .n{i}{{background:{colour}}}" for i, (_, colour, _) in enumerate(COUNT_COLOURS))
-)
-
-
 def legend_html() -> str:
     """The colour legend shown above the panes."""
-    chip = "display:inline-block;padding:1px 8px;margin:0 3px;border-radius:4px"
-    chips = "".join(f'<span style="background:{c};{chip}">{label}</span>' for _, c, label in COUNT_COLOURS)
-    return (
-        f'<div style="font-size:0.9em">Tokens committed by one forward: {chips}'
-        ' &nbsp;·&nbsp; <span style="outline:2px solid #dc2626;padding:0 2px">outlined</span> = the first token where'
-        ' a MARS answer departs from AR\'s &nbsp;·&nbsp; <span style="border-bottom:2px dotted #dc2626">dotted</span>'
-        ' = confidence below 0.5 &nbsp;·&nbsp; hover a token for its forward and confidence</div>'
-    )
+    return lanes.legend_html(
+        "Tokens committed by one forward", '<span style="outline:2px solid #dc2626;padding:0 2px">outlined</span> = '
+        'the first token where a MARS answer departs from AR\'s &nbsp;·&nbsp; <span style="border-bottom:2px dotted '
+        '#dc2626">dotted</span> = confidence below 0.5 &nbsp;·&nbsp; hover a token for its forward and confidence')
 
 
 def pane_html(run: Run | None, status: str = "", depart: int | None = None) -> str:
@@ -352,7 +302,8 @@ def race(
 ) -> Iterator[tuple]:
     """Stream AR, MARS at τ and MARS verified side by side, one forward each in turn; yields every output."""
     try:
-        prompt, tau, block, temp, new = check_inputs(prompt, threshold, block_size, temperature, max_new_tokens)
+        prompt, tau, block, temp, new = check_inputs(prompt, threshold, block_size, temperature, max_new_tokens,
+                                                     cap=cap("race-max-new"))
     except ValueError as err:
         yield failure(str(err), toast=session.pop("told", None) != str(err))
         return
@@ -366,8 +317,8 @@ def race(
     session.update(controls)
     try:
         yield from models.in_a_slot(
-            _race(prompt, block, new, controls, session), lambda: controls["ar"].stopped,
-            lambda: placeholder("waiting", "Waiting for a free generation slot (others are decoding)…"),
+            guarded(_race(prompt, block, new, controls, session), failure, "Generation"),
+            lambda: placeholder("waiting", models.WAITING), lambda: controls["ar"].stopped,
             lambda: placeholder("stopped"))
     finally:
         if session.get("ar") is controls["ar"]:
@@ -376,45 +327,37 @@ def race(
 
 def _race(prompt: str, block: int, new: int, controls: dict, session: dict,
           keep: dict | None = None) -> Iterator[tuple]:
-    """The race itself, inside a generation slot (`keep` receives the lanes, for recording)."""
+    """The race itself, inside a generation slot (`keep` receives the lanes, for recording). A ValueError is a
+    message (mars_core's checks: prompt too long for the context, no mask token, …; a model that did not load)."""
     config = models.CONFIG
     if not all((name or "default") in models.MODELS for name in (config.model, config.ar_model or config.model)):
         yield placeholder("loading", "Loading the model (the first load of the default model takes about 25 s)…")
-    try:
-        model, tokenizer = models.get_model(config.model)
-        ar_model, ar_tokenizer = models.get_model(config.ar_model) if config.ar_model else (model, tokenizer)
-        runs = {
-            "ar": Run("AR", stream(ar_model, ar_tokenizer, prompt, strategy="ar", max_new_tokens=new,
-                                   control=controls["ar"]), ar_tokenizer),
-            "mars": Run("MARS τ", stream(model, tokenizer, prompt, strategy="sliding", block_size=block,
-                                         max_new_tokens=new, control=controls["mars"]), tokenizer),
-            "verified": Run("MARS verified", stream(model, tokenizer, prompt, strategy="verified", block_size=block,
-                                                    max_new_tokens=new, control=controls["verified"]), tokenizer),
-        }
-        if keep is not None:
-            keep.update(runs, dtype=str(model.dtype).removeprefix("torch."))
-        shown = charted = 0.0  # when the page, and its charts, were last updated
-        with models.TRACKER:
-            while not all(r.finished for r in runs.values()):
-                for key, run in runs.items():
-                    if not run.finished:
-                        if key == "mars":
-                            controls["mars"].threshold = threshold_in_force(session)
-                        run.advance()
-                stopped = any(c.stopped for c in controls.values())
-                finished = all(r.finished for r in runs.values())
-                status = "stopped" if stopped else ("done" if finished else "running")
-                now, tokens = time.monotonic(), sum(len(r.ids) for r in runs.values())
-                if finished or now - shown >= FRAME_SECONDS * (1 + tokens / FRAME_TOKENS):
-                    charts = finished or now - charted >= CHART_SECONDS
-                    shown, charted = now, now if charts else charted
-                    yield frame(runs, session, block, status, finished and not stopped,
-                                str(model.dtype).removeprefix("torch."), charts)
-    except ValueError as err:  # mars_core's checks (prompt too long for the context, no mask token, …), loading
-        yield failure(str(err))
-    except Exception as err:  # never a traceback in the UI; the server log has it
-        log.exception("race failed")
-        yield failure(f"Generation failed: {type(err).__name__}: {err}")
+    model, tokenizer = models.get_model(config.model)
+    ar_model, ar_tokenizer = models.get_model(config.ar_model) if config.ar_model else (model, tokenizer)
+    runs = {
+        "ar": Run("AR", stream(ar_model, ar_tokenizer, prompt, strategy="ar", max_new_tokens=new,
+                               control=controls["ar"]), ar_tokenizer),
+        "mars": Run("MARS τ", stream(model, tokenizer, prompt, strategy="sliding", block_size=block,
+                                     max_new_tokens=new, control=controls["mars"]), tokenizer),
+        "verified": Run("MARS verified", stream(model, tokenizer, prompt, strategy="verified", block_size=block,
+                                                max_new_tokens=new, control=controls["verified"]), tokenizer),
+    }
+    dtype = str(model.dtype).removeprefix("torch.")
+    if keep is not None:
+        keep.update(runs, dtype=dtype)
+    throttle = Throttle()
+    with models.TRACKER:
+        while not all(r.finished for r in runs.values()):
+            for key, run in runs.items():
+                if not run.finished:
+                    if key == "mars":
+                        controls["mars"].threshold = threshold_in_force(session)
+                    run.advance()
+            stopped = any(c.stopped for c in controls.values())
+            finished = all(r.finished for r in runs.values())
+            status = "stopped" if stopped else ("done" if finished else "running")
+            if throttle.due(sum(len(r.ids) for r in runs.values()), finished):
+                yield frame(runs, session, block, status, finished and not stopped, dtype, throttle.charts)
 
 
 # ----------------------------------------------------------------------------- the recorded example
@@ -455,3 +398,55 @@ def example_outputs(path: Path = EXAMPLE_FILE) -> tuple:
     session = {**new_session(), "threshold": record["threshold"]}
     status = (f"recorded on {record['recorded']} ({record['machine']}, {record['dtype']}): press Run to race live")
     return frame(runs, session, record["block_size"], status, True, record["dtype"])
+
+
+# ----------------------------------------------------------------------------- the tab
+
+
+def build(demo: gr.Blocks) -> None:
+    """The Race tab: prompt, settings, the three lanes' panes, two charts and the trace, and their events; the page
+    opens on the recorded race."""
+    session = gr.State(new_session())
+    with gr.Tab("Race"):
+        with gr.Row(equal_height=True):
+            prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=2, scale=5, placeholder="Ask something…",
+                                max_length=MAX_PROMPT_CHARS, elem_id="race-prompt")
+            run_button, stop_button = lanes.run_and_stop("race", "Run")
+        gr.Examples([[p] for p, _ in EXAMPLES], inputs=prompt, label="Examples",
+                    example_labels=[f"{label} · {p}" for p, label in EXAMPLES])
+        with gr.Row():
+            threshold, block, temperature, max_new = (slider(f"race-{name}") for name in
+                                                      ("threshold", "block", "temperature", "max-new"))
+            adapt = gr.Checkbox(value=False, label="Adapt to load",
+                                info="τ drops 0.05 per extra concurrent run, down to 0.5")
+        gr.HTML(legend_html())
+        panes = []
+        with gr.Row():
+            for key, title in (("ar", "**AR** · one token per forward"),
+                               ("mars", "**MARS τ** · mask predictions accepted while confidence ≥ τ"),
+                               ("verified", "**MARS verified** · drafts checked by the model: AR's answer")):
+                with gr.Column(min_width=260):
+                    gr.Markdown(title)
+                    panes.append(gr.HTML(pane_html(None), label=f"{key} text", elem_id=f"{key}-pane", **PANE))
+        stats = gr.Markdown("Press **Run**: the three lanes stream at the same time.", label="stats",
+                            elem_id="race-stats")
+        with gr.Row():
+            forwards_plot = gr.Plot(plotly_data(forwards_figure({}, 4)), label="tokens per forward", show_label=False,
+                                    elem_id="forwards-plot")
+            time_plot = gr.Plot(plotly_data(time_figure({})), label="tokens against time", show_label=False,
+                                elem_id="time-plot")
+        gr.Markdown(
+            "<small>The lanes share this machine's CPU: the app advances them in turn, one forward each, and "
+            "times each by its own forwards only, so none is charged for another's work. MARS verified checks "
+            "the mask slots' drafts (and, where the text repeats itself, prompt-lookup drafts) with the model's "
+            "own next-token predictions in the same forward that proposes the next drafts: every token is the "
+            "one AR picks, several per forward when the drafts are right.</small>"
+        )
+        data = lanes.trace_json()
+    outputs = [*panes, forwards_plot, time_plot, stats, data]
+    demo.load(example_outputs, None, outputs, api_visibility="undocumented", show_progress="hidden")
+    lanes.wire(run_button, stop_button, race, stop, [prompt, threshold, block, temperature, max_new, adapt, session],
+               outputs, "race", "stop")
+    threshold.change(set_threshold, [threshold, session], None, api_name="set_threshold",
+                     js=typed_js([threshold], False), **QUICK)
+    adapt.change(set_adapt, [adapt, session], None, api_name="set_adapt", **QUICK)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import html
-import logging
+from collections.abc import Iterator
 
+import gradio as gr
 import plotly.graph_objects as go
 import torch
 
@@ -13,9 +14,9 @@ from mars_core.generate import encode_prompt
 
 from . import models
 from .charts import MARS_COLOUR
-from .inputs import WALK_MAX_NEW_TOKENS, check_inputs, warn
+from .inputs import MAX_PROMPT_CHARS, cap, check_inputs, slider, typed_js, warn
+from .lanes import QUICK, guarded
 
-log = logging.getLogger("mars_studio")
 DEFAULT_PROMPT = "Name 4 colours, as a numbered list."
 
 CATEGORY_NAMES = ("hidden", "clean → clean (causal)", "noisy → noisy (same block, causal)",
@@ -93,35 +94,51 @@ def token_chip(text: str, colour: str = "#e2e8f0") -> str:
             f'white-space:pre;display:inline-block">{shown}</code>')
 
 
-def walk_decode(prompt: str, threshold: float, block_size: int, max_new_tokens: int) -> tuple[str, dict]:
-    """Decode a prompt with the sliding strategy and keep, per forward, its input, proposals and verdicts."""
-    empty = {"steps": [], "index": 0}
+def walk_steps(prompt: str, threshold: float, block_size: int, max_new_tokens: int) -> Iterator[tuple[str, dict]]:
+    """The Decode button: the inputs checked, then the decode in a generation slot (until one is free, the view says
+    so); its one frame is the first forward's view and the walk."""
     try:
         prompt, tau, block, _, new = check_inputs(prompt, threshold, block_size, 0.0, max_new_tokens,
-                                                  cap=WALK_MAX_NEW_TOKENS)
-        model, tok = models.get_model(models.CONFIG.model)
-        fed = encode_prompt(tok, prompt)
-        steps, context = [], ""
-        with models.slots(), models.TRACKER:
-            for event in stream(model, tok, prompt, strategy="sliding", block_size=block, max_new_tokens=new,
-                                threshold=tau):
-                steps.append({
-                    "forward": event.forward, "threshold": event.threshold, "context": context,
-                    "fed": [tok.decode([i]) for i in fed[-16:]], "fed_count": len(fed),
-                    "masks": len(event.proposed_ids[0]) - 1,  # τ = 1 feeds none: none could be accepted
-                    "proposals": [tok.decode([i]) for i in event.proposed_ids[0]],
-                    "confidences": event.proposed_confidences[0], "start": event.accepted_from[0],
-                    "accepted": len(event.token_ids[0]), "added": event.texts[0], "done": event.done[0],
-                })
-                context += event.texts[0]
-                fed = event.token_ids[0]
+                                                  cap=cap("walk-max-new"))
     except ValueError as err:
-        return f"<p>{html.escape(warn(str(err)))}</p>", empty
-    except Exception as err:
-        log.exception("walkthrough failed")
-        return f"<p>{html.escape(warn(f'Decoding failed: {type(err).__name__}: {err}'))}</p>", empty
+        yield failure(str(err))
+        return
+    yield from models.in_a_slot(guarded(decode(prompt, tau, block, new), failure, "Decoding"),
+                                lambda: (f"<p>{models.WAITING}</p>", gr.skip()))
+
+
+def walk_decode(prompt: str, threshold: float, block_size: int, max_new_tokens: int) -> tuple[str, dict]:
+    """Decode a prompt with the sliding strategy and keep, per forward, its input, proposals and verdicts: the first
+    forward's view and the walk (walk_steps' last frame)."""
+    *_, last = walk_steps(prompt, threshold, block_size, max_new_tokens)
+    return last
+
+
+def decode(prompt: str, tau: float, block: int, new: int) -> Iterator[tuple[str, dict]]:
+    """The walkthrough's decode itself, inside a generation slot: one frame once every forward is kept."""
+    model, tok = models.get_model(models.CONFIG.model)
+    fed = encode_prompt(tok, prompt)
+    steps, context = [], ""
+    with models.TRACKER:
+        for event in stream(model, tok, prompt, strategy="sliding", block_size=block, max_new_tokens=new,
+                            threshold=tau):
+            steps.append({
+                "forward": event.forward, "threshold": event.threshold, "context": context,
+                "fed": [tok.decode([i]) for i in fed[-16:]], "fed_count": len(fed),
+                "masks": len(event.proposed_ids[0]) - 1,  # τ = 1 feeds none: none could be accepted
+                "proposals": [tok.decode([i]) for i in event.proposed_ids[0]],
+                "confidences": event.proposed_confidences[0], "start": event.accepted_from[0],
+                "accepted": len(event.token_ids[0]), "added": event.texts[0], "done": event.done[0],
+            })
+            context += event.texts[0]
+            fed = event.token_ids[0]
     walk = {"steps": steps, "index": 0}
-    return step_html(walk), walk
+    yield step_html(walk), walk
+
+
+def failure(message: str) -> tuple[str, dict]:
+    """The walkthrough's outputs for a message instead of a decode: the message (and its toast), an empty walk."""
+    return f"<p>{html.escape(warn(message))}</p>", {"steps": [], "index": 0}
 
 
 def verdict(step: dict, slot: int) -> str:
@@ -187,3 +204,33 @@ def walk_move(walk: dict, delta: int) -> tuple[str, dict]:
     steps = walk.get("steps", [])
     walk = {"steps": steps, "index": min(max(walk.get("index", 0) + int(delta), 0), max(len(steps) - 1, 0))}
     return step_html(walk), walk
+
+
+def build(demo: gr.Blocks) -> None:
+    """The Walkthrough tab: the training mask and the loss, then a decode stepped forward by forward, and their
+    events."""
+    with gr.Tab("Walkthrough"):
+        gr.Markdown("### Training: one forward over [noisy | clean]")
+        with gr.Row():
+            mask_n = gr.Slider(2, 16, value=8, step=1, label="Response tokens n")
+            mask_b = gr.Slider(1, 8, value=4, step=1, label="Block size B")
+        mask_plot = gr.Plot(mask_figure(8, 4), label="attention mask", show_label=False)
+        gr.Markdown(LOSS_MARKDOWN, latex_delimiters=[
+            {"left": "$$", "right": "$$", "display": True}, {"left": "$", "right": "$", "display": False}])
+        gr.Markdown("### Decoding, one forward at a time")
+        with gr.Row(equal_height=True):
+            prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", scale=3, max_length=MAX_PROMPT_CHARS)
+            tau, block, new = (slider(f"walk-{name}") for name in ("threshold", "block", "max-new"))
+        with gr.Row():
+            decode_button = gr.Button("Decode", variant="primary")
+            prev_button = gr.Button("◀ Previous forward")
+            next_button = gr.Button("Next forward ▶")
+        walk = gr.State({"steps": [], "index": 0})
+        view = gr.HTML(step_html({"steps": [], "index": 0}), label="forward")
+    gr.on([mask_n.change, mask_b.change], mask_figure, [mask_n, mask_b], mask_plot, api_name="mask",
+          show_progress="hidden")
+    inputs = [prompt, tau, block, new]
+    decode_button.click(models.gpu(walk_steps), inputs, [view, walk], api_name="walkthrough",
+                        js=typed_js(inputs, True))
+    prev_button.click(lambda w: walk_move(w, -1), walk, [view, walk], api_visibility="undocumented", **QUICK)
+    next_button.click(lambda w: walk_move(w, 1), walk, [view, walk], api_visibility="undocumented", **QUICK)

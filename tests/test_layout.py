@@ -1,4 +1,5 @@
-"""The package's shape: no import circles, and each concern imports only what lies below it."""
+"""The package's and the app's shape: no import circles, and each concern imports only what lies below it (the
+engine, mars_core, never imports the app: studio/ and app.py)."""
 
 from __future__ import annotations
 
@@ -8,35 +9,40 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "mars_core"
+ROOT = PACKAGE.parent
+OURS = ("mars_core", "studio", "app")  # the engine, the app's tabs, the app
 
 
 def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def imports_of(path: Path) -> set[str]:
-    """mars_core modules a file imports, at module level or inside functions (lazy imports count too)."""
+    """Our modules (mars_core, studio, app) a file imports, at module level or inside functions (lazy imports count
+    too)."""
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.startswith("mars_core"))
+            found.update(a.name for a in node.names if a.name.startswith(OURS))
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
-            if target.startswith("mars_core"):
+            if target.startswith(OURS):
                 found.add(target)
                 found.update(f"{target}.{a.name}" for a in node.names)  # `from . import x` names a module
     return found
 
 
 def graph() -> dict[str, set[str]]:
-    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    """Module -> the modules of ours it imports, over mars_core, studio and app.py."""
+    files = [*PACKAGE.rglob("*.py"), *(ROOT / "studio").rglob("*.py"), ROOT / "app.py"]
+    modules = {module_name(p): p for p in files}
     return {name: {m for m in imports_of(path) if m in modules and m != name} for name, path in modules.items()}
 
 
@@ -71,12 +77,44 @@ def test_rooms_do_not_reach_sideways(room, forbidden):
             assert not bad, f"{name} imports {bad}"
 
 
+def test_the_engine_never_imports_the_app():
+    """mars_core is what users install: it stands alone; studio/ and app.py use it, never the other way."""
+    for name, targets in graph().items():
+        if name.startswith("mars_core"):
+            bad = sorted(t for t in targets if not t.startswith("mars_core"))
+            assert not bad, f"{name} imports {bad}"
+
+
+# The app's floors, bottom first: a module imports only from the floors below its own (the tabs never import each
+# other; what two tabs share lives in studio.lanes, below them). A new studio module takes its place here.
+STUDIO_FLOORS = (
+    ("studio", "studio.inputs", "studio.charts", "studio.models"),  # limits and checks, chart basics, the models
+    ("studio.lanes",),  # what the tabs share: recorder, frame policy, colours, Run/Stop, error guard
+    ("studio.race", "studio.batch", "studio.walkthrough", "studio.explorer"),  # one tab each: build(demo)
+    ("app",),  # the header, the tabs, theme and launch
+)
+
+
+def test_every_studio_module_has_a_floor():
+    placed = {name for floor in STUDIO_FLOORS for name in floor}
+    assert {name for name in graph() if not name.startswith("mars_core")} == placed
+
+
+@pytest.mark.parametrize("level", range(len(STUDIO_FLOORS)))
+def test_studio_imports_point_down(level):
+    """Every studio module (and app.py) imports mars_core and the floors below its own only."""
+    below = {name for floor in STUDIO_FLOORS[:level] for name in floor}
+    edges = graph()
+    for name in STUDIO_FLOORS[level]:
+        bad = sorted(t for t in edges[name] if not t.startswith("mars_core") and t not in below)
+        assert not bad, f"{name} imports {bad}: only mars_core and {sorted(below) or 'nothing of the app'}"
+
+
 def test_ruff_is_clean():
     """The linter (pyflakes rules, import order, line length from pyproject.toml) finds nothing in the tree."""
     import subprocess
     import sys
 
-    root = PACKAGE.parent
-    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], cwd=root, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], cwd=ROOT, capture_output=True,
                           text=True)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from studio import models, race
+from studio import lanes, models
 
 from tiny import tiny_qwen2, tiny_tokenizer
 
@@ -20,7 +20,7 @@ def served(tiny, monkeypatch):
     """Serve `tiny` as the app's model; every handler must give its generation slot back."""
     monkeypatch.setitem(models.MODELS, "tiny", tiny)
     monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="tiny"))
-    monkeypatch.setattr(race, "FRAME_SECONDS", 0.0)  # one update per forward: the tests step a run by forward
+    monkeypatch.setattr(lanes, "FRAME_SECONDS", 0.0)  # one update per forward: the tests step a run by forward
     monkeypatch.delenv("SPACE_ID", raising=False)
     yield
     assert models.TRACKER.active == 0

@@ -11,7 +11,7 @@ import pytest
 
 import app
 from mars_core.serving import adaptive_threshold
-from studio import explorer, inputs, models, race, walkthrough
+from studio import explorer, inputs, lanes, models, race, walkthrough
 
 PROMPT = "Count from one to ten"
 
@@ -230,14 +230,14 @@ def test_pane_html_escapes_and_colours_by_tokens_per_forward(tiny):
     run.chunks = [(0, ["<script>"], [0.2], ""), (1, ["a", "b", "c"], [0.9, 0.95, 0.99], " · 2 of 3 drafts")]
     page = race.pane_html(run, "done")
     assert "<script>" not in page and "&lt;script&gt;" in page
-    assert f'class="tk {race.count_class(1)} fs ls low"' in page  # one token, confidence 0.2 < 0.5: dotted
-    assert f'class="tk {race.count_class(3)} fs"' in page and f'class="tk {race.count_class(3)} ls"' in page
-    for k, (_, colour, _) in enumerate(race.COUNT_COLOURS):  # each class is the colour of its count
-        assert f".n{k}{{background:{colour}}}" in race.PANE_CSS
+    assert f'class="tk {lanes.count_class(1)} fs ls low"' in page  # one token, confidence 0.2 < 0.5: dotted
+    assert f'class="tk {lanes.count_class(3)} fs"' in page and f'class="tk {lanes.count_class(3)} ls"' in page
+    for k, (_, colour, _) in enumerate(lanes.COUNT_COLOURS):  # each class is the colour of its count
+        assert f".n{k}{{background:{colour}}}" in lanes.PANE_CSS
     assert "forward 1 · 3 tokens · confidence 0.95 · 2 of 3 drafts" in page
     assert not marked(page) and len(marked(race.pane_html(run, "done", depart=2))) == 1
-    colours = [c for _, c, _ in race.COUNT_COLOURS]
-    assert [race.count_colour(n) for n in (1, 2, 3, 4, 5, 8, 9, 16)] == [
+    colours = [c for _, c, _ in lanes.COUNT_COLOURS]
+    assert [lanes.count_colour(n) for n in (1, 2, 3, 4, 5, 8, 9, 16)] == [
         colours[0], colours[1], colours[2], colours[3], colours[4], colours[4], colours[5], colours[5]]
 
 
@@ -283,6 +283,25 @@ def test_walkthrough_bad_input():
     with pytest.warns(UserWarning):
         page, walk = walkthrough.walk_decode("", 0.9, 4, 8)
     assert "Empty prompt" in page and walk["steps"] == []
+
+
+def test_walkthrough_and_sweep_wait_for_a_free_generation_slot(monkeypatch):
+    """Like the race and the batch (models.in_a_slot): while every slot is taken they say so, and a page that leaves
+    (Gradio closes the generator) ends the wait without decoding; once the slot is free they run."""
+    monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="tiny", concurrency=1))
+    slot = models.slots()
+    assert slot.acquire(timeout=5)  # another generation holds the only slot
+    try:
+        walking = walkthrough.walk_steps(PROMPT, 0.3, 4, 8)
+        sweeping = explorer.sweep("1, 0.3", 4, 8, ["lists"], 2, progress=lambda *a, **k: None)
+        assert models.WAITING in next(walking)[0] and next(sweeping)[3] == models.WAITING
+        assert models.TRACKER.active == 0
+        sweeping.close()
+    finally:
+        slot.release()
+    page, walk = list(walking)[-1]
+    assert "Forward 1 of" in page and walk["steps"] and slot.acquire(blocking=False)  # the slot was given back
+    slot.release()
 
 
 def test_sweep_handler_gives_chart_table_and_csv():

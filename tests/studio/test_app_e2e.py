@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import os
 import subprocess
 import sys
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.load_test import free_port, stop_process, wait_until_up
+from benchmarks import load_test
 
 from tiny import tiny_qwen2, tiny_tokenizer
 
@@ -30,25 +30,9 @@ def save_tiny_model(folder: Path, **overrides) -> Path:
     return folder
 
 
-@contextlib.contextmanager
-def launched_app(model: str | None, *args: str, timeout: float = 180.0) -> Iterator[str]:
-    """Run `python app.py` on a free port and yield its URL; the process is ended (by its id) afterwards. The
-    launching pieces are the load test's (benchmarks/load_test.py); the log goes where server_log reads it."""
-    port = free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
-    env.pop("SPACE_ID", None)
-    cmd = [sys.executable, str(ROOT / "app.py"), "--port", str(port), *args]
-    if model:
-        cmd += ["--model", model]
-    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"mars_app_{port}.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            url = f"http://127.0.0.1:{port}/"
-            wait_until_up(proc, url, log, timeout)
-            yield url
-        finally:
-            stop_process(proc)
+# `python app.py` on a free port, one torch thread, ended afterwards: the load test's launcher (launched_app(model,
+# *args, timeout=...) yields the URL)
+launched_app = functools.partial(load_test.launched_app, threads=1)
 
 
 @pytest.fixture(scope="module")
@@ -75,9 +59,8 @@ def part(outputs, name: str):
 
 
 def server_log(url: str) -> str:
-    """What `python app.py` printed so far (launched_app writes it next to the other temporary files)."""
-    port = url.rstrip("/").rsplit(":", 1)[1]
-    return (Path(os.environ.get("TMPDIR", "/tmp")) / f"mars_app_{port}.log").read_text()
+    """What `python app.py` printed so far (launched_app writes it to load_test.app_log)."""
+    return load_test.app_log(int(url.rstrip("/").rsplit(":", 1)[1])).read_text()
 
 
 def race_args(prompt: str, threshold: float = 0.9, max_new_tokens: int = 48) -> tuple:
@@ -94,7 +77,7 @@ def test_race_streams_every_lane(client):
     job = client.submit(*race_args("Count from one to ten", 0.9, 512), api_name="/race")  # long enough to stream
     final = job.result(timeout=120)
     updates = job.outputs()
-    assert len(updates) >= 5  # the page is updated at most every race.FRAME_SECONDS: several times here
+    assert len(updates) >= 5  # the page is updated at most every lanes.FRAME_SECONDS: several times here
     lengths = {k: [len(part(u, "trace")[k].get("counts", [])) for u in updates] for k in ("ar", "mars", "verified")}
     assert lengths["ar"] == sorted(lengths["ar"]) and len(set(lengths["ar"])) >= 4  # AR grows over several updates
     assert len(set(lengths["mars"])) >= 4 and len(set(lengths["verified"])) >= 4  # and so do the others, together

@@ -1,0 +1,170 @@
+"""What the Race and Batch tabs share: the recorder behind a lane (Run) and a batch (BatchRun), when to redraw the
+page, the token colours with their CSS and legend chips, the Run/Stop pair and its wiring, and the guard that turns
+an error into a message (the walkthrough and the explorer use the guard too)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import gradio as gr
+
+from . import models
+from .inputs import typed_js
+
+log = logging.getLogger("mars_studio")
+T = TypeVar("T")  # a frame: what a handler yields to the page
+
+QUICK = dict(concurrency_limit=None, show_progress="hidden", queue=True)  # an event that only flips a switch
+
+# ----------------------------------------------------------------------------- when to redraw
+
+FRAME_SECONDS = 0.25  # at most one update of the page per this much time (and the last): a browser re-drawing
+# panes and charts after every forward of a fast model falls behind and stops answering clicks. The interval grows
+# with the text on screen (FRAME_SECONDS more per FRAME_TOKENS tokens), the charts come every CHART_SECONDS: a long
+# run on a busy machine stays responsive (Stop answers).
+FRAME_TOKENS = 400
+CHART_SECONDS = 1.0
+
+
+@dataclass
+class Throttle:
+    """The one frame policy of the streaming tabs: due() says whether to send a frame now, then `charts` whether
+    that frame redraws the charts (else gr.skip() leaves them as they are). The last frame always comes, in full."""
+
+    shown: float = -math.inf  # when the page, and its charts, were last updated
+    charted: float = -math.inf
+    charts: bool = True
+
+    def due(self, tokens: int, last: bool) -> bool:
+        """A frame now, with `tokens` tokens on screen? (`last`: the run has ended: always.)"""
+        now = time.monotonic()
+        if not (last or now - self.shown >= FRAME_SECONDS * (1 + tokens / FRAME_TOKENS)):
+            return False
+        self.charts = last or now - self.charted >= CHART_SECONDS
+        self.shown, self.charted = now, now if self.charts else self.charted
+        return True
+
+
+# ----------------------------------------------------------------------------- the recorder
+
+
+@dataclass
+class Lane:
+    """One generation's event stream, timed by its own forwards only (the lanes take turns on one machine): what a
+    race lane (race.Run) and a batch side (batch.BatchRun) record their forwards with."""
+
+    name: str
+    events: Iterator
+    tokenizer: Any
+    busy: float = field(default=0.0, kw_only=True)  # own seconds: the time spent in this stream's forwards
+    finished: bool = field(default=False, kw_only=True)
+
+    def next_event(self) -> Any | None:
+        """Run one forward (timing only this call); None once the stream has ended (finished)."""
+        start = time.perf_counter()
+        try:
+            event = next(self.events)
+        except StopIteration:
+            self.finished = True
+            return None
+        self.busy += time.perf_counter() - start
+        return event
+
+    def pieces(self, ids: list[int], text: str) -> list[str]:
+        """A forward's committed tokens as text pieces, one per token; a character split over tokens makes them one
+        piece (the forward's text)."""
+        pieces = [self.tokenizer.decode([i], skip_special_tokens=True) for i in ids]
+        return pieces if "".join(pieces) == text else [text]
+
+    def per_second(self, tokens: int) -> float:
+        """Tokens per second of this stream's own forward time."""
+        return tokens / self.busy if self.busy > 0 else 0.0
+
+
+# ----------------------------------------------------------------------------- the token colours
+
+
+# Background of a forward's tokens by how many tokens that forward committed: (most tokens, colour, legend).
+COUNT_COLOURS = (
+    (1, "#e8ebf0", "1"), (2, "#c9e2ff", "2"), (3, "#93c5fd", "3"), (4, "#60a5fa", "4"),
+    (8, "#c4b5fd", "5–8"), (10**9, "#f9a8d4", "9+"),
+)
+
+
+def count_colour(count: int) -> str:
+    """Background colour for a forward that committed `count` tokens."""
+    return next(colour for most, colour, _ in COUNT_COLOURS if count <= most)
+
+
+def count_class(count: int) -> str:
+    """The CSS class of that colour (PANE_CSS): a class per token keeps a long answer's HTML small."""
+    return f"n{next(i for i, (most, _, _) in enumerate(COUNT_COLOURS) if count <= most)}"
+
+
+PANE_CSS = (  # the panes' token styles, in the page's CSS once instead of inline on every token
+    ".mars-pane .tk{padding:2px 0;box-decoration-break:clone;-webkit-box-decoration-break:clone}"
+    ".mars-pane .fs{border-top-left-radius:4px;border-bottom-left-radius:4px;margin-left:2px}"
+    ".mars-pane .ls{border-top-right-radius:4px;border-bottom-right-radius:4px}"
+    ".mars-pane .dep{outline:2px solid #dc2626}.mars-pane .low{border-bottom:2px dotted #dc2626}"
+    + "".join(f".mars-pane .n{i}{{background:{colour}}}" for i, (_, colour, _) in enumerate(COUNT_COLOURS))
+)
+
+
+def chip(label: str, colour: str) -> str:
+    """A legend chip: the label on its colour."""
+    return (f'<span style="background:{colour};display:inline-block;padding:1px 8px;margin:0 3px;border-radius:4px">'
+            f"{label}</span>")
+
+
+def legend_html(lead: str, rest: str, style: str = "") -> str:
+    """A colour legend: `lead`, a chip per count colour, then `rest`."""
+    chips = "".join(chip(label, colour) for _, colour, label in COUNT_COLOURS)
+    return f'<div style="font-size:0.9em{style}">{lead}: {chips} &nbsp;·&nbsp; {rest}</div>'
+
+
+# ----------------------------------------------------------------------------- Run, Stop and the trace
+
+
+def run_and_stop(tab: str, run_label: str) -> tuple[gr.Button, gr.Button]:
+    """The Run and Stop buttons in a column beside a tab's prompt box (elem_ids <tab>-run and <tab>-stop)."""
+    with gr.Column(scale=1, min_width=140):
+        return (gr.Button(run_label, variant="primary", elem_id=f"{tab}-run"),
+                gr.Button("Stop", variant="stop", elem_id=f"{tab}-stop"))
+
+
+def trace_json() -> gr.JSON:
+    """The per-forward data of a run, folded away (clients and tests read the same JSON)."""
+    with gr.Accordion("Per-forward data (JSON)", open=False):
+        return gr.JSON(label="trace", show_label=False)
+
+
+def wire(run: gr.Button, stop: gr.Button, handler: Callable, stopper: Callable, inputs: list, outputs: list,
+         api_name: str, stop_name: str) -> None:
+    """A streaming tab's Run and Stop (the session State last of `inputs`). No Gradio concurrency limit: the handler
+    takes an app-wide generation slot itself (models.in_a_slot), so a run exists from the moment it is submitted and
+    a /set_threshold sent with it is not lost. Stop ends the run from inside (its controls): Gradio's `cancels` would
+    mark every output as an error."""
+    run.click(models.gpu(handler), inputs, outputs, api_name=api_name, show_progress="minimal",
+              concurrency_limit=None, js=typed_js(inputs, True))
+    stop.click(stopper, inputs[-1], None, api_name=stop_name, **QUICK)
+
+
+# ----------------------------------------------------------------------------- the error guard
+
+
+def guarded(work: Iterator[T], failure: Callable[[str], T], what: str) -> Iterator[T]:
+    """`work`'s frames; an error ends it with one failure frame instead of a traceback in the UI: a ValueError (an
+    input mars_core refused, a model that did not load) with its own message, anything else as "<what> failed: …"
+    (the server log has the traceback)."""
+    try:
+        yield from work
+    except ValueError as err:
+        yield failure(str(err))
+    except Exception as err:
+        log.exception("%s failed", what)
+        yield failure(f"{what} failed: {type(err).__name__}: {err}")
