@@ -269,7 +269,7 @@ def with_lookup(chain: Chain, answer: Answer, threshold: float, layout: TreeLayo
                  torch.where(looked, found_count, count), looked)
 
 
-FLOORS = (0.0, 0.05, 0.1, 0.2, 0.35, 0.5, 2.0)  # group floors plan_by_cost tries (2.0: no group at all)
+FLOORS = (2.0, 0.5, 0.35, 0.2, 0.1, 0.05, 0.0)  # group floors plan_by_cost tries, narrowest first (2.0: no group)
 YIELD_WEIGHT = 0.3  # weight of the newest forward in the running mean of drafts matched
 
 
@@ -298,10 +298,10 @@ def plan_by_cost(conf: torch.Tensor, count: torch.Tensor, done: torch.Tensor, se
     odds = group_odds(conf.repeat(depth + 1, 1), capped.reshape(-1)).view(depth + 1, b, depth + 1)  # [K, b, j]
     eligible = (torch.arange(depth + 1, device=conf.device) <= capped[..., None]) & live[:, None]
     floors = torch.tensor(FLOORS, device=conf.device)
-    fed = eligible[:, None] & (odds[:, None] >= floors[:, None, None, None])  # [K, f, b, j]
+    fed = eligible[:, None] & (odds[:, None] >= floors[None, :, None, None])  # [K, f, b, j]
     width = 1 + (capped * live).amax(-1)[:, None] + fed.any(2).sum(-1) * g  # [K, f]
     gain = tokens[:, None] + draft_yield * (odds[:, None] * fed).sum((-2, -1))
-    best = (gain / seconds[width]).flatten().argmax()
+    best = (gain / seconds[width]).flatten().argmax()  # the first of equals: fewer drafts, fewer groups
     k, f = best // len(FLOORS), best % len(FLOORS)
     return capped[k], fed[k, f]
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from mars_core import DecodeControl, TreeLayout, generate, stream
+from mars_core.decoding.cost import CostCurve
 from mars_core.decoding.lookup import lookup_drafts
 
 from reference import reference_verified
@@ -231,3 +232,69 @@ def test_sampling_keeps_the_ar_distribution(tokenizer):
         rows = [r for r in runs if len(r) > k]
         assert len(rows) > 8000
         assert pit_p(exact_next(model, [prompt + r[:k] for r in rows], temperature), [r[k] for r in rows]) > 1e-3
+
+
+# ----------------------------------------------------------------------------- layout by cost
+
+FLAT = CostCurve.from_function(lambda b, w: 0.01)  # width is free: the widest useful tree
+STEEP = CostCurve.from_function(lambda b, w: 0.01 * (1 + 0.3 * (w - 1)))  # each token fed costs 30% of a forward
+STEP = CostCurve.from_function(lambda b, w: 0.01 * (1.0 if w <= 2 else 1.9 + 0.05 * w))  # a kernel switch at 3
+NOTHING_PAYS = CostCurve.from_function(lambda b, w: 0.01 * w**2)
+BY_BATCH = CostCurve.from_function(lambda b, w: 0.01 * (1 + 0.02 * b * w), batch_sizes=(1, 16))
+
+
+def fed_widths(model, tokenizer, prompts, **kw) -> tuple[list[int], object]:
+    """Tokens fed per sample in every forward after the prefill, and the result."""
+    widths = []
+    hook = model.get_decoder().register_forward_pre_hook(
+        lambda m, a, k: widths.append(k["input_ids"].shape[1]), with_kwargs=True)
+    try:
+        result = generate(model, tokenizer, prompts, strategy="verified", max_new_tokens=40, **kw)
+    finally:
+        hook.remove()
+    return widths[1:], result
+
+
+@pytest.mark.parametrize("curve", [FLAT, STEEP, STEP, NOTHING_PAYS, BY_BATCH], ids=["flat", "steep", "step",
+                                                                                  "nothing-pays", "by-batch"])
+@pytest.mark.parametrize("threshold", [0.3, 0.05])
+def test_every_layout_keeps_the_answer(trained, tokenizer, curve, threshold):
+    """The layout decides what is checked, never what is committed: AR's answer, batched and one by one."""
+    prompts = PROMPTS + NEW_PROMPTS + list(ANSWERS)
+    want = hf_greedy(trained, tokenizer, prompts, 40)
+    kw = dict(threshold=threshold, layout=TreeLayout(cost=curve))
+    assert fed_widths(trained, tokenizer, prompts, **kw)[1].token_ids == want
+    assert [fed_widths(trained, tokenizer, p, **kw)[1].token_ids[0] for p in prompts] == want
+
+
+def test_expensive_width_feeds_narrower_trees(trained, tokenizer):
+    prompts = list(ANSWERS)
+    runs = {name: [fed_widths(trained, tokenizer, p, threshold=0.05, layout=TreeLayout(cost=c)) for p in prompts]
+            for name, c in (("flat", FLAT), ("steep", STEEP), ("step", STEP))}
+    fed = {name: sum(sum(w) for w, _ in r) / sum(len(w) for w, _ in r) for name, r in runs.items()}
+    assert fed["steep"] < fed["flat"] and fed["step"] < fed["flat"]
+    assert max(max(w) for w, _ in runs["flat"]) >= 1 + 3 + 2 * 3  # free width: drafts and several groups
+    tpf = {name: sum(r.generated_tokens for _, r in rs) / sum(r.forwards for _, r in rs) for name, rs in runs.items()}
+    assert tpf["flat"] > 1.5 and tpf["steep"] > 1.2  # narrower, yet still drafting
+
+
+def test_where_no_tree_pays_every_forward_is_one_token(trained, tokenizer):
+    widths, result = fed_widths(trained, tokenizer, list(ANSWERS), threshold=0.05,
+                                layout=TreeLayout(cost=NOTHING_PAYS))
+    assert widths == [1] * len(widths) and len(widths) > 10
+    assert result.tokens_per_forward == 1.0
+
+
+def test_a_batch_gets_narrower_trees_where_width_costs_by_batch(trained, tokenizer):
+    layout = TreeLayout(cost=BY_BATCH)
+    alone = [fed_widths(trained, tokenizer, p, threshold=0.05, layout=layout)[0] for p in list(ANSWERS)[:4]]
+    together, _ = fed_widths(trained, tokenizer, list(ANSWERS)[:4], threshold=0.05, layout=layout)
+    assert sum(together) / len(together) < sum(map(sum, alone)) / sum(map(len, alone))
+
+
+def test_the_fixed_rules_apply_without_a_curve_or_when_asked(trained, tokenizer):
+    """use_cost=False ignores the curve: the same trees as no curve at all (group floor and threshold only)."""
+    plain = fed_widths(trained, tokenizer, list(ANSWERS), threshold=0.3)[0]
+    fixed = fed_widths(trained, tokenizer, list(ANSWERS), threshold=0.3,
+                       layout=TreeLayout(cost=NOTHING_PAYS, use_cost=False))[0]
+    assert plain == fixed and max(plain) > 1

@@ -1,0 +1,54 @@
+"""The forward cost curve: interpolation, measurement on a model, and the per-machine cache."""
+
+from __future__ import annotations
+
+import pytest
+
+from mars_core.decoding import cost
+from mars_core.decoding.cost import CostCurve, forward_cost, interpolate, measure_cost
+
+
+def test_interpolate_is_linear_inside_and_extends_the_end_segments():
+    xs, ys = (1, 2, 4), [10.0, 12.0, 20.0]
+    assert interpolate(1, xs, ys) == 10.0 and interpolate(3, xs, ys) == 16.0
+    assert interpolate(6, xs, ys) == 28.0  # the last segment's slope, 4 per unit
+    assert interpolate(0, xs, ys) == 8.0  # the first segment's slope
+    assert interpolate(5, (1,), [3.0]) == 3.0
+
+
+def test_curve_reads_by_batch_and_width():
+    curve = CostCurve.from_function(lambda b, w: 0.01 * b * w + 0.05, batch_sizes=(1, 4), widths=(1, 2, 8))
+    assert curve.at(1, [1, 2, 8]) == pytest.approx([0.06, 0.07, 0.13])
+    assert curve.at(2, [1, 4]) == pytest.approx([0.07, 0.13])  # both axes linear: exact for a bilinear formula
+    assert curve.at(16, [16]) == pytest.approx([0.01 * 16 * 16 + 0.05])  # extrapolated past both ends
+    assert curve.at(1, [0]) == curve.at(1, [1])
+    assert CostCurve.from_json(curve.to_json()) == curve
+
+
+@pytest.mark.parametrize("bad", [
+    dict(batch_sizes=(1,), widths=(1, 2), seconds=((1.0,),)),  # a column short
+    dict(batch_sizes=(1,), widths=(2, 1), seconds=((1.0, 2.0),)),  # not ascending
+    dict(batch_sizes=(1,), widths=(1, 2), seconds=((1.0, 0.0),)),  # a time of zero
+])
+def test_a_malformed_curve_is_refused(bad):
+    with pytest.raises(ValueError, match="CostCurve"):
+        CostCurve(**bad)
+
+
+def test_measure_times_every_batch_size_and_width(model):
+    curve = measure_cost(model, batch_sizes=(1, 4), widths=(1, 2, 8), rounds=1, budget=16)
+    assert curve.batch_sizes == (1, 4) and curve.widths == (1, 2, 8)
+    assert all(s > 0 for row in curve.seconds for s in row)
+    assert curve.machine["dtype"] == "float32" and curve.machine["threads"] >= 1 and curve.machine["cpu"]
+
+
+def test_the_curve_is_measured_once_per_machine_and_model(model, tmp_path, monkeypatch):
+    calls = []
+    fixed = CostCurve.from_function(lambda b, w: 0.001 * w, widths=(1, 2))
+    monkeypatch.setattr(cost, "measure_cost", lambda m: calls.append(m) or fixed)
+    assert forward_cost(model, tmp_path) == fixed
+    assert forward_cost(model, tmp_path) == fixed  # read back from the file
+    assert len(calls) == 1 and len(list(tmp_path.glob("*.json"))) == 1
+    (next(tmp_path.glob("*.json"))).write_text("{not json")
+    assert forward_cost(model, tmp_path) == fixed and len(calls) == 2  # a damaged file is measured again
+    assert forward_cost(model, tmp_path, refresh=True) == fixed and len(calls) == 3
