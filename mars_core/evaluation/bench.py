@@ -16,18 +16,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
 from ..attention import as_model_mask
 from ..decoding.cache import cache_mask, new_cache
+from ..decoding.cost import CostCurve
 from ..generate import DEFAULT_THRESHOLDS, encode_prompt, generate, stop_token_ids
+from ..machine import machine_info, machine_line
 from .prompts import load_split, prompt_set
 from .tasks import OPEN, PREDICTABLE
 
@@ -277,7 +279,8 @@ def format_table(rows: list[Row], category: str | None = "all") -> str:
 
 
 def plot(rows: list[Row], path: str, title: str = "") -> str | None:
-    """Speedup over hf_generate per configuration and batch size (all prompts) as a PNG; None without matplotlib."""
+    """Speedup over hf_generate per configuration and batch size (all prompts) as a PNG; None without matplotlib
+    or without hf_generate rows."""
     try:
         import matplotlib
 
@@ -286,6 +289,8 @@ def plot(rows: list[Row], path: str, title: str = "") -> str | None:
     except ImportError:
         return None
     rows = [r for r in rows if r.category == "all" and r.speedup_vs_hf_generate is not None]
+    if not rows:  # no hf_generate rows to compare with
+        return None
     sizes = sorted({r.batch_size for r in rows})
     fig, axes = plt.subplots(1, len(sizes), figsize=(5.5 * len(sizes), 4.2), squeeze=False, sharey=True)
     for ax, bs in zip(axes[0], sizes):
@@ -323,6 +328,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--repeats", type=int, default=3, help="timed runs per configuration; medians are kept")
     p.add_argument("--dtype", default="auto", help="auto, bf16 or fp32")
+    p.add_argument("--cost", default=None,
+                   help="a cost curve JSON (CostCurve.to_json) that verified mode sizes its trees by, for a "
+                        "reproducible run (default: the one load() measured on this machine)")
+    p.add_argument("--layout", choices=("cost", "fixed"), default="cost",
+                   help="verified trees sized by the cost curve (default) or by the fixed rules alone")
     p.add_argument("--quick", action="store_true",
                    help="a small slice for CI: 4 prompts, 16 tokens, 1 repeat, batch 1, B 4, τ 1.0 and 0.9")
     p.add_argument("--json", default=None, help="write the rows to this JSON file")
@@ -341,6 +351,12 @@ def main(argv: list[str] | None = None) -> None:
 
     records = prompt_set(args.limit) if args.split == "heldout" else load_split(args.split, args.limit)
     model, tokenizer = load(args.model, dtype=args.dtype)
+    if args.cost:
+        model.forward_cost = CostCurve.from_json(Path(args.cost).read_text())
+    if args.layout == "fixed":
+        model.forward_cost = None
+    machine = machine_info(model.device, model.dtype)
+    print(f"machine: {machine_line(machine)}")
     rows = bench(
         model, tokenizer, records, methods=methods, batch_sizes=parse_list(args.batch_sizes, int),
         block_sizes=parse_list(args.block_sizes, int), thresholds=parse_list(args.thresholds, float),
@@ -348,19 +364,17 @@ def main(argv: list[str] | None = None) -> None:
         max_new_tokens=args.max_new_tokens, repeats=args.repeats,
     )
     print(format_table(rows))
-    device = f"{model.device} ({platform.machine()}, {torch.get_num_threads()} threads)"
-    if model.device.type == "cuda":
-        device = torch.cuda.get_device_name(model.device)
-    dtype = str(model.dtype).removeprefix("torch.")
     if args.json:
-        info = {"device": device, "dtype": dtype, "model": args.model or "default", "split": args.split,
-                "prompts": len(records),
-                "max_new_tokens": args.max_new_tokens, "repeats": args.repeats}
+        curve = getattr(model, "forward_cost", None)
+        info = {"machine": machine, "device": machine_line(machine), "dtype": machine["dtype"],
+                "model": args.model or "default", "split": args.split, "prompts": len(records),
+                "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "layout": args.layout,
+                "cost_curve": json.loads(curve.to_json()) if curve is not None else None}
         with open(args.json, "w") as f:
             table = [{k: v for k, v in asdict(r).items() if k != "answers"} for r in rows]
             json.dump({**info, "rows": table}, f, indent=2)
     path = args.plot or (args.json.rsplit(".", 1)[0] + ".png" if args.json else None)
-    if path and plot(rows, path, f"mars-bench: speedup over transformers generate ({device}, {dtype})"):
+    if path and plot(rows, path, f"mars-bench: speedup over transformers generate ({machine_line(machine)})"):
         print(f"plot: {path}")
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..generate import DEFAULT_THRESHOLDS as STRATEGY_THRESHOLDS
+from ..machine import machine_info, machine_line
 from .metrics import agreement
 from .prompts import load_heldout, split_path
 from .tasks import CATEGORIES, PREDICTABLE, score
@@ -400,7 +401,8 @@ def main(argv: list[str] | None = None) -> None:
                       verified_thresholds=checked)
     # source: the folder the weights came from (for the default, the merged cache named after its adapter)
     report = {"model": args.model or "default", "adapter": args.adapter, "source": model.name_or_path,
-              "split": "custom" if args.data else args.split, **report}
+              "split": "custom" if args.data else args.split, "machine": machine_info(model.device, model.dtype),
+              **report}
     _finish(report, args)
 
 
@@ -417,6 +419,8 @@ def combine_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _finish(report: dict[str, Any], args: argparse.Namespace) -> None:
     """Print the table, write the JSON and draw the plot."""
+    if report.get("machine"):
+        print(f"machine: {machine_line(report['machine'])}")
     print(format_table(report))
     print("acceptance by slot (fraction of forwards committing >= j+1 tokens):",
           json.dumps(report["slot_acceptance"]))

@@ -3,7 +3,9 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
+from mars_core.decoding.cost import CostCurve
 from mars_core.decoding.spec import TreeLayout
 from mars_core.evaluation.bench import METHODS, bench, format_table, main
 
@@ -79,5 +81,25 @@ def test_cli_runs_on_a_saved_model(tmp_path, model, tokenizer, capsys):
         data["rows"][0])
     assert (tmp_path / "bench.png").stat().st_size > 1000
     assert data["dtype"] == "float32" and "device" in data
-    assert "speedup" in capsys.readouterr().out
+    machine = data["machine"]  # the machine is in the JSON: CPU, the ISA features that matter, threads, torch
+    assert machine["cpu"] and isinstance(machine["isa"], list) and machine["threads"] >= 1
+    assert machine["torch"] == torch.__version__ and machine["dtype"] == "float32"
+    assert data["layout"] == "cost" and data["cost_curve"]["seconds"]  # the curve load() measured
+    printed = capsys.readouterr().out
+    assert "speedup" in printed and f"machine: {machine['cpu']}" in printed
     assert set(METHODS) >= {r["method"] for r in data["rows"]}
+
+
+def test_cli_takes_a_cost_curve_for_a_reproducible_layout(tmp_path, model, tokenizer):
+    model.save_pretrained(tmp_path / "m")
+    tokenizer.save_pretrained(tmp_path / "m")
+    curve = CostCurve.from_function(lambda b, w: 0.01 * w)
+    (tmp_path / "cost.json").write_text(curve.to_json())
+    out = tmp_path / "bench.json"
+    main(["--model", str(tmp_path / "m"), "--quick", "--dtype", "fp32", "--methods", "hf_generate,mars_verified",
+          "--cost", str(tmp_path / "cost.json"), "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert CostCurve.from_json(json.dumps(data["cost_curve"])) == curve
+    main(["--model", str(tmp_path / "m"), "--quick", "--dtype", "fp32", "--methods", "mars_verified",
+          "--layout", "fixed", "--json", str(out)])
+    assert json.loads(out.read_text())["cost_curve"] is None

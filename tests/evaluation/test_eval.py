@@ -58,6 +58,7 @@ def test_mars_eval_writes_json_with_schema(heldout, tiny_dir, tmp_path, capsys):
                     "--max-new-tokens", "5", "--batch-size", "2", "--json", str(out), "--dtype", "fp32"])
     report = json.loads(out.read_text())
     assert report["block_size"] == 4 and report["model"] == report["source"] == str(tiny_dir)
+    assert report["machine"]["dtype"] == "float32" and report["machine"]["cpu"] and "isa" in report["machine"]
     rows = report["rows"]
     assert {r["threshold"] for r in rows if r.get("strategy") != "verified"} == {1.0, 0.5}
     verified = [r for r in rows if r.get("strategy") == "verified"]  # by default one verified run at its threshold
