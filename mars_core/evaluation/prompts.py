@@ -39,7 +39,7 @@ def heldout_path() -> Path:
 
 def split_path(name: str) -> Path:
     """The file of an evaluation split: "heldout" (same generators as training, other prompts) or "never_trained"
-    (sources training never uses: mars_core.evaluation.never_trained)."""
+    (sources training never uses: prompt_sources.never_trained)."""
     if name not in SPLITS:
         raise ValueError(f"unknown split {name!r}; known: {SPLITS}")
     return heldout_path() if name == "heldout" else REPO_ROOT / "data" / f"{name}.jsonl"
