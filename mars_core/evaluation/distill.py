@@ -1,5 +1,5 @@
-"""Build the self-distillation data: prompts from mars_core.evaluation.tasks, answered by the base model's own
-greedy decoding.
+"""Build the self-distillation data: prompts from prompt_sources (beside mars_core, not part of the engine), answered
+by the base model's own greedy decoding.
 
     python -m mars_core.distill --out data/ [--model NAME] [--train 1200] [--heldout 117] [--batch-size 24]
                                 [--seed 0] [--exclude earlier/train.jsonl earlier/heldout.jsonl]
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .tasks import CATEGORIES, build_prompts
+from .tasks import CATEGORIES
 
 # Training prompts per category (predictable and open categories both well represented).
 DEFAULT_TRAIN = {
@@ -38,6 +38,8 @@ def split_prompts(
     train_counts: dict[str, int], heldout_per_category: int, seed: int = 0
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(train, heldout) prompt records: per category the held-out ones come first; prompts never overlap."""
+    from prompt_sources import build_prompts
+
     counts = {c: n + heldout_per_category for c, n in train_counts.items()}
     records = build_prompts(counts, seed=seed)
     rng = random.Random(seed + 1)
@@ -151,9 +153,9 @@ def build_never_trained(
     out: str | Path, model=None, tokenizer=None, *, model_name: str | None = "smollm2-135m-instruct",
     batch_size: int = 24, max_new_tokens: int = 128, seed: int = 0, progress: bool = True,
 ) -> list[dict[str, Any]]:
-    """Answer the never-trained split's prompts (mars_core.evaluation.never_trained) with the base model and write
+    """Answer the never-trained split's prompts (prompt_sources.never_trained) with the base model and write
     out/never_trained.jsonl: the split that measures what users will feel."""
-    from .never_trained import never_trained_prompts
+    from prompt_sources import never_trained_prompts
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -237,8 +237,18 @@ def evaluate(
 # ----------------------------------------------------------------------------- plot
 
 
-def save_figure(fig, ax, path: str | os.PathLike, xlabel: str, ylabel: str, title: str) -> str:
-    """Label, grid and legend one matplotlib axes the way every report plot is drawn, save it to path, close it."""
+def _new_axes():
+    """A figure and its axes, drawn without a display; ImportError where matplotlib is missing."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(figsize=(6.4, 4.4), dpi=120)
+
+
+def _save(fig, ax, xlabel: str, ylabel: str, title: str, path: str | os.PathLike) -> None:
+    """Label the axes, add the title, grid and legend, write the figure to path and close it."""
     import matplotlib.pyplot as plt
 
     ax.set_xlabel(xlabel)
@@ -247,10 +257,8 @@ def save_figure(fig, ax, path: str | os.PathLike, xlabel: str, ylabel: str, titl
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
-    return str(path)
 
 
 def pareto_plot(report: dict[str, Any], path: str | os.PathLike, category: str = "all") -> str | None:
@@ -269,12 +277,7 @@ def pareto_plot(report: dict[str, Any], path: str | os.PathLike, category: str =
     path = str(path)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+        fig, ax = _new_axes()
         ax.plot(xs, ys, "o-", color="tab:blue", label="MARS (sliding)")
         for x, y, lab in zip(xs, ys, labels):
             ax.annotate(lab, (x, y), textcoords="offset points", xytext=(4, 5), fontsize=8)
@@ -286,7 +289,8 @@ def pareto_plot(report: dict[str, Any], path: str | os.PathLike, category: str =
                             textcoords="offset points", xytext=(4, -11), fontsize=8, color="tab:green")
         if base and base["accuracy"] is not None:
             ax.plot([1.0], [100 * base["accuracy"]], "s", color="tab:gray", label="base (AR)")
-        return save_figure(fig, ax, path, "tokens per forward", "task accuracy (%)", title)
+        _save(fig, ax, "tokens per forward", "task accuracy (%)", title, path)
+        return path
     except ImportError:
         pass
     try:
@@ -320,18 +324,16 @@ def calibration_plot(reports: dict[str, dict[str, Any]], path: str | os.PathLike
     if not lines:
         return None
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        fig, ax = _new_axes()
     except ImportError:
         return None
-    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
     ax.plot([0.5, 1.0], [50, 100], "--", color="gray", label="calibrated")
     for label, xs, ys in lines:
         ax.plot(xs, ys, "o-", label=label)
-    return save_figure(fig, ax, path, "confidence of the accepted mask-slot token (bin centre)",
-                       "equal to the model's own AR choice (%)", title)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    _save(fig, ax, "confidence of the accepted mask-slot token (bin centre)", "equal to the model's own AR choice (%)",
+          title, path)
+    return str(path)
 
 
 # ----------------------------------------------------------------------------- CLI

@@ -12,20 +12,15 @@ from .tasks import CATEGORIES as TASK_CATEGORIES
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CATEGORIES = ("lists", "counting", "arithmetic", "explanation", "factual")
 
-DEFAULT_PROMPTS: list[dict[str, str]] = [
-    {"category": "lists", "prompt": "List the days of the week."},
-    {"category": "lists", "prompt": "Name the four seasons of the year, one per line."},
-    {"category": "lists", "prompt": "List five colours of the rainbow."},
-    {"category": "counting", "prompt": "Count from 1 to 20, separated by commas."},
-    {"category": "counting", "prompt": "Count down from 10 to 1."},
-    {"category": "arithmetic", "prompt": "What is 12 times 7? Answer with a short sentence."},
-    {"category": "arithmetic", "prompt": "Add 45 and 38, and show the steps."},
-    {"category": "explanation", "prompt": "Explain in two sentences why the sky is blue."},
-    {"category": "explanation", "prompt": "Explain what a computer program is to a child."},
-    {"category": "factual", "prompt": "What is the capital of France?"},
-    {"category": "factual", "prompt": "Who wrote Romeo and Juliet?"},
-    {"category": "factual", "prompt": "How many legs does a spider have?"},
-]
+_BUILT_IN = {
+    "lists": ["List the days of the week.", "Name the four seasons of the year, one per line.",
+              "List five colours of the rainbow."],
+    "counting": ["Count from 1 to 20, separated by commas.", "Count down from 10 to 1."],
+    "arithmetic": ["What is 12 times 7? Answer with a short sentence.", "Add 45 and 38, and show the steps."],
+    "explanation": ["Explain in two sentences why the sky is blue.", "Explain what a computer program is to a child."],
+    "factual": ["What is the capital of France?", "Who wrote Romeo and Juliet?", "How many legs does a spider have?"],
+}
+DEFAULT_PROMPTS: list[dict[str, str]] = [{"category": c, "prompt": p} for c, ps in _BUILT_IN.items() for p in ps]
 
 
 SPLITS = ("heldout", "never_trained")  # data/<split>.jsonl: prompts with the base model's answers, never trained on
@@ -39,7 +34,7 @@ def heldout_path() -> Path:
 
 def split_path(name: str) -> Path:
     """The file of an evaluation split: "heldout" (same generators as training, other prompts) or "never_trained"
-    (sources training never uses: mars_core.evaluation.never_trained)."""
+    (sources training never uses: prompt_sources.never_trained)."""
     if name not in SPLITS:
         raise ValueError(f"unknown split {name!r}; known: {SPLITS}")
     return heldout_path() if name == "heldout" else REPO_ROOT / "data" / f"{name}.jsonl"

@@ -17,13 +17,12 @@ import gzip
 import json
 import random
 from pathlib import Path
-from typing import Any
 
+from .phrasing import Record
 from .tasks import RG_TASKS
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 GSM_TASK = "gsm_symbolic"
-Record = dict[str, Any]
 
 
 def user_prompts(path: str | Path | None = None) -> list[Record]:

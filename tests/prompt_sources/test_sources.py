@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-from mars_core.evaluation import sources, tasks
-from mars_core.evaluation.sources import SOURCE_CATEGORIES, SOURCES, build_source_prompts
+from prompt_sources import tasks
+from prompt_sources.code import gen_code
+from prompt_sources.sources import SOURCE_CATEGORIES, SOURCES, build_source_prompts
 
 
 @pytest.mark.parametrize("category", SOURCE_CATEGORIES)
@@ -19,7 +20,7 @@ def test_each_source_yields_thousands_of_distinct_prompts(category):
     records = [SOURCES[category](rng) for _ in range(5000)]
     assert len({r["prompt"] for r in records}) > 3500
     assert all(r["category"] == category and r["prompt"].strip() and r.get("kind") for r in records)
-    assert "task" not in records[0]  # "task" names a reasoning-gym task for tasks.score; sub-kinds are "kind"
+    assert "task" not in records[0]  # "task" names a reasoning-gym task for mars_core's score; sub-kinds: "kind"
 
 
 def test_prompts_are_reproducible_and_distinct_per_call():
@@ -42,7 +43,7 @@ def python_snippet(prompt: str) -> str | None:
 def test_the_golds_of_what_does_this_print_are_what_python_prints():
     rng, checked = random.Random(1), 0
     while checked < 40:
-        record = sources.code.gen_code(rng)
+        record = gen_code(rng)
         code = python_snippet(record["prompt"]) if record.get("gold") is not None else None
         if code is None or "console.log" in code or "printf" in code:
             continue
