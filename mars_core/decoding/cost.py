@@ -30,11 +30,14 @@ TOKEN_BUDGET = 128  # widths with batch * width above this are extrapolated, not
 
 
 def interpolate(x: float, xs: tuple[float, ...], ys: list[float]) -> float:
-    """Piecewise-linear y(x) through the points, extended linearly past both ends (one point: a constant)."""
+    """Piecewise-linear y(x) through the points, extended linearly past both ends (one point: a constant). Past the
+    last point the slope is at least 0: a wider forward is never taken to cost less than the widest one timed."""
     if len(xs) == 1:
         return ys[0]
     i = max(1, min(len(xs) - 1, next((k for k, v in enumerate(xs) if v >= x), len(xs) - 1)))
     slope = (ys[i] - ys[i - 1]) / (xs[i] - xs[i - 1])
+    if x > xs[-1]:
+        return ys[-1] + max(slope, 0.0) * (x - xs[-1])
     return ys[i - 1] + slope * (x - xs[i - 1])
 
 
