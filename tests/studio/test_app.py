@@ -19,7 +19,7 @@ PROMPT = "Count from one to ten"
 pytestmark = pytest.mark.usefixtures("served")  # tests/studio/conftest.py: the tiny model, served
 
 
-OUT = ("ar", "mars", "verified", "forwards", "time", "stats", "trace")  # race's outputs, in order
+OUT = ("ar", "mars", "verified", "forwards", "time", "acceptance", "stats", "trace")  # race's outputs, in order
 
 
 def part(frame: tuple, name: str):
@@ -45,7 +45,7 @@ def test_race_streams_every_lane_and_tau_one_is_ar():
     assert set(trace["mars"]["counts"]) == set(trace["ar"]["counts"]) == {1}
     assert trace["mars"]["tokens"] == trace["ar"]["tokens"] == trace["verified"]["tokens"] == 40
     assert trace["departs_at"] == {"mars": None, "verified": None}
-    ar_html, mars_html, verified_html, forwards_plot, time_plot, stats, _ = outputs[-1]
+    ar_html, mars_html, verified_html, forwards_plot, time_plot, _, stats, _ = outputs[-1]
     assert ar_html.count("forward ") >= 40 and "done" in mars_html and "done" in verified_html
     plot = json.loads(forwards_plot.plot)
     assert forwards_plot.type == "plotly" and {d["name"] for d in plot["data"]} == {
@@ -56,6 +56,34 @@ def test_race_streams_every_lane_and_tau_one_is_ar():
     times = trace["mars"]["times"]
     assert times == sorted(times) and trace["mars"]["seconds"] == pytest.approx(times[-1])
     assert session["mars"] is None and session["ar"] is None and session["verified"] is None
+
+
+def test_acceptance_by_draft_position_counts_only_drafts_that_were_checked():
+    """(drafts checked, matched) per forward: d_a counts as checked once every draft before it matched."""
+    run = race.Run("MARS verified", iter(()), None, counts=[1, 3, 1, 4, 2], checks=[(3, 2), (3, 0), (3, 3), (2, 1)])
+    acc = race.acceptance(run)
+    assert acc["forwards_checking"] == 4 and acc["mean_accepted"] == 1.5 and acc["tokens_per_forward"] == 2.2
+    assert [(p["checked"], p["matched"]) for p in acc["positions"]] == [(4, 3), (3, 2), (2, 1)]
+    assert acc["positions"][0]["rate"] == 0.75
+    plot = race.acceptance_figure(run)
+    assert plot["data"][0]["x"] == ["d1", "d2", "d3"] and plot["data"][0]["text"] == ["3/4", "2/3", "1/2"]
+    assert "1.50 drafts accepted per forward that checked drafts (4)" in plot["layout"]["title"]["text"]
+    assert race.acceptance(None)["positions"] == [] and "no drafts checked yet" in json.dumps(
+        race.acceptance_figure(None))
+
+
+def test_the_race_reports_the_verified_lanes_acceptance_live():
+    outputs = list(race.race(PROMPT, 0.9, 4, 0.0, 40, False, race.new_session()))
+    acc = final(outputs)["acceptance"]
+    trace = final(outputs)
+    assert acc["forwards_checking"] >= 1 and acc["drafts_checked"] == trace["verified"]["drafted"]
+    assert acc["mean_accepted"] * acc["forwards_checking"] == trace["verified"]["matched"]
+    assert acc["tokens_per_forward"] == trace["verified"]["tokens_per_forward"]
+    first = acc["positions"][0]
+    assert first["checked"] == acc["forwards_checking"]  # d_1 is checked in every forward that checks drafts
+    charts = [part(frame, "acceptance") for frame in outputs[:-1]]
+    assert any(hasattr(c, "plot") for c in charts)  # live: drawn while the race runs (with the other charts)
+    assert json.loads(part(outputs[-1], "acceptance").plot)["data"][0]["x"][0] == "d1"
 
 
 def test_a_departure_from_ar_is_said_and_marked():

@@ -51,7 +51,7 @@ def client(url):
     return Client(url, verbose=False)
 
 
-OUT = ("ar", "mars", "verified", "forwards", "time", "stats", "trace")  # /race's outputs, in order
+OUT = ("ar", "mars", "verified", "forwards", "time", "acceptance", "stats", "trace")  # /race's outputs, in order
 
 
 def part(outputs, name: str):
