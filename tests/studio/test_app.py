@@ -359,6 +359,15 @@ def test_sweep_in_verified_mode_keeps_every_answer():
                                                   progress=lambda *a, **k: None)
     assert list(table["quality"]) == [1.0, 1.0, 1.0] and list(table["exact_match"]) == [1.0, 1.0, 1.0]
     assert "in verified" in status and "verified" in fig.layout.title.text
+    per_forward, per_second = fig.data  # quality is 1 throughout: the chart shows tokens per forward and per second
+    assert list(per_forward.x) == [0.05, 0.3, 1.0]
+    assert list(per_forward.y) == pytest.approx(list(table["tokens_per_forward"])[::-1], abs=1e-3)
+    assert per_second.yaxis == "y2" and list(per_second.y) == pytest.approx(list(table["tokens_per_second"])[::-1],
+                                                                             abs=1e-3)
+    assert per_forward.y[-1] == 1.0 and per_forward.y[0] > 1.0  # τ = 1 checks no drafts
+    rows = [{"threshold": 1.0, "tokens_per_forward": 1.0, "tokens_per_second": 10.0},
+            {"threshold": 0.3, "tokens_per_forward": 2.5, "tokens_per_second": 16.0}]
+    assert "draft threshold 0.3, 2.50 tokens per forward and 1.60× the tokens per second" in explorer.speed_note(rows)
 
 
 @pytest.mark.parametrize(
