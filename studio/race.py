@@ -237,17 +237,16 @@ def acceptance_figure(run: Run | None) -> dict:
     """Acceptance rate by draft position (bars labelled matched/checked), the mean accepted length in the title."""
     acc = acceptance(run)
     rows = [p for p in acc["positions"] if p["checked"]]
-    title = (f"MARS verified: {acc['mean_accepted']:.2f} drafts accepted per forward that checked drafts "
-             f"({acc['forwards_checking']}) · {acc['tokens_per_forward']:.2f} tokens per forward"
-             if acc["forwards_checking"] else "MARS verified: acceptance by draft position (no drafts checked yet)")
+    title = (f"MARS verified: mean accepted length {acc['mean_accepted']:.2f} drafts<br>per forward that checked "
+             f"drafts ({acc['forwards_checking']} forwards) · {acc['tokens_per_forward']:.2f} tokens per forward"
+             if acc["forwards_checking"] else "MARS verified: acceptance by draft position<br>(no drafts checked yet)")
     data = [{"type": "bar", "x": [f"d{p['position']}" for p in rows], "y": [p["rate"] for p in rows],
              "text": [f"{p['matched']}/{p['checked']}" for p in rows], "textposition": "outside",
              "marker": {"color": VERIFIED_COLOUR}, "name": "P(d_a matched | d_1..d_(a-1) matched)",
              "hovertemplate": "%{x}: %{text} matched (%{y:.0%})<extra></extra>"}]
-    layout = chart_layout(title, "draft position a (d_a is checked only once every draft before it matched)",
-                          "acceptance rate", height=280, showlegend=False, bargap=0.35)
+    layout = chart_layout(title, "draft position", "acceptance rate", height=300, showlegend=False, bargap=0.35)
     layout["yaxis"].update(range=[0, 1.15], tickformat=".0%")
-    layout["margin"]["b"] = 50
+    layout["margin"].update(t=60, b=50)
     return {"data": data, "layout": layout}
 
 
@@ -443,10 +442,22 @@ def example_outputs(path: Path = EXAMPLE_FILE) -> tuple:
 # ----------------------------------------------------------------------------- the tab
 
 
+ACCEPTANCE_NOTE = """**Acceptance, MARS verified lane.** *Mean accepted length*: drafts matched per forward that checked
+drafts (each such forward also commits one token of its own, the bonus); tokens per forward counts every forward.
+*Acceptance rate by draft position*: how often draft d<sub>a</sub> matched the model's own token, among the forwards
+where it was checked, that is where d<sub>1</sub> … d<sub>a−1</sub> had all matched (verification stops at the first
+mismatch): P(d<sub>a</sub> matched | d<sub>1</sub> … d<sub>a−1</sub> matched). Each bar says matched/checked.
+Positions past B−1 come from prompt lookup, whose chains can be longer."""
+
+
 def acceptance_chart() -> gr.Plot:
-    """The verified lane's acceptance by draft position, under the race (updated with the other charts)."""
-    return gr.Plot(plotly_data(acceptance_figure(None)), label="acceptance by draft position", show_label=False,
-                   elem_id="acceptance-plot")
+    """The verified lane's acceptance by draft position, under the race (updated with the other charts), beside a
+    note on how to read it."""
+    with gr.Row():
+        plot = gr.Plot(plotly_data(acceptance_figure(None)), label="acceptance by draft position", show_label=False,
+                       elem_id="acceptance-plot")
+        gr.Markdown(ACCEPTANCE_NOTE, elem_id="acceptance-note")
+    return plot
 
 
 def build(demo: gr.Blocks) -> None:

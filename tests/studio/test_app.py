@@ -8,8 +8,10 @@ import warnings
 from pathlib import Path
 
 import pytest
+import torch
 
 import app
+from mars_core import stream
 from mars_core.serving import adaptive_threshold
 from studio import explorer, inputs, lanes, models, race, walkthrough
 
@@ -67,7 +69,8 @@ def test_acceptance_by_draft_position_counts_only_drafts_that_were_checked():
     assert acc["positions"][0]["rate"] == 0.75
     plot = race.acceptance_figure(run)
     assert plot["data"][0]["x"] == ["d1", "d2", "d3"] and plot["data"][0]["text"] == ["3/4", "2/3", "1/2"]
-    assert "1.50 drafts accepted per forward that checked drafts (4)" in plot["layout"]["title"]["text"]
+    assert "mean accepted length 1.50 drafts<br>per forward that checked drafts (4 forwards) · 2.20 tokens per " \
+        "forward" in plot["layout"]["title"]["text"]
     assert race.acceptance(None)["positions"] == [] and "no drafts checked yet" in json.dumps(
         race.acceptance_figure(None))
 
@@ -307,6 +310,82 @@ def test_walkthrough_at_tau_one_commits_one_token_per_forward():
     assert "no mask tokens" in page and "[MASK]" not in page
 
 
+@pytest.mark.parametrize("pending, drafts, groups, fed", [
+    (5, 0, (0,), [True] * 8), (1, 3, (0, 1), [True] * 10), (1, 4, (0, 1, 2, 4), [True] * 17),
+    (2, 3, (0, 2, 3), [False, True, True, True, False] + [True] * 6 + [False] * 3), (1, 0, (), [True])])
+def test_tree_colours_follow_the_rules_and_agree_with_the_decoders_template(pending, drafts, groups, fed):
+    """The walkthrough's rule colours, written from the rule text, against the decoder's own tree_template and
+    tree_mask (a slot not fed is seen by none but itself)."""
+    from mars_core.decoding.verified import tree_mask, tree_template
+
+    cats = walkthrough.tree_categories(pending, drafts, list(groups), 3, fed)
+    template = tree_template(pending, drafts, groups, 3)
+    mask = tree_mask(torch.zeros(1, 0, dtype=torch.bool), torch.tensor([fed]), template)
+    assert torch.equal(cats > 0, mask[0])
+    if drafts and len(groups) > 1:  # G_j's first mask sees the pending tokens and d_1..d_j, nothing after
+        row = pending + drafts + 3
+        assert cats[row, pending + groups[1] - 1] == 5 and cats[row, pending + groups[1] : pending + drafts].sum() == 0
+
+
+def test_verified_walkthrough_draws_the_mask_the_decoder_fed(tiny):
+    """Every forward of the verified walkthrough, drawn from the decoder's records: the drawn mask equals the mask
+    the model got (captured at the model's decoder), cell for cell, the cache as one column every slot sees."""
+    model, _ = tiny
+    fed = []
+    hook = model.get_decoder().register_forward_pre_hook(
+        lambda m, a, k: fed.append(k["attention_mask"][0, 0].clone()), with_kwargs=True)
+    try:
+        page, fig, walk = walkthrough.walk_verified(PROMPT, 0.05, 4, 32)
+    finally:
+        hook.remove()
+    steps = walk["steps"]
+    assert len(steps) == len(fed) > 5 and "Forward 1 of" in page and "the mask it fed" in fig.layout.title.text
+    for index, mask in enumerate(fed):
+        view, figure, _ = walkthrough.verified_move({"steps": steps, "index": 0}, index)
+        z = torch.tensor(figure.data[0].z)
+        cache = mask.shape[1] - mask.shape[0]
+        if cache:
+            seen = mask[:, :cache]
+            assert bool((seen.all(-1) | ~seen.any(-1)).all())  # one column loses nothing: all or none of the cache
+            assert torch.equal(z[:, 0] == 1, seen.all(-1))
+            z = z[:, 1:]
+        assert torch.equal(z > 0, mask[:, cache:]), f"forward {index + 1}"
+        assert f"Forward {index + 1} of {len(steps)}" in view
+    assert sum(len(s["committed"]) for s in steps) == 32
+    assert "".join(t for s in steps for t in s["committed"]) == "".join(
+        e.texts[0] for e in stream(model, walkthrough.models.get_model("tiny")[1], PROMPT, strategy="ar",
+                                   max_new_tokens=32))  # verified: AR's answer
+
+
+def test_verified_walkthrough_explains_checks_groups_and_lookup():
+    """Each forward says what it fed, how each draft fared, which group proposes the next drafts, why groups were
+    not fed (the odds the decoder computed), and when prompt lookup's chain was checked instead."""
+    page, fig, walk = walkthrough.walk_verified(PROMPT, 0.05, 4, 32)
+    steps = walk["steps"]
+    pages = [walkthrough.verified_move(walk, i)[0] for i in range(len(steps))]
+    assert "The prefill" in pages[0] and "G<sub>0</sub>" in pages[0]
+    for s, view in zip(steps, pages):
+        if s["drafts"]:
+            assert view.count("✓ d<sub>") == s["m"]  # one ✓ per matched draft
+            assert ("✗ d<sub>" in view) == (s["m"] < s["drafts"])  # the first mismatch, when there was one
+        assert "the bonus" in view or "one token" in view
+    unfed = [(s, v) for s, v in zip(steps, pages) if s["drafts"] and len(s["groups"]) < s["drafts"] + 1]
+    assert unfed and all("✗ not fed" in v for _, v in unfed)  # why: P(exactly j match), the decoder's own odds
+    s, view = unfed[0]
+    missing = next(j for j in range(s["drafts"] + 1) if j not in s["groups"])
+    assert f"{walkthrough.percent(s['chosen_odds'][missing])}</td><td" in view
+    assert any("Prompt lookup instead" in v for v in pages)
+    assert any(s["source"] == "lookup" and "from prompt lookup" in v for s, v in zip(steps, pages))
+    assert "G<sub>" in walkthrough.verified_move(walk, 1)[0]
+
+
+def test_verified_walkthrough_bad_input():
+    with pytest.warns(UserWarning):
+        page, fig, walk = walkthrough.walk_verified("", 0.3, 4, 8)
+    assert "Empty prompt" in page and walk["steps"] == [] and "Press Decode verified" in fig.layout.title.text
+    assert "Press <b>Decode verified</b>" in walkthrough.verified_move({"steps": [], "index": 0}, 1)[0]
+
+
 def test_walkthrough_bad_input():
     with pytest.warns(UserWarning):
         page, walk = walkthrough.walk_decode("", 0.9, 4, 8)
@@ -384,7 +463,8 @@ def test_sweep_handler_bad_input(taus, cats, message):
 def test_build_ui_wires_named_endpoints_and_a_queue():
     demo = app.build_ui()
     names = {d["api_name"] for d in demo.config["dependencies"]}
-    assert {"race", "set_threshold", "set_adapt", "stop", "walkthrough", "sweep", "mask"} <= names
+    assert {"race", "set_threshold", "set_adapt", "stop", "walkthrough", "walkthrough_verified", "sweep",
+            "mask"} <= names
     race_dep = next(d for d in demo.config["dependencies"] if d["api_name"] == "race")
     # Stop ends the race from inside (its controls), not through Gradio's cancel (which marks outputs as errors)
     assert race_dep["id"] not in [c for d in demo.config["dependencies"] for c in (d["cancels"] or [])]
