@@ -498,6 +498,9 @@ def test_main_honours_env_and_flags(monkeypatch):
     assert models.CONFIG == models.AppConfig(model="tiny", ar_model="tiny", concurrency=2)
     app.main(["--no-preload", "--port", "7123"])
     assert launched["server_port"] == 7123 and models.CONFIG.model is None
+    monkeypatch.setenv("MARS_MODEL", "default")  # the Space's way to name the embedded model: the same as none
+    app.main(["--no-preload"])
+    assert models.CONFIG.model is None and models.CONFIG.ar_model is None
     assert launched["css"] == app.CSS and launched["theme"] is app.THEME and "marsTyped" in launched["js"]
 
 
