@@ -422,7 +422,8 @@ def why_this_tree(s: dict) -> str:
                 f"and group floors ({', '.join(f'{f:g}' for f in FLOORS)}) it fed the tree with the most expected "
                 f"committed tokens per second of forward. This forward fed {s['width']} tokens, which costs "
                 f"{t[min(s['width'], len(t) - 1)] / t[1]:.2f}× a one-token forward here"
-                + ("; the groups left out were the least likely." if len(s["groups"]) < K + 1 else "."))
+                + ("; no group was worth its width, so this forward's masks propose nothing." if not s["groups"] else
+                   "; the groups left out were the least likely." if len(s["groups"]) < K + 1 else "."))
     return (f"<p><b>Why this tree.</b> The forward before proposed {K} draft{'s' * (K != 1)} (from "
             f"{'prompt lookup' if s['source'] == 'lookup' else 'its mask slots'}) and computed, reading their "
             f"confidences c<sub>1</sub>…c<sub>{K}</sub> as independent odds, P(exactly j match) = "

@@ -1,11 +1,13 @@
 """A real browser (Debian's headless Chromium, driven by selenium) loads the app, runs a race and takes a screenshot.
 
 Skipped with the reason when chromium, chromedriver or selenium is missing. Environment knobs:
-  MARS_SCREENSHOT=1               also save the screenshot to assets/race.png
+  MARS_SCREENSHOT=1               also save the screenshots to assets/ (race.png, batch.png, race_acceptance.png,
+                                  walkthrough_verified.png)
   MARS_SCREENSHOT_MODEL=default   serve the real default model instead of a tiny random one (or any --model value)
   MARS_SCREENSHOT_PROMPT=...      the prompt to race
   MARS_SCREENSHOT_THRESHOLD=0.9   the threshold (default 0.3: the tiny model then commits several tokens per forward)
   MARS_SCREENSHOT_MAX_NEW_TOKENS=64
+  MARS_SCREENSHOT_FORWARD=2       the forward of the verified walkthrough to save (walkthrough_verified.png)
 """
 
 from __future__ import annotations
@@ -224,13 +226,13 @@ def test_acceptance_in_a_browser(driver, tmp_path):
 
 def test_verified_walkthrough_in_a_browser(driver, tmp_path):
     """The Walkthrough tab's verified decode: Decode verified, then forward by forward, the view and the tree mask
-    it fed (saved as walkthrough_verified.png, on the forward MARS_SCREENSHOT_FORWARD, default 4)."""
+    it fed (saved as walkthrough_verified.png, on the forward MARS_SCREENSHOT_FORWARD, default 2)."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
     model, timeout = screenshot_model(tmp_path)
-    forward = int(os.environ.get("MARS_SCREENSHOT_FORWARD", "4"))
+    forward = int(os.environ.get("MARS_SCREENSHOT_FORWARD", "2"))
     with launched_app(model, timeout=timeout) as url:
         driver.get(url)
         wait = WebDriverWait(driver, timeout)

@@ -18,7 +18,8 @@ _import = builtins.__import__
 
 def _recording_import(name, globals=None, locals=None, fromlist=(), level=0):
     module = _import(name, globals, locals, fromlist, level)
-    by = os.path.realpath(str((globals or {}).get("__file__") or ""))
+    by = str((globals or {}).get("__file__") or "")
+    by = os.path.realpath(by) if os.path.isabs(by) else ""  # not "<template>" and the like: code from no file
     top = name.partition(".")[0]
     if level == 0 and by.startswith(ROOT) and top not in SEEN:
         found = _import(top, globals, locals, (), 0)
