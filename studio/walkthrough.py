@@ -268,8 +268,8 @@ def verified_step(tok, record, before, event, context: str, g: int) -> dict:
         "m": m, "predicted": [tok.decode([i]) for i in record.tokens[0].tolist()],
         "predicted_conf": record.confidence[0].tolist(), "committed": [tok.decode([i]) for i in event.token_ids[0]],
         "proposed": [tok.decode([i]) for i in record.proposed.tokens[0, :g].tolist()],
-        "proposed_conf": record.proposed.conf[0, :g].tolist(), "proposed_fed": m in groups and bool(fed[
-            P + K + groups.index(m) * g]) if m in groups else False,
+        "proposed_conf": record.proposed.conf[0, :g].tolist(),
+        "proposed_fed": m in groups and bool(tree.group_fed[0, m]),  # G_m was fed: its masks propose the next drafts
         "mask_run": float(expected_run(record.proposed.conf, torch.tensor([mask_count]))[0]),
         "next": [tok.decode([i]) for i in record.chain.tokens[0, : int(record.chain.count[0])].tolist()],
         "next_conf": record.chain.conf[0, : int(record.chain.count[0])].tolist(),

@@ -34,9 +34,11 @@ Batches: drafts, groups and the cache's holes are per sample, positions explicit
 columns, which group columns) is the union over samples. The threshold in force when a forward ends decides which
 of its drafts the next forward checks; the one host sync per forward returns that layout.
 
-One forward is four phases, a function each: feed the tree, verify (greedy or speculative), choose the next chain
-(mask group or lookup, and the groups to hang after it), commit and crop. The loop carries two small states:
-Answer (what is committed, what the cache holds) and Tree (what the coming forward feeds).
+One forward is four phases, a function each: feed the tree (tree_inputs builds what is fed), verify (greedy or
+speculative), choose the next chain (mask group or lookup, and the groups to hang after it), commit and crop. The
+loop carries two small states: Answer (what is committed, what the cache holds) and Tree (what the coming forward
+feeds). A caller that asks (DecodeSpec.record) gets each forward's Forward record: what was fed, down to the exact
+mask, and what was decided; the app's walkthrough draws verified decoding from these.
 """
 
 from __future__ import annotations
