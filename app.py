@@ -92,7 +92,9 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(str(err))
     if args.concurrency < 1:
         parser.error("--concurrency must be at least 1")
-    models.CONFIG = models.AppConfig(model=args.model or None, ar_model=args.ar_model or None,
+    embedded = (None, "", "default")  # `default` names the embedded model: its recorded race and note are shown
+    models.CONFIG = models.AppConfig(model=None if args.model in embedded else args.model,
+                                     ar_model=None if args.ar_model in embedded else args.ar_model,
                                      concurrency=args.concurrency,
                                      dtype=None if args.dtype in (None, "auto") else args.dtype)
     if args.record_example:

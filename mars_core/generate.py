@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -142,6 +142,8 @@ class DecodeOptions:
     chat: bool = True  # a string prompt becomes a user turn under the chat template
     control: DecodeControl | None = None  # live settings (threshold, stop()); overrides the four above when given
     layout: TreeLayout = field(default_factory=TreeLayout)  # verified: which drafts and groups are fed
+    record: Callable[[Any], None] | None = None  # verified: called before each event with what its forward fed and
+    # decided (a decoding.verified.Forward: the tree, the exact mask, the verdicts, the next drafts and groups)
 
     def with_settings(self, settings: dict[str, Any]) -> DecodeOptions:
         """A copy with some fields replaced; an unknown name is a TypeError that lists the known ones."""
@@ -189,6 +191,7 @@ def _start(model, tokenizer, prompts: Prompts, options: DecodeOptions) -> tuple[
         mask_id=tokenizer.mask_token_id,
         generator=generator,
         layout=with_model_cost(options.layout, model),
+        record=options.record,
     )
     return DECODERS[options.strategy](model, prompt_ids, spec, control), prompt_ids
 

@@ -107,6 +107,8 @@ def get_model(name: str | None) -> tuple[Any, Any]:
                 except Exception as err:  # any failure becomes a message in the UI
                     log.exception("loading %s failed", key)
                     raise ValueError(f"Could not load model {key!r}: {err}") from err
+                model = MODELS[key][0]
+                log.info("loaded model %s from %s (%s)", key, getattr(model, "name_or_path", "?"), model.dtype)
     return MODELS[key]
 
 

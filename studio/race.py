@@ -99,6 +99,7 @@ class Run(Lane):
     drafted: int = 0  # verified: drafts checked
     matched: int = 0  # verified: drafts that matched (each a token committed without a forward of its own)
     looked_up: int = 0  # verified: forwards whose drafts came from prompt lookup
+    checks: list[tuple[int, int]] = field(default_factory=list)  # verified: (drafts checked, matched) per forward
     text: str = ""
 
     def advance(self) -> None:
@@ -120,6 +121,7 @@ class Run(Lane):
             self.looked_up += event.draft_source[0] == "lookup"
             if drafts:
                 note = f" · {matched} of {drafts} drafts ({event.draft_source[0]}) matched"
+                self.checks.append((drafts, matched))
         if ids:
             self.chunks.append((event.forward, self.pieces(ids, text), conf, note))
         self.finished = event.done[0]
@@ -214,6 +216,40 @@ def time_figure(runs: dict[str, Run | None]) -> dict:
                                                   "tokens")}
 
 
+def acceptance(run: Run | None) -> dict:
+    """The verified lane's acceptance, from its forwards that checked drafts: mean accepted length (drafts matched
+    per such forward; tokens per forward over all its forwards) and, by draft position a, how often d_a matched
+    when it was checked and every draft before it had matched: P(d_a matched | d_1 .. d_{a-1} matched)."""
+    checks = run.checks if run else []
+    longest = max((k for k, _ in checks), default=0)
+    positions = []
+    for a in range(1, longest + 1):
+        tried = sum(1 for k, m in checks if k >= a and m >= a - 1)
+        matched = sum(1 for _, m in checks if m >= a)
+        positions.append({"position": a, "checked": tried, "matched": matched,
+                          "rate": matched / tried if tried else None})
+    return {"forwards_checking": len(checks), "drafts_checked": sum(k for k, _ in checks),
+            "mean_accepted": sum(m for _, m in checks) / len(checks) if checks else 0.0,
+            "tokens_per_forward": run.summary()["tokens_per_forward"] if run else 0.0, "positions": positions}
+
+
+def acceptance_figure(run: Run | None) -> dict:
+    """Acceptance rate by draft position (bars labelled matched/checked), the mean accepted length in the title."""
+    acc = acceptance(run)
+    rows = [p for p in acc["positions"] if p["checked"]]
+    title = (f"MARS verified: mean accepted length {acc['mean_accepted']:.2f} drafts<br>per forward that checked "
+             f"drafts ({acc['forwards_checking']} forwards) · {acc['tokens_per_forward']:.2f} tokens per forward"
+             if acc["forwards_checking"] else "MARS verified: acceptance by draft position<br>(no drafts checked yet)")
+    data = [{"type": "bar", "x": [f"d{p['position']}" for p in rows], "y": [p["rate"] for p in rows],
+             "text": [f"{p['matched']}/{p['checked']}" for p in rows], "textposition": "outside",
+             "marker": {"color": VERIFIED_COLOUR}, "name": "P(d_a matched | d_1..d_(a-1) matched)",
+             "hovertemplate": "%{x}: %{text} matched (%{y:.0%})<extra></extra>"}]
+    layout = chart_layout(title, "draft position", "acceptance rate", height=300, showlegend=False, bargap=0.35)
+    layout["yaxis"].update(range=[0, 1.15], tickformat=".0%")
+    layout["margin"].update(t=60, b=50)
+    return {"data": data, "layout": layout}
+
+
 def headline(key: str, run: Run, ar: Run, depart: int | None, done: bool, dtype: str = "bfloat16") -> str:
     """What is deterministic about a MARS lane: forwards, tokens per forward, and how its answer compares to AR's."""
     s, a = run.summary(), ar.summary()
@@ -263,6 +299,7 @@ def trace(runs: dict[str, Run | None], status: str, message: str = "") -> dict:
                 "text": run.text, "ids": run.ids, "drafted": run.drafted, "matched": run.matched}
 
     out = {"status": status, "message": message, **{key: one(runs.get(key)) for key in LANES}}
+    out["acceptance"] = acceptance(runs.get("verified"))
     ar = runs.get("ar")
     if ar is not None:
         done = status == "done"
@@ -272,15 +309,16 @@ def trace(runs: dict[str, Run | None], status: str, message: str = "") -> dict:
 
 def frame(runs: dict[str, Run | None], session: dict, block_size: int, status: str, done: bool = False,
           dtype: str = "bfloat16", charts: bool = True) -> tuple:
-    """One update of every output: the three panes, both charts (or gr.skip(): left as they are), stats, trace."""
+    """One update of every output: the three panes, the three charts (or gr.skip(): left as they are), stats,
+    trace."""
     ar = runs["ar"]
     panes = []
     for key in LANES:
         run = runs[key]
         depart = departure(ar.ids, run.ids, done) if key != "ar" else None
         panes.append(pane_html(run, f"{status} · {sum(run.counts)} tokens in {len(run.counts)} forwards", depart))
-    figures = ((plotly_data(forwards_figure(runs, block_size)), plotly_data(time_figure(runs))) if charts
-               else (gr.skip(), gr.skip()))
+    figures = ((plotly_data(forwards_figure(runs, block_size)), plotly_data(time_figure(runs)),
+                plotly_data(acceptance_figure(runs["verified"]))) if charts else (gr.skip(),) * 3)
     return (*panes, *figures, stats_markdown(runs, session, block_size, status, done, dtype), trace(runs, status))
 
 
@@ -288,7 +326,8 @@ def placeholder(status: str, message: str = "") -> tuple:
     """Outputs before anything was generated (loading, waiting, or a message), the charts as empty axes."""
     note = message or status
     return (pane_html(None, note), pane_html(None, note), pane_html(None, note),
-            plotly_data(forwards_figure({}, 4)), plotly_data(time_figure({})), note, trace({}, status, message))
+            plotly_data(forwards_figure({}, 4)), plotly_data(time_figure({})), plotly_data(acceptance_figure(None)),
+            note, trace({}, status, message))
 
 
 def failure(message: str, toast: bool = True) -> tuple:
@@ -403,6 +442,24 @@ def example_outputs(path: Path = EXAMPLE_FILE) -> tuple:
 # ----------------------------------------------------------------------------- the tab
 
 
+ACCEPTANCE_NOTE = """**Acceptance, MARS verified lane.** *Mean accepted length*: drafts matched per forward that checked
+drafts (each such forward also commits one token of its own, the bonus); tokens per forward counts every forward.
+*Acceptance rate by draft position*: how often draft d<sub>a</sub> matched the model's own token, among the forwards
+where it was checked, that is where d<sub>1</sub> … d<sub>a−1</sub> had all matched (verification stops at the first
+mismatch): P(d<sub>a</sub> matched | d<sub>1</sub> … d<sub>a−1</sub> matched). Each bar says matched/checked.
+Positions past B−1 come from prompt lookup, whose chains can be longer."""
+
+
+def acceptance_chart() -> gr.Plot:
+    """The verified lane's acceptance by draft position, under the race (updated with the other charts), beside a
+    note on how to read it."""
+    with gr.Row():
+        plot = gr.Plot(plotly_data(acceptance_figure(None)), label="acceptance by draft position", show_label=False,
+                       elem_id="acceptance-plot")
+        gr.Markdown(ACCEPTANCE_NOTE, elem_id="acceptance-note")
+    return plot
+
+
 def build(demo: gr.Blocks) -> None:
     """The Race tab: prompt, settings, the three lanes' panes, two charts and the trace, and their events; the page
     opens on the recorded race."""
@@ -435,6 +492,7 @@ def build(demo: gr.Blocks) -> None:
                                     elem_id="forwards-plot")
             time_plot = gr.Plot(plotly_data(time_figure({})), label="tokens against time", show_label=False,
                                 elem_id="time-plot")
+        acceptance_plot = acceptance_chart()
         gr.Markdown(
             "<small>The lanes share this machine's CPU: the app advances them in turn, one forward each, and "
             "times each by its own forwards only, so none is charged for another's work. MARS verified checks "
@@ -443,7 +501,7 @@ def build(demo: gr.Blocks) -> None:
             "one AR picks, several per forward when the drafts are right.</small>"
         )
         data = lanes.trace_json()
-    outputs = [*panes, forwards_plot, time_plot, stats, data]
+    outputs = [*panes, forwards_plot, time_plot, acceptance_plot, stats, data]
     demo.load(example_outputs, None, outputs, api_visibility="undocumented", show_progress="hidden")
     lanes.wire(run_button, stop_button, race, stop, [prompt, threshold, block, temperature, max_new, adapt, session],
                outputs, "race", "stop")

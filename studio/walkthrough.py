@@ -9,7 +9,9 @@ import gradio as gr
 import plotly.graph_objects as go
 import torch
 
-from mars_core import stream, training_attention_mask
+from mars_core import TreeLayout, stream, training_attention_mask
+from mars_core.decoding.lookup import expected_run
+from mars_core.decoding.verified import FLOORS, leading
 from mars_core.generate import encode_prompt
 
 from . import models
@@ -206,6 +208,367 @@ def walk_move(walk: dict, delta: int) -> tuple[str, dict]:
     return step_html(walk), walk
 
 
+# ----------------------------------------------------------------------------- verified decoding, forward by forward
+
+VERIFIED_PROMPT = "List the numbers from 1 to 15, separated by commas."
+TREE_NAMES = ("hidden", "the cache (committed before)", "pending → pending (causal)",
+              "draft → pending (its committed prefix)", "draft → earlier drafts (the chain)",
+              "G<sub>j</sub> mask → pending + d<sub>1</sub>…d<sub>j</sub> (its prefix)",
+              "G<sub>j</sub> mask → earlier masks of G<sub>j</sub> (causal)",
+              "itself only (a slot not fed for this sample)")
+TREE_COLOURS = ("#f1f5f9", "#94a3b8", "#475569", "#93c5fd", "#2563eb", "#fcd34d", "#f59e0b", "#e2e8f0")
+SLOT_COLOURS = {"pending": "#e2e8f0", "draft": "#bfdbfe", "mask": "#fde68a"}
+
+
+def tree_categories(pending: int, drafts: int, groups: list[int], g: int, fed: list[bool]) -> torch.Tensor:
+    """Per pair of fed slots [query, key], which rule of the tree lets the query see the key (0 = none), from the
+    rule text (MARS_METHOD.md, "Verified decoding"): pending tokens see each other causally; d_a sees the pending
+    tokens and d_1..d_a; a mask of G_j sees the pending tokens, d_1..d_j and the earlier masks of its own group. A
+    slot that is not fed for the sample is seen by none but itself."""
+    width = pending + drafts + len(groups) * g
+    cats = torch.zeros(width, width, dtype=torch.long)
+    for q in range(width):
+        if q < pending:
+            cats[q, : q + 1] = 2
+        elif q < pending + drafts:
+            cats[q, :pending], cats[q, pending : q + 1] = 3, 4
+        else:
+            c, t = divmod(q - pending - drafts, g)
+            start = pending + drafts + c * g
+            cats[q, : pending + groups[c]], cats[q, start : start + t + 1] = 5, 6
+    hidden = ~torch.tensor(fed, dtype=torch.bool)
+    cats[:, hidden] = 0
+    cats[hidden, hidden.nonzero().flatten()] = 7
+    return cats
+
+
+def verified_step(tok, record, before, event, context: str, g: int) -> dict:
+    """One verified forward as the walkthrough shows it, from the decoder's own record of it (and the record of the
+    forward before, whose choices made this tree): plain lists, nothing redrawn by hand."""
+    tree, width = record.tree, record.ids.shape[1]
+    P, K, groups = tree.pending.shape[1], tree.drafts.shape[1], list(tree.groups)
+    cache = record.mask.shape[2] - width
+    fed = torch.cat([tree.pending_valid[0], tree.fed[0], tree.group_fed[0, groups].repeat_interleave(g)])
+    kinds = ["pending"] * P + ["draft"] * K + ["mask"] * (len(groups) * g)
+    group_of = [None] * (P + K) + [j for j in groups for _ in range(g)]
+    text = [tok.decode([i]) if kind != "mask" else "[MASK]" for i, kind in zip(record.ids[0].tolist(), kinds)]
+    m, threshold = int(record.m[0]), event.threshold
+    mask_count = int(leading(record.proposed.conf >= threshold)[0])
+    return {
+        "forward": event.forward, "threshold": threshold, "context": context, "done": event.done[0], "g": g,
+        "pending": P, "drafts": K, "groups": groups, "cache": cache,
+        "slots": [{"kind": k, "text": t, "position": p, "group": j}
+                  for k, t, p, j in zip(kinds, text, record.positions[0].tolist(), group_of)],
+        "fed": fed.tolist(), "mask": record.mask[0, :, cache:].tolist(),
+        "cache_seen": record.mask[0, :, :cache].sum(-1).tolist(), "width": width,
+        "source": "lookup" if bool(tree.looked[0]) else "mask",
+        "draft_conf": before.chain.conf[0, :K].tolist() if before is not None else [],
+        "chosen_odds": before.odds[0].tolist() if before is not None else None,
+        "seconds": None if record.seconds is None else record.seconds.tolist(),
+        "m": m, "predicted": [tok.decode([i]) for i in record.tokens[0].tolist()],
+        "predicted_conf": record.confidence[0].tolist(), "committed": [tok.decode([i]) for i in event.token_ids[0]],
+        "proposed": [tok.decode([i]) for i in record.proposed.tokens[0, :g].tolist()],
+        "proposed_conf": record.proposed.conf[0, :g].tolist(),
+        "proposed_fed": m in groups and bool(tree.group_fed[0, m]),  # G_m was fed: its masks propose the next drafts
+        "mask_run": float(expected_run(record.proposed.conf, torch.tensor([mask_count]))[0]),
+        "next": [tok.decode([i]) for i in record.chain.tokens[0, : int(record.chain.count[0])].tolist()],
+        "next_conf": record.chain.conf[0, : int(record.chain.count[0])].tolist(),
+        "next_source": "lookup" if bool(record.chain.looked[0]) else "mask", "mask_count": mask_count,
+        "next_run": float(expected_run(record.chain.conf, record.chain.count)[0]),
+        "next_odds": record.odds[0].tolist(), "next_groups": [j for j, f in enumerate(record.group_fed[0]) if f],
+    }
+
+
+def verified_steps(prompt: str, threshold: float, block_size: int, max_new_tokens: int
+                   ) -> Iterator[tuple[str, object, dict]]:
+    """The Decode verified button: the inputs checked, then the decode in a generation slot; its one frame is the
+    first forward's view, its tree mask and the walk."""
+    try:
+        prompt, tau, block, _, new = check_inputs(prompt, threshold, block_size, 0.0, max_new_tokens,
+                                                  cap=cap("walkv-max-new"))
+    except ValueError as err:
+        yield verified_failure(str(err))
+        return
+    yield from models.in_a_slot(guarded(decode_verified(prompt, tau, block, new), verified_failure, "Decoding"),
+                                lambda: (f"<p>{models.WAITING}</p>", gr.skip(), gr.skip()))
+
+
+def walk_verified(prompt: str, threshold: float, block_size: int, max_new_tokens: int) -> tuple[str, object, dict]:
+    """Decode a prompt in verified mode and keep every forward's record: the last frame of verified_steps."""
+    *_, last = verified_steps(prompt, threshold, block_size, max_new_tokens)
+    return last
+
+
+def decode_verified(prompt: str, tau: float, block: int, new: int) -> Iterator[tuple[str, object, dict]]:
+    """The verified decode itself, inside a generation slot: every forward's record (DecodeOptions.record) beside
+    its event, then one frame."""
+    model, tok = models.get_model(models.CONFIG.model)
+    records, steps, context = [], [], ""
+    with models.TRACKER:
+        for event in stream(model, tok, prompt, strategy="verified", block_size=block, max_new_tokens=new,
+                            threshold=tau, record=records.append):
+            before = records[-2] if len(records) > 1 else None
+            steps.append(verified_step(tok, records[-1], before, event, context, block - 1))
+            context += event.texts[0]
+    walk = {"steps": steps, "index": 0}
+    yield verified_html(walk), tree_figure(walk), walk
+
+
+def verified_failure(message: str) -> tuple[str, object, dict]:
+    """The verified walkthrough's outputs for a message instead of a decode."""
+    return f"<p>{html.escape(warn(message))}</p>", tree_figure({"steps": []}), {"steps": [], "index": 0}
+
+
+def axis_labels(step: dict) -> list[str]:
+    """Every fed slot's label: pending tokens by text, drafts d_a, masks G_j·t."""
+    labels, P, K, g = [], step["pending"], step["drafts"], step["g"]
+    for i, slot in enumerate(step["slots"]):
+        shown = slot["text"].replace("\n", "↵").replace(" ", "␣")[:10] or "∅"
+        if slot["kind"] == "pending":
+            labels.append(f"{shown} @{slot['position']}")
+        elif slot["kind"] == "draft":
+            labels.append(f"d{i - P + 1} {shown}")
+        else:
+            labels.append(f"G{slot['group']}·m{(i - P - K) % g + 1}")
+    return labels
+
+
+def tree_figure(walk: dict) -> go.Figure:
+    """The mask the decoder fed in the shown forward, each rule in its colour (the cache's slots as one column): the
+    colours are computed from the tree's rules and must equal the recorded mask cell for cell."""
+    steps = walk.get("steps", [])
+    if not steps:
+        fig = go.Figure()
+        fig.update_layout(title=dict(text="Press Decode verified: the tree mask of each forward appears here",
+                                     font=dict(size=14)), height=200, plot_bgcolor="#ffffff", paper_bgcolor="#ffffff",
+                          xaxis=dict(visible=False), yaxis=dict(visible=False))
+        return fig
+    s = steps[walk.get("index", 0)]
+    cats = tree_categories(s["pending"], s["drafts"], s["groups"], s["g"], s["fed"])
+    assert torch.equal(cats > 0, torch.tensor(s["mask"], dtype=torch.bool)), \
+        "the rule colours disagree with the mask the decoder fed"
+    labels = axis_labels(s)
+    z = cats.tolist()
+    x = labels
+    if s["cache"]:  # one column for the cache: every fed slot sees all of its real slots
+        z = [[1 if seen == s["cache"] else 0] + row for seen, row in zip(s["cache_seen"], z)]
+        x = [f"cache ({s['cache']} tokens)"] + labels
+    n = len(TREE_COLOURS)
+    scale = [[k / n, c] for i, c in enumerate(TREE_COLOURS) for k in (i, i + 1)]
+    hover = [[f"query {labels[r]} → key {x[c]}: {TREE_NAMES[v]}" for c, v in enumerate(row)] for r, row in enumerate(z)]
+    fig = go.Figure(go.Heatmap(
+        z=z, x=list(range(len(x))), y=list(range(len(labels))), colorscale=scale, zmin=-0.5, zmax=n - 0.5, xgap=1,
+        ygap=1, text=hover, hoverinfo="text", showscale=False))
+    for v in sorted({v for row in z for v in row} - {0}):  # a legend entry per rule the picture shows
+        fig.add_scatter(x=[None], y=[None], mode="markers", name=TREE_NAMES[v], showlegend=True,
+                        marker=dict(size=12, symbol="square", color=TREE_COLOURS[v]))
+    offset = 1 if s["cache"] else 0
+    edges = [s["pending"], s["pending"] + s["drafts"]] + [s["pending"] + s["drafts"] + c * s["g"]
+                                                          for c in range(1, len(s["groups"]))]
+    for e in sorted(set(edges)):
+        if 0 < e < len(labels):
+            fig.add_shape(type="line", x0=e + offset - 0.5, x1=e + offset - 0.5, y0=-0.5, y1=len(labels) - 0.5,
+                          line=dict(color="#0f172a", width=1))
+            fig.add_shape(type="line", y0=e - 0.5, y1=e - 0.5, x0=-0.5, x1=len(x) - 0.5,
+                          line=dict(color="#0f172a", width=1))
+    size = max(14, min(30, 640 // max(len(labels), 1)))
+    fig.update_layout(
+        title=dict(text=f"Forward {s['forward'] + 1}: the mask it fed", font=dict(size=14)),
+        height=min(1000, 300 + size * len(labels)), margin=dict(l=110, r=20, t=50, b=180),
+        legend=dict(orientation="h", x=0, y=0.01, xanchor="left", yanchor="bottom", yref="container",
+                    font=dict(size=11)),
+        xaxis=dict(tickvals=list(range(len(x))), ticktext=x, tickangle=-60, title=dict(text="keys (seen)")),
+        yaxis=dict(tickvals=list(range(len(labels))), ticktext=labels, autorange="reversed",
+                   title=dict(text="queries (fed slots)")),
+        plot_bgcolor="#ffffff", paper_bgcolor="#ffffff")
+    return fig
+
+
+def chip_row(step: dict, kind: str, first: int = 0, last: int | None = None) -> str:
+    """The fed slots of one kind as chips."""
+    return "".join(token_chip(slot["text"], SLOT_COLOURS[kind]) for slot in step["slots"][first:last]
+                   if slot["kind"] == kind)
+
+
+def percent(p: float) -> str:
+    return f"{100 * p:.0f}%" if p >= 0.005 else f"{100 * p:.1f}%"
+
+
+def why_this_tree(s: dict) -> str:
+    """Why this forward fed these drafts and groups: the odds the forward before computed, and its rule."""
+    if s["chosen_odds"] is None:
+        if not s["groups"]:
+            return "<p>The prefill, with no group: at τ = 1 (or B = 1) no draft is worth checking.</p>"
+        return ("<p>The prefill: the prompt is pending, there are no drafts yet, and G<sub>0</sub> hangs after the "
+                "prompt to propose the first ones.</p>")
+    K, odds = s["drafts"], s["chosen_odds"]
+    if K == 0:
+        hung = ("G<sub>0</sub> hangs after the pending token to propose new ones" if s["groups"] else
+                "no group hangs: a plain one-token forward")
+        cost = ", or, sized by this machine's cost curve, no draft paid for its width" if s["seconds"] else ""
+        return (f"<p><b>Why this tree.</b> The forward before chose no draft to check (none was confident enough, "
+                f"or the group that would have proposed them was not fed{cost}), so this forward checks none; "
+                f"{hung}.</p>")
+    rows = "".join(
+        f"<tr><td {CELL}>G<sub>{j}</sub></td><td {CELL}>{percent(odds[j])}</td><td {CELL}>"
+        f"{'✓ fed' if j in s['groups'] else '✗ not fed'}</td></tr>" for j in range(K + 1))
+    head = "".join(f"<th {CELL}>{h}</th>" for h in ("group", "P(exactly j drafts match)", "this forward"))
+    if s["seconds"] is None:
+        rule = (f"G<sub>j</sub> is fed when P(exactly j drafts match) ≥ the group floor "
+                f"{TreeLayout().group_floor:g}: width goes where it is likely to pay.")
+    else:
+        t = s["seconds"]
+        rule = ("This machine's forward cost was measured, so the decoder sized the tree by cost: among draft counts "
+                f"and group floors ({', '.join(f'{f:g}' for f in FLOORS)}) it fed the tree with the most expected "
+                f"committed tokens per second of forward. This forward fed {s['width']} tokens, which costs "
+                f"{t[min(s['width'], len(t) - 1)] / t[1]:.2f}× a one-token forward here"
+                + ("; no group was worth its width, so this forward's masks propose nothing." if not s["groups"] else
+                   "; the groups left out were the least likely." if len(s["groups"]) < K + 1 else "."))
+    return (f"<p><b>Why this tree.</b> The forward before proposed {K} draft{'s' * (K != 1)} (from "
+            f"{'prompt lookup' if s['source'] == 'lookup' else 'its mask slots'}) and computed, reading their "
+            f"confidences c<sub>1</sub>…c<sub>{K}</sub> as independent odds, P(exactly j match) = "
+            f"c<sub>1</sub>⋯c<sub>j</sub>(1 − c<sub>j+1</sub>). G<sub>j</sub> is only useful when exactly j "
+            f"match. {rule}</p>"
+            f'<table style="border-collapse:collapse"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>')
+
+
+def verify_rows(s: dict) -> str:
+    """Each draft checked against the model's own prediction, left to right, and the bonus."""
+    P, K, m = s["pending"], s["drafts"], s["m"]
+    rows = []
+    for a in range(K + 1):
+        read = (f"last pending {token_chip(s['slots'][P - 1]['text'], SLOT_COLOURS['pending'])}" if a == 0 else
+                f"d<sub>{a}</sub> {token_chip(s['slots'][P + a - 1]['text'], SLOT_COLOURS['draft'])}")
+        draft = (f"d<sub>{a + 1}</sub> {token_chip(s['slots'][P + a]['text'], SLOT_COLOURS['draft'])} "
+                 f"(c = {s['draft_conf'][a]:.2f})" if a < K else "—")
+        if a < m:
+            verdict, colour = f"✓ d<sub>{a + 1}</sub> matches: committed", "#dcfce7"
+        elif a == m:
+            verdict = (f"✗ d<sub>{a + 1}</sub> differs: the model's token is committed instead (the bonus)" if a < K
+                       else "the bonus: the model's token after the last draft" if K else
+                       "no drafts: the model's token is committed (one token)")
+            colour = "#fef9c3"
+        else:
+            verdict, colour = "· not read: after the first mismatch", "#fff"
+        cells = (read, token_chip(s["predicted"][a]) + f" {s['predicted_conf'][a]:.2f}", draft, verdict)
+        rows.append(f'<tr style="background:{colour}">' + "".join(f"<td {CELL}>{c}</td>" for c in cells) + "</tr>")
+    head = "".join(f"<th {CELL}>{h}</th>" for h in ("read at", "the model's token (confidence)", "draft checked",
+                                                     "verdict"))
+    return f'<table style="border-collapse:collapse;width:100%"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}'\
+           "</tbody></table>"
+
+
+def next_drafts(s: dict) -> str:
+    """Which chain the next forward checks, and why: G_m's predictions, or prompt lookup's."""
+    m, tau = s["m"], s["threshold"]
+    if s["done"]:
+        return "<p><b>Finished</b>: a stop token or the token limit.</p>"
+    chips = "".join(token_chip(t, SLOT_COLOURS["draft"]) + f"<small>{c:.2f}</small> "
+                    for t, c in zip(s["next"], s["next_conf"]))
+    others = [j for j in s["groups"] if j != m]
+    dropped = (f" The other groups' predictions (G<sub>{'</sub>, G<sub>'.join(map(str, others))}</sub>) are dropped: "
+               "they hang after drafts that did not all match." if others else "")
+    if s["proposed_fed"]:
+        proposed = "".join(token_chip(t, SLOT_COLOURS["mask"]) + f"<small>{c:.2f}</small> "
+                           for t, c in zip(s["proposed"], s["proposed_conf"]))
+        text = (f"<p><b>The next drafts.</b> m = {m}, so G<sub>{m}</sub>, hung after exactly the drafts that matched, "
+                f"proposes them (its mask t predicts the token after the bonus and onwards): {proposed}kept left to "
+                f"right while confidence ≥ {tau:.2f}: {s['mask_count']}.{dropped}</p>")
+    else:
+        text = (f"<p><b>The next drafts.</b> m = {m}, and G<sub>{m}</sub> was not hung in this forward, so its "
+                f"masks propose nothing.{dropped}</p>")
+    if s["next_source"] == "lookup":
+        text += (f"<p><b>Prompt lookup instead:</b> the tokens that followed the latest earlier occurrence of the "
+                 f"text's last tokens, {chips}promise a longer run of matches (Σ c<sub>1</sub>⋯c<sub>i</sub> = "
+                 f"{s['next_run']:.2f}) than the mask chain ({s['mask_run']:.2f}), so the next forward checks them."
+                 "</p>")
+    elif s["next"] and len(s["next"]) < s["mask_count"]:
+        text += (f"<p>The cost plan checks the first {len(s['next'])} of them: the rest would not pay for their "
+                 "width.</p>")
+    elif not s["next"]:
+        hung = ("hangs G<sub>0</sub> after it" if 0 in s["next_groups"]
+                else "hangs no group: a plain one-token forward")
+        text += f"<p>The next forward carries no drafts: it feeds the bonus token and {hung}.</p>"
+    groups = ", ".join(f"G<sub>{j}</sub> ({percent(s['next_odds'][j])})" for j in s["next_groups"]) or "none"
+    return text + f"<p>Groups hung after them in the next forward (P(exactly j match)): {groups}.</p>"
+
+
+def verified_html(walk: dict) -> str:
+    """One verified forward: what it fed and why, each draft's check, the commit, and the next drafts."""
+    steps = walk["steps"]
+    if not steps:
+        return "<p>Press <b>Decode verified</b> to step through a verified decode one forward at a time.</p>"
+    s = steps[walk["index"]]
+    P, K, g = s["pending"], s["drafts"], s["g"]
+    shown = max(0, P - 16)
+    pending = ("…" if shown else "") + chip_row(s, "pending", shown, P)
+    drafts = chip_row(s, "draft") or "none"
+    groups = " ".join(
+        f"G<sub>{j}</sub> " + "".join(token_chip("[MASK]", SLOT_COLOURS["mask"]) for _ in range(g))
+        + f"<small> at positions {s['slots'][P + K + c * g]['position']}…</small>" for c, j in enumerate(s["groups"]))
+    committed = "".join(token_chip(t, "#dcfce7") for t in s["committed"])
+    cut = " (cut: the end of the text or the token limit)" if len(s["committed"]) < s["m"] + 1 else ""
+    context = html.escape(s["context"]) or '<span style="color:#94a3b8">(nothing yet)</span>'
+    source = "prompt lookup" if s["source"] == "lookup" else "the mask slots"
+    return f"""
+<div style="line-height:1.7">
+<p><b>Forward {s['forward'] + 1} of {len(steps)}</b> · draft threshold {s['threshold']:.2f} · {s['width']} tokens
+fed · committed {len(s['committed'])} ({s['m']} draft{'s' * (s['m'] != 1)} + the bonus){cut}</p>
+<p><b>Committed before this forward:</b> <span style="white-space:pre-wrap">{context}</span></p>
+<p><b>Fed</b> after the cache ({s['cache']} tokens):<br>
+pending ({P} token{'s' * (P != 1)}{', last 16 shown' if shown else ''}): {pending}<br>
+{f"drafts d<sub>1</sub>…d<sub>{K}</sub> from {source}: {drafts}" if K else "drafts: none"}<br>
+groups: {groups or 'none'}</p>
+{why_this_tree(s)}
+<p><b>Verify, left to right.</b> The prediction read at the last pending token is exactly AR's next token; it is
+compared with d<sub>1</sub>, the prediction read at d<sub>1</sub> with d<sub>2</sub>, and so on.</p>
+{verify_rows(s)}
+<p><b>Committed:</b> {committed}{cut} — exactly what one-token decoding produces. The cache keeps the pending
+tokens and the {s['m']} matched draft{'s' * (s['m'] != 1)}; everything else fed is cropped.</p>
+{next_drafts(s)}
+</div>"""
+
+
+def verified_move(walk: dict, delta: int) -> tuple[str, object, dict]:
+    """Previous/next: show another forward of the verified walkthrough."""
+    steps = walk.get("steps", [])
+    walk = {"steps": steps, "index": min(max(walk.get("index", 0) + int(delta), 0), max(len(steps) - 1, 0))}
+    return verified_html(walk), tree_figure(walk), walk
+
+
+VERIFIED_MARKDOWN = """
+### Verified decoding, one forward at a time
+Verified MARS gives exactly AR's answer in fewer forwards. The mask slots' predictions become *drafts*, and the next
+forward checks them with the model's own next-token predictions while it proposes the next drafts, all under one
+attention mask shaped like a tree: the pending token (the last forward's bonus), the drafts d<sub>1</sub>…d<sub>k</sub>
+in a chain after it, and for each j a group G<sub>j</sub> of B−1 masks hanging after d<sub>1</sub>…d<sub>j</sub>, which
+proposes the next drafts in case exactly j drafts match. Every picture below is the decoder's own record of that
+forward (`DecodeOptions.record`): the mask is the one the model got.
+"""
+
+
+def verified_section(demo: gr.Blocks) -> None:
+    """The verified walkthrough: its inputs, Decode verified and the forward-by-forward view with its tree mask."""
+    gr.Markdown(VERIFIED_MARKDOWN)
+    with gr.Row(equal_height=True):
+        prompt = gr.Textbox(VERIFIED_PROMPT, label="Prompt", scale=3, max_length=MAX_PROMPT_CHARS,
+                            elem_id="walkv-prompt")
+        tau, block, new = (slider(f"walkv-{name}") for name in ("threshold", "block", "max-new"))
+    with gr.Row():
+        decode_button = gr.Button("Decode verified", variant="primary", elem_id="walkv-decode")
+        prev_button = gr.Button("◀ Previous forward", elem_id="walkv-prev")
+        next_button = gr.Button("Next forward ▶", elem_id="walkv-next")
+    walk = gr.State({"steps": [], "index": 0})
+    with gr.Row(elem_id="walkv-forward"):
+        view = gr.HTML(verified_html({"steps": [], "index": 0}), label="verified forward", elem_id="walkv-view")
+        plot = gr.Plot(tree_figure({"steps": []}), label="tree mask", show_label=False, elem_id="walkv-mask")
+    inputs, outputs = [prompt, tau, block, new], [view, plot, walk]
+    decode_button.click(models.gpu(verified_steps), inputs, outputs, api_name="walkthrough_verified",
+                        js=typed_js(inputs, True))
+    prev_button.click(lambda w: verified_move(w, -1), walk, outputs, api_visibility="undocumented", **QUICK)
+    next_button.click(lambda w: verified_move(w, 1), walk, outputs, api_visibility="undocumented", **QUICK)
+
+
 def build(demo: gr.Blocks) -> None:
     """The Walkthrough tab: the training mask and the loss, then a decode stepped forward by forward, and their
     events."""
@@ -217,7 +580,7 @@ def build(demo: gr.Blocks) -> None:
         mask_plot = gr.Plot(mask_figure(8, 4), label="attention mask", show_label=False)
         gr.Markdown(LOSS_MARKDOWN, latex_delimiters=[
             {"left": "$$", "right": "$$", "display": True}, {"left": "$", "right": "$", "display": False}])
-        gr.Markdown("### Decoding, one forward at a time")
+        gr.Markdown("### Decoding at a threshold τ, one forward at a time")
         with gr.Row(equal_height=True):
             prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", scale=3, max_length=MAX_PROMPT_CHARS)
             tau, block, new = (slider(f"walk-{name}") for name in ("threshold", "block", "max-new"))
@@ -227,6 +590,7 @@ def build(demo: gr.Blocks) -> None:
             next_button = gr.Button("Next forward ▶")
         walk = gr.State({"steps": [], "index": 0})
         view = gr.HTML(step_html({"steps": [], "index": 0}), label="forward")
+        verified_section(demo)
     gr.on([mask_n.change, mask_b.change], mask_figure, [mask_n, mask_b], mask_plot, api_name="mask",
           show_progress="hidden")
     inputs = [prompt, tau, block, new]

@@ -79,6 +79,13 @@ class CostCurve:
                    d.get("machine", {}))
 
 
+def extrapolated(width: int, timed: tuple[int, ...], measured: list[float]) -> float:
+    """Seconds at `width` from the timed widths; past the widest timed one, never less than it took (on a busy
+    machine a noisy last segment can slope down, and its line would reach zero)."""
+    seconds = interpolate(width, timed, measured)
+    return max(seconds, measured[-1]) if width > timed[-1] else seconds
+
+
 @torch.inference_mode()
 def measure_cost(model: torch.nn.Module, batch_sizes: tuple[int, ...] = BATCH_SIZES, widths: tuple[int, ...] = WIDTHS,
                  context: int = 128, rounds: int = 3, budget: int = TOKEN_BUDGET) -> CostCurve:
@@ -98,7 +105,7 @@ def measure_cost(model: torch.nn.Module, batch_sizes: tuple[int, ...] = BATCH_SI
             for w in timed:
                 times[w].append(_timed_forward(model, cache, prefix[:, context : context + w], context))
         measured = [statistics.median(times[w][1:]) for w in timed]
-        rows.append(tuple(interpolate(w, tuple(timed), measured) for w in widths))
+        rows.append(tuple(extrapolated(w, tuple(timed), measured) for w in widths))
     return CostCurve(tuple(batch_sizes), tuple(widths), tuple(rows), machine_info(dev, model.dtype))
 
 

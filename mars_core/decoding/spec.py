@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -44,6 +46,7 @@ class DecodeSpec:
     mask_id: int | None  # the mask token (needed when block_size > 1)
     generator: torch.Generator | None = None  # seeds sampling
     layout: TreeLayout = field(default_factory=TreeLayout)  # verified decoding: which drafts and groups are fed
+    record: Callable[[Any], None] | None = None  # verified decoding: called with each forward's verified.Forward
 
 
 @dataclass

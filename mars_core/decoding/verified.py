@@ -36,9 +36,11 @@ Batches: drafts, groups and the cache's holes are per sample, positions explicit
 columns, which group columns) is the union over samples. The threshold in force when a forward ends decides which
 of its drafts the next forward checks; the one host sync per forward returns that layout.
 
-One forward is four phases, a function each: feed the tree, verify (greedy or speculative), choose the next chain
-(mask group or lookup, and the groups to hang after it), commit and crop. The loop carries two small states:
-Answer (what is committed, what the cache holds) and Tree (what the coming forward feeds).
+One forward is four phases, a function each: feed the tree (tree_inputs builds what is fed), verify (greedy or
+speculative), choose the next chain (mask group or lookup, and the groups to hang after it), commit and crop. The
+loop carries two small states: Answer (what is committed, what the cache holds) and Tree (what the coming forward
+feeds). A caller that asks (DecodeSpec.record) gets each forward's Forward record: what was fed, down to the exact
+mask, and what was decided; the app's walkthrough draws verified decoding from these.
 """
 
 from __future__ import annotations
@@ -96,6 +98,25 @@ class Chain:
     q: torch.Tensor | None  # [b, D, V] their distributions when sampling (None: greedy)
     count: torch.Tensor  # [b] leading drafts kept: confidence >= threshold (set by next_chain)
     looked: torch.Tensor  # [b] prompt lookup's chain won over the mask slots'
+
+
+@dataclass
+class Forward:
+    """One forward as a caller that asked for it sees it (DecodeSpec.record): what it fed, what it verified, and
+    what it chose for the next forward. Teaching and debugging only; the decoder never reads it back."""
+
+    tree: Tree  # what it fed
+    ids: torch.Tensor  # [b, W] the tokens fed: pending, drafts, then the masks of each group
+    positions: torch.Tensor  # [b, W] their positions
+    mask: torch.Tensor  # [b, W, T+W] the boolean mask fed (True = attend): the cache's T slots, then the W fed
+    m: torch.Tensor  # [b] drafts matched
+    tokens: torch.Tensor  # [b, K+1] the token chosen at each verify slot: tokens[:, :m] the drafts, tokens[m] bonus
+    confidence: torch.Tensor  # [b, K+1] their confidences
+    proposed: Chain  # G_m's predictions, the mask slots' chain (before prompt lookup and the threshold)
+    chain: Chain  # the drafts the next forward checks: the first count[i]; looked: prompt lookup's chain won
+    group_fed: torch.Tensor  # [b, D+1] the groups G_j hung after them in the next forward
+    odds: torch.Tensor  # [b, D+1] P(exactly j of those drafts match), the odds the groups were chosen by
+    seconds: torch.Tensor | None  # seconds of a forward by tokens fed, the trees were sized by (None: fixed rules)
 
 
 @lru_cache(maxsize=64)
@@ -187,16 +208,22 @@ def start(prompts: list[list[int]], spec: DecodeSpec, threshold: float, dev: tor
     return answer, tree
 
 
-def feed(model: torch.nn.Module, cache, answer: Answer, tree: Tree, g: int, mask_id: int) -> torch.Tensor:
-    """One forward over the tree under its explicit mask; the last hidden states [b, W, H] (logits come later,
-    only where read). Positions: pending n-P .. n-1, d_a n+a-1, mask t of G_j n+j+t."""
+def tree_inputs(answer: Answer, tree: Tree, g: int, mask_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What the forward over the tree feeds: ids [b, W], positions [b, W] and the boolean mask [b, W, T+W] (True =
+    attend; the cache's T slots, then the W fed). Positions: pending n-P .. n-1, d_a n+a-1, mask t of G_j n+j+t."""
     (b, P), K, dev = tree.pending.shape, tree.drafts.shape[1], tree.pending.device
     cols = torch.tensor(tree.groups, dtype=torch.long, device=dev)
     offsets = (cols[:, None] + torch.arange(g, device=dev)).reshape(-1)
     ids = torch.cat([tree.pending, tree.drafts, torch.full((b, len(cols) * g), mask_id, device=dev)], 1)
     positions = answer.length[:, None] + torch.cat([torch.arange(-P, K, device=dev), offsets])
     fed_valid = torch.cat([tree.pending_valid, tree.fed, tree.group_fed[:, cols].repeat_interleave(g, 1)], 1)
-    mask = tree_mask(answer.valid, fed_valid, tree_template(P, K, tree.groups, g))
+    return ids, positions, tree_mask(answer.valid, fed_valid, tree_template(P, K, tree.groups, g))
+
+
+def feed(model: torch.nn.Module, cache, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor
+         ) -> torch.Tensor:
+    """One forward over the tree under its explicit mask; the last hidden states [b, W, H] (logits come later,
+    only where read)."""
     return model.get_decoder()(input_ids=ids, position_ids=positions.clamp_min(0), past_key_values=cache,
                                attention_mask=as_model_mask(mask, model), use_cache=True).last_hidden_state
 
@@ -369,13 +396,17 @@ def verified_decode(
     answer, tree = start(prompts, spec, ctl.threshold, model.device, depth)
     seconds = seconds_by_width(spec, len(prompts), depth, model.device)
     while not control.stopped:
-        hidden = feed(model, cache, answer, tree, g, spec.mask_id if g > 0 else spec.pad_id)
+        ids, positions, mask = tree_inputs(answer, tree, g, spec.mask_id if g > 0 else spec.pad_id)
+        hidden = feed(model, cache, ids, positions, mask)
         m, tokens, conf = verify(head, hidden, tree, ctl, spec.generator)
         end = commit(answer, tokens, m, spec)
         track_yield(answer, tree, m)
-        chain = mask_chain(head, hidden, tree, m, answer.done, ctl, spec, depth)
+        proposed = mask_chain(head, hidden, tree, m, answer.done, ctl, spec, depth)
         ctl = control.snapshot()  # the threshold in force now chooses what the next forward checks
-        chain, group_fed = next_chain(chain, answer, ctl.threshold, spec, seconds)
+        chain, group_fed = next_chain(proposed, answer, ctl.threshold, spec, seconds)
+        if spec.record is not None:  # a caller that asked sees what was fed and decided (no cost otherwise)
+            spec.record(Forward(tree, ids, positions, mask, m, tokens, conf, proposed, chain, group_fed,
+                                group_odds(chain.conf, chain.count), seconds))
         done, ms, counts, hung = to_host(answer.done, m, chain.count, group_fed.any(0))  # the one host sync
         stop = yield Step(tokens, conf, torch.zeros_like(m), end, [bool(d) for d in done], tree.threshold,
                           answer.out, answer.generated, drafts=tree.drafts, drafted=tree.fed.sum(1),

@@ -6,10 +6,12 @@ import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import datasets
 import torch
+
+if TYPE_CHECKING:  # datasets is imported where a dataset is built: reading JSONL (prompts, the app) needs none
+    import datasets
 
 logger = logging.getLogger(__name__)
 
@@ -18,7 +20,7 @@ IGNORE_INDEX = -100
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>")
 
 Message = Mapping[str, Any]
-ChatSource = str | Path | datasets.Dataset | Sequence[Mapping[str, Any]]
+ChatSource = "str | Path | datasets.Dataset | Sequence[Mapping[str, Any]]"
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
@@ -98,6 +100,8 @@ def has_target(labels: Sequence[int]) -> bool:
 
 def _as_dataset(source: ChatSource) -> datasets.Dataset:
     """A datasets.Dataset from a JSONL path, a Dataset, or a list of {"messages": [...]} dicts."""
+    import datasets
+
     if isinstance(source, datasets.Dataset):
         return source
     if isinstance(source, (str, Path)):

@@ -298,3 +298,33 @@ def test_the_fixed_rules_apply_without_a_curve_or_when_asked(trained, tokenizer)
     fixed = fed_widths(trained, tokenizer, list(ANSWERS), threshold=0.3,
                        layout=TreeLayout(cost=NOTHING_PAYS, use_cost=False))[0]
     assert plain == fixed and max(plain) > 1
+
+
+@pytest.mark.parametrize("layout", [TreeLayout(), TreeLayout(cost=STEEP)], ids=["fixed-rules", "by-cost"])
+def test_the_record_is_what_each_forward_fed_and_chose(trained, tokenizer, layout):
+    """DecodeOptions.record sees every forward: the mask it holds is the mask the model got, its ids and positions
+    what was fed; the next forward checks the drafts and hangs the groups it chose; the answer is unchanged."""
+    text = list(ANSWERS)[4]
+    got, records = [], []
+    hook = trained.get_decoder().register_forward_pre_hook(
+        lambda m, a, k: got.append((k["input_ids"], k["position_ids"], k["attention_mask"])), with_kwargs=True)
+    try:
+        events = list(stream(trained, tokenizer, text, strategy="verified", threshold=0.3, max_new_tokens=40,
+                             layout=layout, record=records.append))
+    finally:
+        hook.remove()
+    assert len(records) == len(events) == len(got)
+    assert [t for e in events for t in e.token_ids[0]] == generate(
+        trained, tokenizer, text, strategy="verified", threshold=0.3, max_new_tokens=40, layout=layout).token_ids[0]
+    for r, (ids, positions, mask), e in zip(records, got, events):
+        assert torch.equal(r.mask[:, None], mask) and torch.equal(r.ids, ids)  # SDPA: the boolean mask itself
+        assert torch.equal(r.positions.clamp_min(0), positions)
+        assert int(r.m[0]) == e.matched[0] and r.tree.drafts[0, : int(r.tree.fed[0].sum())].tolist() == e.drafts[0]
+        assert r.odds.shape == r.group_fed.shape and torch.allclose(r.odds.sum(1), torch.ones(1))
+    for before, after in zip(records, records[1:]):  # what one forward chose is what the next one fed
+        count = int(before.chain.count[0])
+        assert after.tree.drafts[0, :count].tolist() == before.chain.tokens[0, :count].tolist()
+        assert after.tree.groups == tuple(j for j, fed in enumerate(before.group_fed[0].tolist()) if fed)
+    assert any(int(r.m[0]) > 0 for r in records) and (records[0].seconds is None) == (layout.cost is None)
+    if layout.cost is None:  # width is free of cost: several groups hang, and the repeated sentence is looked up
+        assert any(len(r.tree.groups) > 1 for r in records) and any(r.chain.looked[0] for r in records)

@@ -8,8 +8,10 @@ import warnings
 from pathlib import Path
 
 import pytest
+import torch
 
 import app
+from mars_core import stream
 from mars_core.serving import adaptive_threshold
 from studio import explorer, inputs, lanes, models, race, walkthrough
 
@@ -19,7 +21,7 @@ PROMPT = "Count from one to ten"
 pytestmark = pytest.mark.usefixtures("served")  # tests/studio/conftest.py: the tiny model, served
 
 
-OUT = ("ar", "mars", "verified", "forwards", "time", "stats", "trace")  # race's outputs, in order
+OUT = ("ar", "mars", "verified", "forwards", "time", "acceptance", "stats", "trace")  # race's outputs, in order
 
 
 def part(frame: tuple, name: str):
@@ -45,7 +47,7 @@ def test_race_streams_every_lane_and_tau_one_is_ar():
     assert set(trace["mars"]["counts"]) == set(trace["ar"]["counts"]) == {1}
     assert trace["mars"]["tokens"] == trace["ar"]["tokens"] == trace["verified"]["tokens"] == 40
     assert trace["departs_at"] == {"mars": None, "verified": None}
-    ar_html, mars_html, verified_html, forwards_plot, time_plot, stats, _ = outputs[-1]
+    ar_html, mars_html, verified_html, forwards_plot, time_plot, _, stats, _ = outputs[-1]
     assert ar_html.count("forward ") >= 40 and "done" in mars_html and "done" in verified_html
     plot = json.loads(forwards_plot.plot)
     assert forwards_plot.type == "plotly" and {d["name"] for d in plot["data"]} == {
@@ -56,6 +58,35 @@ def test_race_streams_every_lane_and_tau_one_is_ar():
     times = trace["mars"]["times"]
     assert times == sorted(times) and trace["mars"]["seconds"] == pytest.approx(times[-1])
     assert session["mars"] is None and session["ar"] is None and session["verified"] is None
+
+
+def test_acceptance_by_draft_position_counts_only_drafts_that_were_checked():
+    """(drafts checked, matched) per forward: d_a counts as checked once every draft before it matched."""
+    run = race.Run("MARS verified", iter(()), None, counts=[1, 3, 1, 4, 2], checks=[(3, 2), (3, 0), (3, 3), (2, 1)])
+    acc = race.acceptance(run)
+    assert acc["forwards_checking"] == 4 and acc["mean_accepted"] == 1.5 and acc["tokens_per_forward"] == 2.2
+    assert [(p["checked"], p["matched"]) for p in acc["positions"]] == [(4, 3), (3, 2), (2, 1)]
+    assert acc["positions"][0]["rate"] == 0.75
+    plot = race.acceptance_figure(run)
+    assert plot["data"][0]["x"] == ["d1", "d2", "d3"] and plot["data"][0]["text"] == ["3/4", "2/3", "1/2"]
+    assert "mean accepted length 1.50 drafts<br>per forward that checked drafts (4 forwards) · 2.20 tokens per " \
+        "forward" in plot["layout"]["title"]["text"]
+    assert race.acceptance(None)["positions"] == [] and "no drafts checked yet" in json.dumps(
+        race.acceptance_figure(None))
+
+
+def test_the_race_reports_the_verified_lanes_acceptance_live():
+    outputs = list(race.race(PROMPT, 0.9, 4, 0.0, 40, False, race.new_session()))
+    acc = final(outputs)["acceptance"]
+    trace = final(outputs)
+    assert acc["forwards_checking"] >= 1 and acc["drafts_checked"] == trace["verified"]["drafted"]
+    assert acc["mean_accepted"] * acc["forwards_checking"] == trace["verified"]["matched"]
+    assert acc["tokens_per_forward"] == trace["verified"]["tokens_per_forward"]
+    first = acc["positions"][0]
+    assert first["checked"] == acc["forwards_checking"]  # d_1 is checked in every forward that checks drafts
+    charts = [part(frame, "acceptance") for frame in outputs[:-1]]
+    assert any(hasattr(c, "plot") for c in charts)  # live: drawn while the race runs (with the other charts)
+    assert json.loads(part(outputs[-1], "acceptance").plot)["data"][0]["x"][0] == "d1"
 
 
 def test_a_departure_from_ar_is_said_and_marked():
@@ -279,6 +310,82 @@ def test_walkthrough_at_tau_one_commits_one_token_per_forward():
     assert "no mask tokens" in page and "[MASK]" not in page
 
 
+@pytest.mark.parametrize("pending, drafts, groups, fed", [
+    (5, 0, (0,), [True] * 8), (1, 3, (0, 1), [True] * 10), (1, 4, (0, 1, 2, 4), [True] * 17),
+    (2, 3, (0, 2, 3), [False, True, True, True, False] + [True] * 6 + [False] * 3), (1, 0, (), [True])])
+def test_tree_colours_follow_the_rules_and_agree_with_the_decoders_template(pending, drafts, groups, fed):
+    """The walkthrough's rule colours, written from the rule text, against the decoder's own tree_template and
+    tree_mask (a slot not fed is seen by none but itself)."""
+    from mars_core.decoding.verified import tree_mask, tree_template
+
+    cats = walkthrough.tree_categories(pending, drafts, list(groups), 3, fed)
+    template = tree_template(pending, drafts, groups, 3)
+    mask = tree_mask(torch.zeros(1, 0, dtype=torch.bool), torch.tensor([fed]), template)
+    assert torch.equal(cats > 0, mask[0])
+    if drafts and len(groups) > 1:  # G_j's first mask sees the pending tokens and d_1..d_j, nothing after
+        row = pending + drafts + 3
+        assert cats[row, pending + groups[1] - 1] == 5 and cats[row, pending + groups[1] : pending + drafts].sum() == 0
+
+
+def test_verified_walkthrough_draws_the_mask_the_decoder_fed(tiny):
+    """Every forward of the verified walkthrough, drawn from the decoder's records: the drawn mask equals the mask
+    the model got (captured at the model's decoder), cell for cell, the cache as one column every slot sees."""
+    model, _ = tiny
+    fed = []
+    hook = model.get_decoder().register_forward_pre_hook(
+        lambda m, a, k: fed.append(k["attention_mask"][0, 0].clone()), with_kwargs=True)
+    try:
+        page, fig, walk = walkthrough.walk_verified(PROMPT, 0.05, 4, 32)
+    finally:
+        hook.remove()
+    steps = walk["steps"]
+    assert len(steps) == len(fed) > 5 and "Forward 1 of" in page and "the mask it fed" in fig.layout.title.text
+    for index, mask in enumerate(fed):
+        view, figure, _ = walkthrough.verified_move({"steps": steps, "index": 0}, index)
+        z = torch.tensor(figure.data[0].z)
+        cache = mask.shape[1] - mask.shape[0]
+        if cache:
+            seen = mask[:, :cache]
+            assert bool((seen.all(-1) | ~seen.any(-1)).all())  # one column loses nothing: all or none of the cache
+            assert torch.equal(z[:, 0] == 1, seen.all(-1))
+            z = z[:, 1:]
+        assert torch.equal(z > 0, mask[:, cache:]), f"forward {index + 1}"
+        assert f"Forward {index + 1} of {len(steps)}" in view
+    assert sum(len(s["committed"]) for s in steps) == 32
+    assert "".join(t for s in steps for t in s["committed"]) == "".join(
+        e.texts[0] for e in stream(model, walkthrough.models.get_model("tiny")[1], PROMPT, strategy="ar",
+                                   max_new_tokens=32))  # verified: AR's answer
+
+
+def test_verified_walkthrough_explains_checks_groups_and_lookup():
+    """Each forward says what it fed, how each draft fared, which group proposes the next drafts, why groups were
+    not fed (the odds the decoder computed), and when prompt lookup's chain was checked instead."""
+    page, fig, walk = walkthrough.walk_verified(PROMPT, 0.05, 4, 32)
+    steps = walk["steps"]
+    pages = [walkthrough.verified_move(walk, i)[0] for i in range(len(steps))]
+    assert "The prefill" in pages[0] and "G<sub>0</sub>" in pages[0]
+    for s, view in zip(steps, pages):
+        if s["drafts"]:
+            assert view.count("✓ d<sub>") == s["m"]  # one ✓ per matched draft
+            assert ("✗ d<sub>" in view) == (s["m"] < s["drafts"])  # the first mismatch, when there was one
+        assert "the bonus" in view or "one token" in view
+    unfed = [(s, v) for s, v in zip(steps, pages) if s["drafts"] and len(s["groups"]) < s["drafts"] + 1]
+    assert unfed and all("✗ not fed" in v for _, v in unfed)  # why: P(exactly j match), the decoder's own odds
+    s, view = unfed[0]
+    missing = next(j for j in range(s["drafts"] + 1) if j not in s["groups"])
+    assert f"{walkthrough.percent(s['chosen_odds'][missing])}</td><td" in view
+    assert any("Prompt lookup instead" in v for v in pages)
+    assert any(s["source"] == "lookup" and "from prompt lookup" in v for s, v in zip(steps, pages))
+    assert "G<sub>" in walkthrough.verified_move(walk, 1)[0]
+
+
+def test_verified_walkthrough_bad_input():
+    with pytest.warns(UserWarning):
+        page, fig, walk = walkthrough.walk_verified("", 0.3, 4, 8)
+    assert "Empty prompt" in page and walk["steps"] == [] and "Press Decode verified" in fig.layout.title.text
+    assert "Press <b>Decode verified</b>" in walkthrough.verified_move({"steps": [], "index": 0}, 1)[0]
+
+
 def test_walkthrough_bad_input():
     with pytest.warns(UserWarning):
         page, walk = walkthrough.walk_decode("", 0.9, 4, 8)
@@ -331,6 +438,15 @@ def test_sweep_in_verified_mode_keeps_every_answer():
                                                   progress=lambda *a, **k: None)
     assert list(table["quality"]) == [1.0, 1.0, 1.0] and list(table["exact_match"]) == [1.0, 1.0, 1.0]
     assert "in verified" in status and "verified" in fig.layout.title.text
+    per_forward, per_second = fig.data  # quality is 1 throughout: the chart shows tokens per forward and per second
+    assert list(per_forward.x) == [0.05, 0.3, 1.0]
+    assert list(per_forward.y) == pytest.approx(list(table["tokens_per_forward"])[::-1], abs=1e-3)
+    assert per_second.yaxis == "y2" and list(per_second.y) == pytest.approx(list(table["tokens_per_second"])[::-1],
+                                                                             abs=1e-3)
+    assert per_forward.y[-1] == 1.0 and per_forward.y[0] > 1.0  # τ = 1 checks no drafts
+    rows = [{"threshold": 1.0, "tokens_per_forward": 1.0, "tokens_per_second": 10.0},
+            {"threshold": 0.3, "tokens_per_forward": 2.5, "tokens_per_second": 16.0}]
+    assert "draft threshold 0.3, 2.50 tokens per forward and 1.60× the tokens per second" in explorer.speed_note(rows)
 
 
 @pytest.mark.parametrize(
@@ -347,7 +463,8 @@ def test_sweep_handler_bad_input(taus, cats, message):
 def test_build_ui_wires_named_endpoints_and_a_queue():
     demo = app.build_ui()
     names = {d["api_name"] for d in demo.config["dependencies"]}
-    assert {"race", "set_threshold", "set_adapt", "stop", "walkthrough", "sweep", "mask"} <= names
+    assert {"race", "set_threshold", "set_adapt", "stop", "walkthrough", "walkthrough_verified", "sweep",
+            "mask"} <= names
     race_dep = next(d for d in demo.config["dependencies"] if d["api_name"] == "race")
     # Stop ends the race from inside (its controls), not through Gradio's cancel (which marks outputs as errors)
     assert race_dep["id"] not in [c for d in demo.config["dependencies"] for c in (d["cancels"] or [])]
@@ -381,6 +498,9 @@ def test_main_honours_env_and_flags(monkeypatch):
     assert models.CONFIG == models.AppConfig(model="tiny", ar_model="tiny", concurrency=2)
     app.main(["--no-preload", "--port", "7123"])
     assert launched["server_port"] == 7123 and models.CONFIG.model is None
+    monkeypatch.setenv("MARS_MODEL", "default")  # the Space's way to name the embedded model: the same as none
+    app.main(["--no-preload"])
+    assert models.CONFIG.model is None and models.CONFIG.ar_model is None
     assert launched["css"] == app.CSS and launched["theme"] is app.THEME and "marsTyped" in launched["js"]
 
 

@@ -51,7 +51,7 @@ def client(url):
     return Client(url, verbose=False)
 
 
-OUT = ("ar", "mars", "verified", "forwards", "time", "stats", "trace")  # /race's outputs, in order
+OUT = ("ar", "mars", "verified", "forwards", "time", "acceptance", "stats", "trace")  # /race's outputs, in order
 
 
 def part(outputs, name: str):
@@ -70,7 +70,7 @@ def race_args(prompt: str, threshold: float = 0.9, max_new_tokens: int = 48) -> 
 
 def test_api_lists_the_endpoints(client):
     names = set(client.view_api(return_format="dict", print_info=False)["named_endpoints"])
-    assert {"/race", "/set_threshold", "/stop", "/walkthrough", "/sweep", "/mask"} <= names
+    assert {"/race", "/set_threshold", "/stop", "/walkthrough", "/walkthrough_verified", "/sweep", "/mask"} <= names
 
 
 def test_race_streams_every_lane(client):

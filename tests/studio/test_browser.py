@@ -1,11 +1,13 @@
 """A real browser (Debian's headless Chromium, driven by selenium) loads the app, runs a race and takes a screenshot.
 
 Skipped with the reason when chromium, chromedriver or selenium is missing. Environment knobs:
-  MARS_SCREENSHOT=1               also save the screenshot to assets/race.png
+  MARS_SCREENSHOT=1               also save the screenshots to assets/ (race.png, batch.png, race_acceptance.png,
+                                  walkthrough_verified.png)
   MARS_SCREENSHOT_MODEL=default   serve the real default model instead of a tiny random one (or any --model value)
   MARS_SCREENSHOT_PROMPT=...      the prompt to race
   MARS_SCREENSHOT_THRESHOLD=0.9   the threshold (default 0.3: the tiny model then commits several tokens per forward)
   MARS_SCREENSHOT_MAX_NEW_TOKENS=64
+  MARS_SCREENSHOT_FORWARD=2       the forward of the verified walkthrough to save (walkthrough_verified.png)
 """
 
 from __future__ import annotations
@@ -195,3 +197,62 @@ def test_batch_in_a_browser(driver, tmp_path):
         driver.execute_script("document.getElementById('batch-panes').scrollIntoView()")  # panes and heatmap
         time.sleep(0.5)
         screenshot(driver, tmp_path, "batch.png")
+
+
+def test_acceptance_in_a_browser(driver, tmp_path):
+    """The verified lane's acceptance chart under the race, drawn once the race is done (saved as
+    race_acceptance.png)."""
+    from selenium.webdriver.common.by import By
+
+    model, timeout = screenshot_model(tmp_path)
+    prompt = os.environ.get("MARS_SCREENSHOT_PROMPT", "Count from one to ten")
+    with launched_app(model, timeout=timeout) as url:
+        wait = start_race(driver, url, prompt, os.environ.get("MARS_SCREENSHOT_THRESHOLD", "0.3"),
+                          os.environ.get("MARS_SCREENSHOT_MAX_NEW_TOKENS", "64"), timeout)
+        wait.until(lambda d: "done" in d.find_element(By.ID, "race-stats").text)
+        time.sleep(1.5)  # the last chart update paints
+        assert not visible_errors(driver)
+        chart = driver.find_element(By.CSS_SELECTOR, "#acceptance-plot .js-plotly-plot")
+        title = chart.find_element(By.CSS_SELECTOR, ".gtitle").text
+        assert "MARS verified" in title and ("mean accepted length" in title or "no drafts checked" in title)
+        if "mean accepted length" in title:
+            assert chart.find_elements(By.CSS_SELECTOR, ".bars .point")  # a bar per draft position
+        driver.execute_script("document.getElementById('acceptance-plot').scrollIntoView({block: 'end'})")
+        time.sleep(0.5)
+        box = driver.execute_script("return document.getElementById('acceptance-plot').getBoundingClientRect()")
+        assert 0 <= box["top"] and box["bottom"] <= driver.execute_script("return window.innerHeight") + 1
+        screenshot(driver, tmp_path, "race_acceptance.png")
+
+
+def test_verified_walkthrough_in_a_browser(driver, tmp_path):
+    """The Walkthrough tab's verified decode: Decode verified, then forward by forward, the view and the tree mask
+    it fed (saved as walkthrough_verified.png, on the forward MARS_SCREENSHOT_FORWARD, default 2)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    model, timeout = screenshot_model(tmp_path)
+    forward = int(os.environ.get("MARS_SCREENSHOT_FORWARD", "2"))
+    with launched_app(model, timeout=timeout) as url:
+        driver.get(url)
+        wait = WebDriverWait(driver, timeout)
+        tab = wait.until(ec.element_to_be_clickable(
+            (By.XPATH, "//button[@role='tab' and normalize-space()='Walkthrough']")))
+        tab.click()
+        button = wait.until(ec.element_to_be_clickable((By.ID, "walkv-decode")))
+        driver.execute_script("arguments[0].scrollIntoView()", button)
+        button.click()
+        wait.until(lambda d: "Forward 1 of" in d.find_element(By.ID, "walkv-view").text)
+        for k in range(2, forward + 1):
+            driver.find_element(By.ID, "walkv-next").click()
+            wait.until(lambda d, k=k: f"Forward {k} of" in d.find_element(By.ID, "walkv-view").text)
+        time.sleep(1.5)  # the mask figure paints
+        assert not visible_errors(driver)
+        view = driver.find_element(By.ID, "walkv-view").text
+        assert "Verify, left to right" in view and "Why this tree" in view and "The next drafts" in view
+        assert driver.find_elements(By.CSS_SELECTOR, "#walkv-mask .js-plotly-plot")
+        title = driver.find_element(By.CSS_SELECTOR, "#walkv-mask .gtitle").text
+        assert f"Forward {forward}: the mask it fed" in title
+        driver.execute_script("document.getElementById('walkv-forward').scrollIntoView()")
+        time.sleep(0.5)
+        screenshot(driver, tmp_path, "walkthrough_verified.png")
