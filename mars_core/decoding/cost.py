@@ -26,7 +26,7 @@ from .cache import cache_mask, forward, new_cache
 
 BATCH_SIZES = (1, 4, 16)  # measured batch sizes; others are interpolated (or extrapolated linearly)
 WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # measured tokens per sample
-TOKEN_BUDGET = 128  # widths with batch * width above this are extrapolated, not timed (seconds, not minutes)
+TOKEN_BUDGET = 64  # widths with batch * width above this are extrapolated, not timed (seconds, not minutes)
 
 
 def interpolate(x: float, xs: tuple[float, ...], ys: list[float]) -> float:
@@ -79,16 +79,9 @@ class CostCurve:
                    d.get("machine", {}))
 
 
-def extrapolated(width: int, timed: tuple[int, ...], measured: list[float]) -> float:
-    """Seconds at `width` from the timed widths; past the widest timed one, never less than it took (on a busy
-    machine a noisy last segment can slope down, and its line would reach zero)."""
-    seconds = interpolate(width, timed, measured)
-    return max(seconds, measured[-1]) if width > timed[-1] else seconds
-
-
 @torch.inference_mode()
 def measure_cost(model: torch.nn.Module, batch_sizes: tuple[int, ...] = BATCH_SIZES, widths: tuple[int, ...] = WIDTHS,
-                 context: int = 128, rounds: int = 3, budget: int = TOKEN_BUDGET) -> CostCurve:
+                 context: int = 128, rounds: int = 2, budget: int = TOKEN_BUDGET) -> CostCurve:
     """Time cached forwards (explicit mask, logits for up to 8 slots, as verified decoding reads them) after a
     `context`-token prefix, medians over interleaved rounds; widths past the token budget are extrapolated."""
     dev, vocab = model.device, model.get_input_embeddings().weight.shape[0]
@@ -105,7 +98,7 @@ def measure_cost(model: torch.nn.Module, batch_sizes: tuple[int, ...] = BATCH_SI
             for w in timed:
                 times[w].append(_timed_forward(model, cache, prefix[:, context : context + w], context))
         measured = [statistics.median(times[w][1:]) for w in timed]
-        rows.append(tuple(extrapolated(w, tuple(timed), measured) for w in widths))
+        rows.append(tuple(interpolate(w, tuple(timed), measured) for w in widths))
     return CostCurve(tuple(batch_sizes), tuple(widths), tuple(rows), machine_info(dev, model.dtype))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mars_core.decoding import cost
-from mars_core.decoding.cost import CostCurve, extrapolated, forward_cost, interpolate, measure_cost
+from mars_core.decoding.cost import CostCurve, forward_cost, interpolate, measure_cost
 
 
 def test_interpolate_is_linear_inside_and_extends_the_end_segments():
@@ -47,9 +47,9 @@ def test_noisy_timings_never_extrapolate_to_zero():
     """Batch 16 times widths up to 8 only; timings that happen to slope down must not make width 32 free (a curve
     with a time <= 0 is refused, and load() would fail on a busy machine)."""
     timed, measured = (1, 2, 4, 8), [0.05, 0.06, 0.09, 0.07]
-    assert extrapolated(32, timed, measured) == 0.07  # the line through (4, 0.09), (8, 0.07) is below zero there
-    assert extrapolated(3, timed, measured) == pytest.approx(0.075)  # inside: the plain interpolation
-    assert extrapolated(16, (1, 2), [0.01, 0.02]) == pytest.approx(0.16)  # rising: the line
+    assert interpolate(32, timed, measured) == 0.07  # the line through (4, 0.09), (8, 0.07) is below zero there
+    assert interpolate(3, timed, measured) == pytest.approx(0.075)  # inside: the plain interpolation
+    assert interpolate(16, (1, 2), [0.01, 0.02]) == pytest.approx(0.16)  # rising: the line
 
 
 def test_the_curve_is_measured_once_per_machine_and_model(model, tmp_path, monkeypatch):
