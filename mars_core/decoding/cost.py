@@ -26,7 +26,7 @@ from .cache import cache_mask, forward, new_cache
 
 BATCH_SIZES = (1, 4, 16)  # measured batch sizes; others are interpolated (or extrapolated linearly)
 WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # measured tokens per sample
-TOKEN_BUDGET = 64  # widths with batch * width above this are extrapolated, not timed (seconds, not minutes)
+TOKEN_BUDGET = 32  # widths with batch * width above this are extrapolated, not timed (seconds, not minutes)
 
 
 def interpolate(x: float, xs: tuple[float, ...], ys: list[float]) -> float:
