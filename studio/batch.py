@@ -20,7 +20,7 @@ from mars_core.generate import check_request, encode_prompt
 from . import lanes, models
 from .charts import MARS_COLOUR, chart_layout, plotly_data
 from .inputs import MAX_PROMPT_CHARS, cap, check_inputs, slider, warn
-from .lanes import Lane, Throttle, chip, count_class, count_colour, guarded
+from .lanes import Lane, Throttle, Turns, chip, count_class, count_colour, guarded
 from .models import WAITING
 
 EXAMPLES = [  # fast (lists, counting, a table) and slow (open questions): the fast ones wait at block boundaries
@@ -81,9 +81,10 @@ class BatchRun(Lane):
         self.ids = [[] for _ in range(self.size)]
         self.finished_at = [None] * self.size
 
-    def advance(self) -> None:
-        """Run one forward of the whole batch (timing only this call) and record what each sample committed."""
-        event = self.next_event()
+    def advance(self, timed: bool = True) -> None:
+        """Run one forward of the whole batch (timing only this call, when `timed`: lanes.Turns) and record what each
+        sample committed."""
+        event = self.next_event(timed)
         if event is None:  # every sample done, or stopped
             return
         self.counts.append([len(ids) for ids in event.token_ids])
@@ -254,7 +255,8 @@ def stats_markdown(
         f"{a['tokens'] / max(a['forwards'] * n, 1):.2f} tokens per forward per sample  \n"
         f"**{steps:.2f} steps per forward**{so_far} (AR forwards the batch needed / block forwards) · "
         f"**{same} of {n}** answers equal their AR answer token for token{so_far} · {status}  \n"
-        f"Wall clock, a measurement on a shared {device} (each side timed by its own forwards only): block "
+        f"Wall clock, a measurement on a shared {device} (each side timed by its own forwards only, the sides "
+        f"taking turns to go first; a forward right after a page update counts as the side's typical one): block "
         f"{b['seconds']:.2f} s, {b['tokens_per_second']:.1f} tokens/s over the batch · AR {a['seconds']:.2f} s, "
         f"{a['tokens_per_second']:.1f} tokens/s · {speed:.2f}× in tokens/s"
     )
@@ -332,19 +334,19 @@ def decode(prompts: list[str], tau: float, block_size: int, new: int, controls: 
     ar = BatchRun("AR", stream(model, tokenizer, prompts, strategy="ar", max_new_tokens=new, control=controls[1]),
                   tokenizer, len(prompts))
     device = model.device.type.upper()  # what the wall-clock line measured: CPU, CUDA, MPS
-    throttle = Throttle()
+    throttle, turns = Throttle(), Turns()
     try:
         with models.TRACKER:
             while not (block.finished and ar.finished):
-                if not block.finished:
-                    block.advance()
-                if not ar.finished:
-                    ar.advance()
+                for side in turns.order([block, ar]):
+                    if not side.finished:
+                        side.advance(turns.timed())
                 stopped = any(c.stopped for c in controls)
                 finished = block.finished and ar.finished
                 status = "stopped" if stopped else ("done" if finished else "running")
                 if throttle.due(sum(map(len, block.ids + ar.ids)), finished):
                     yield frame(prompts, block, ar, block_size, tau, status, device, throttle.charts)
+                    turns.framed()
     finally:
         block.events.close()
         ar.events.close()

@@ -29,6 +29,9 @@ FRAME_SECONDS = 0.25  # at most one update of the page per this much time (and t
 # run on a busy machine stays responsive (Stop answers).
 FRAME_TOKENS = 400
 CHART_SECONDS = 1.0
+SETTLE_FORWARDS = 1  # forwards after a frame that the lanes' clocks do not time (Turns). Measured in a browser on
+# the same 2 cores: the first forward after a frame is the one slowed (the page drawing it), the next ones much less.
+TIMER = time.perf_counter  # what the lanes time their forwards with (tests put a virtual clock here)
 
 
 @dataclass
@@ -54,26 +57,74 @@ class Throttle:
 
 
 @dataclass
+class Turns:
+    """The lanes' turns on the one machine, and which forwards their clocks keep. The lanes run one forward each in
+    turn and the page gets a frame between rounds; right after a frame the page draws it (on the same CPU when the
+    browser is local), and whichever forward runs then pays for that work. So each round starts with the next lane
+    (a rotation: no lane always runs first after a frame), and the first SETTLE_FORWARDS forwards after a frame are
+    not timed: their lane is charged its typical forward instead (Lane.clock)."""
+
+    rounds: int = 0
+    since_frame: int = 1 << 30  # forwards run since the last frame was sent
+
+    def order(self, keys: list[T]) -> list[T]:
+        """This round's order of the lanes: the last round's, shifted by one."""
+        k = self.rounds % len(keys)
+        self.rounds += 1
+        return [*keys[k:], *keys[:k]]
+
+    def timed(self) -> bool:
+        """Does the forward about to run count for its lane's clock? (Once per forward run.)"""
+        self.since_frame += 1
+        return self.since_frame > SETTLE_FORWARDS
+
+    def framed(self) -> None:
+        """A frame was sent just now."""
+        self.since_frame = 0
+
+
+@dataclass
 class Lane:
-    """One generation's event stream, timed by its own forwards only (the lanes take turns on one machine): what a
-    race lane (race.Run) and a batch side (batch.BatchRun) record their forwards with."""
+    """One generation's event stream, timed by its own forwards only (the lanes take turns on one machine, Turns): what
+    a race lane (race.Run) and a batch side (batch.BatchRun) record their forwards with."""
 
     name: str
     events: Iterator
     tokenizer: Any
-    busy: float = field(default=0.0, kw_only=True)  # own seconds: the time spent in this stream's forwards
     finished: bool = field(default=False, kw_only=True)
+    spent: list[float] = field(default_factory=list, kw_only=True)  # per forward: its seconds, as measured
+    timed: list[bool] = field(default_factory=list, kw_only=True)  # per forward: do its seconds count (Turns.timed)
 
-    def next_event(self) -> Any | None:
-        """Run one forward (timing only this call); None once the stream has ended (finished)."""
-        start = time.perf_counter()
+    def next_event(self, timed: bool = True) -> Any | None:
+        """Run one forward, timing only this call (`timed`: whether that time counts, Turns.timed); None once the
+        stream has ended (finished)."""
+        start = TIMER()
         try:
             event = next(self.events)
         except StopIteration:
             self.finished = True
             return None
-        self.busy += time.perf_counter() - start
+        self.spent.append(TIMER() - start)
+        self.timed.append(timed)
         return event
+
+    def typical(self) -> float | None:
+        """The lane's typical forward: the mean of its timed forwards after the first (which also reads the prompt);
+        None while there is none."""
+        kept = [s for s, timed in zip(self.spent[1:], self.timed[1:]) if timed]
+        return sum(kept) / len(kept) if kept else None
+
+    def clocked(self) -> list[float]:
+        """Each forward's seconds as the lane's clock counts them: as measured when timed (and the first), else the
+        lane's typical forward (as measured while it has none)."""
+        typical = self.typical()
+        return [s if timed or i == 0 or typical is None else typical
+                for i, (s, timed) in enumerate(zip(self.spent, self.timed))]
+
+    @property
+    def busy(self) -> float:
+        """Own seconds: the lane's clock over all its forwards."""
+        return sum(self.clocked())
 
     def pieces(self, ids: list[int], text: str) -> list[str]:
         """A forward's committed tokens as text pieces, one per token; a character split over tokens makes them one

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import itertools
 import json
 import math
 import platform
@@ -26,7 +27,7 @@ from mars_core.serving import adaptive_threshold
 from . import lanes, models
 from .charts import AR_COLOUR, MARS_COLOUR, TAU_COLOUR, VERIFIED_COLOUR, chart_layout, plotly_data
 from .inputs import INPUTS, MAX_PROMPT_CHARS, cap, check_field, check_inputs, slider, typed_js, warn
-from .lanes import QUICK, Lane, Throttle, count_class, guarded
+from .lanes import QUICK, Lane, Throttle, Turns, count_class, guarded
 
 LANES = ("ar", "mars", "verified")
 LANE_NAMES = {"ar": "AR", "mars": "MARS τ", "verified": "MARS verified"}
@@ -93,7 +94,6 @@ class Run(Lane):
     chunks: list[tuple[int, list[str], list[float], str]] = field(default_factory=list)  # forward, pieces, conf, note
     counts: list[int] = field(default_factory=list)  # tokens committed by each forward
     thresholds: list[float] = field(default_factory=list)  # threshold each forward used
-    times: list[float] = field(default_factory=list)  # own busy seconds after each forward
     totals: list[int] = field(default_factory=list)  # tokens committed after each forward
     ids: list[int] = field(default_factory=list)  # every committed token id
     drafted: int = 0  # verified: drafts checked
@@ -102,15 +102,14 @@ class Run(Lane):
     checks: list[tuple[int, int]] = field(default_factory=list)  # verified: (drafts checked, matched) per forward
     text: str = ""
 
-    def advance(self) -> None:
-        """Run one forward (timing only this call) and record what it committed."""
-        event = self.next_event()
+    def advance(self, timed: bool = True) -> None:
+        """Run one forward (timing only this call, when `timed`: lanes.Turns) and record what it committed."""
+        event = self.next_event(timed)
         if event is None:
             return
         ids, conf, text = event.token_ids[0], event.confidences[0], event.texts[0]
         self.counts.append(len(ids))
         self.thresholds.append(event.threshold)
-        self.times.append(self.busy)
         self.totals.append((self.totals[-1] if self.totals else 0) + len(ids))
         self.text += text
         self.ids += ids
@@ -125,6 +124,11 @@ class Run(Lane):
         if ids:
             self.chunks.append((event.forward, self.pieces(ids, text), conf, note))
         self.finished = event.done[0]
+
+    @property
+    def times(self) -> list[float]:
+        """The lane's own seconds after each forward (its clock: lanes.Lane.clocked)."""
+        return list(itertools.accumulate(self.clocked()))
 
     def summary(self) -> dict:
         """Forwards, tokens, tokens per forward and tokens per second of this run."""
@@ -283,10 +287,27 @@ def stats_markdown(runs: dict[str, Run], session: dict, block_size: int, status:
              f"τ in force {tau:.2f}{load_note} · {status}"]
     for key in ("mars", "verified"):
         lines.append(headline(key, runs[key], ar, departure(ar.ids, runs[key].ids, done), done, dtype))
-    speeds = " · ".join(f"{LANE_NAMES[k]} {r.summary()['tokens_per_second']:.1f} tokens/s" for k, r in runs.items())
-    lines.append(f"<small>Measured on this shared CPU, each lane timed by its own forwards: {speeds}. "
-                 "Forwards are the machine-independent count; seconds vary with load.</small>")
+    lines.append(f"<small>Measured on this shared CPU, each lane timed by its own forwards: {speeds(runs)}. "
+                 "A lane's tokens/s over AR's is its tokens per forward over what its forward costs against AR's "
+                 "(a wider forward costs more). Forwards are the machine-independent count; seconds vary with "
+                 "load.</small>")
     return "  \n".join(lines)
+
+
+def speeds(runs: dict[str, Run]) -> str:
+    """Each lane's tokens/s; for a MARS lane also its tokens per forward and its mean forward against AR's (the two
+    numbers its tokens/s over AR's is the ratio of)."""
+    ar = runs["ar"]
+    ar_forward = ar.busy / len(ar.counts) if ar.counts else 0.0
+    parts = []
+    for key, run in runs.items():
+        s = run.summary()
+        part = f"{LANE_NAMES[key]} {s['tokens_per_second']:.1f} tokens/s"
+        if key != "ar" and s["forwards"] and ar_forward > 0:
+            part += (f" ({s['tokens_per_forward']:.2f} tokens/forward, a forward "
+                     f"{s['seconds'] / s['forwards'] / ar_forward:.2f}× AR's)")
+        parts.append(part)
+    return " · ".join(parts)
 
 
 def trace(runs: dict[str, Run | None], status: str, message: str = "") -> dict:
@@ -296,6 +317,7 @@ def trace(runs: dict[str, Run | None], status: str, message: str = "") -> dict:
         if run is None:
             return {}
         return {**run.summary(), "counts": run.counts, "thresholds": run.thresholds, "times": run.times,
+                "timed": run.timed,
                 "text": run.text, "ids": run.ids, "drafted": run.drafted, "matched": run.matched}
 
     out = {"status": status, "message": message, **{key: one(runs.get(key)) for key in LANES}}
@@ -384,19 +406,21 @@ def _race(prompt: str, block: int, new: int, controls: dict, session: dict,
     dtype = str(model.dtype).removeprefix("torch.")
     if keep is not None:
         keep.update(runs, dtype=dtype)
-    throttle = Throttle()
+    throttle, turns = Throttle(), Turns()
     with models.TRACKER:
         while not all(r.finished for r in runs.values()):
-            for key, run in runs.items():
+            for key in turns.order(list(runs)):
+                run = runs[key]
                 if not run.finished:
                     if key == "mars":
                         controls["mars"].threshold = threshold_in_force(session)
-                    run.advance()
+                    run.advance(turns.timed())
             stopped = any(c.stopped for c in controls.values())
             finished = all(r.finished for r in runs.values())
             status = "stopped" if stopped else ("done" if finished else "running")
             if throttle.due(sum(len(r.ids) for r in runs.values()), finished):
                 yield frame(runs, session, block, status, finished and not stopped, dtype, throttle.charts)
+                turns.framed()
 
 
 # ----------------------------------------------------------------------------- the recorded example
@@ -425,15 +449,25 @@ def record_example(path: Path = EXAMPLE_FILE) -> Path:
     return path
 
 
+def recorded_lane(lane: dict) -> dict:
+    """A recorded lane as Run's fields; a recording from before the clock kept each forward's seconds (it kept their
+    running sum, `times`, and the total, `busy`) has them read back from that sum, every forward timed."""
+    lane = {k: (v if k != "chunks" else [tuple(c) for c in v]) for k, v in lane.items()}
+    if "spent" not in lane:
+        times = lane.pop("times", [])
+        lane.pop("busy", None)
+        lane["spent"] = [b - a for a, b in zip([0.0, *times], times)]
+        lane["timed"] = [True] * len(times)
+    return lane
+
+
 def example_outputs(path: Path = EXAMPLE_FILE) -> tuple:
     """The recorded race as the page's first content (the default model only: a recording of another model would
     not be true of the one served), else empty axes."""
     if models.CONFIG.model is not None or not path.is_file():
         return placeholder("ready", "Press Run: the three lanes stream at the same time.")
     record = json.loads(path.read_text())
-    runs = {key: Run(LANE_NAMES[key], iter(()), None, **{k: (v if k != "chunks" else [tuple(c) for c in v])
-                                                       for k, v in lane.items()})
-            for key, lane in record["lanes"].items()}
+    runs = {key: Run(LANE_NAMES[key], iter(()), None, **recorded_lane(lane)) for key, lane in record["lanes"].items()}
     session = {**new_session(), "threshold": record["threshold"]}
     status = (f"recorded on {record['recorded']} ({record['machine']}, {record['dtype']}): press Run to race live")
     return frame(runs, session, record["block_size"], status, True, record["dtype"])
@@ -494,8 +528,11 @@ def build(demo: gr.Blocks) -> None:
                                 elem_id="time-plot")
         acceptance_plot = acceptance_chart()
         gr.Markdown(
-            "<small>The lanes share this machine's CPU: the app advances them in turn, one forward each, and "
-            "times each by its own forwards only, so none is charged for another's work. MARS verified checks "
+            "<small>The lanes share this machine's CPU: the app advances them in turn, one forward each, a "
+            "different lane first each round, and times each by its own forwards only, so none is charged for "
+            "another's work; the forward right after each update of this page is charged its lane's typical "
+            "forward instead, since drawing the page (in a browser on the same machine) slows whatever runs "
+            "then. MARS verified checks "
             "the mask slots' drafts (and, where the text repeats itself, prompt-lookup drafts) with the model's "
             "own next-token predictions in the same forward that proposes the next drafts: every token is the "
             "one AR picks, several per forward when the drafts are right.</small>"
