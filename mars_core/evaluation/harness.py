@@ -231,16 +231,27 @@ class MarsStudioLM(TemplateLM):
             threshold=self.threshold, block_size=self.block_size, max_new_tokens=max_new, stop_strings=until,
             temperature=temperature, seed=self.seed, confidence=self.confidence, chat=False,
         )
-        for i, text in zip(live, result.texts):
-            texts[i] = text
+        for i, ids in zip(live, result.token_ids):
+            texts[i] = self.answer_text(ids, until)
         s = self.stats[task]
         s["requests"] += len(prompts)
-        s["answer_tokens"] += sum(self.answer_tokens(ids, text) for ids, text in zip(result.token_ids, result.texts))
+        s["answer_tokens"] += sum(self.answer_tokens(ids, texts[i]) for i, ids in zip(live, result.token_ids))
         s["generated_tokens"] += result.generated_tokens
         s["forwards"] += result.forwards
         s["sample_forwards"] += sum(result.sample_forwards) if result.sample_forwards else result.forwards
         s["seconds"] += result.seconds
         return texts
+
+    def answer_text(self, ids: list[int], until: list[str]) -> str:
+        """The answer lm-eval expects: the committed tokens' text, cut before the first stop sequence. Decoded
+        from the tokens rather than taken from GenerationResult.texts, which joins what each forward added: when
+        a stop sequence begins in text an earlier forward added, that beginning stays there, so the same tokens
+        would give different texts when they came in different forwards (one-token against verified decoding)."""
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        for stop in until:
+            if stop:
+                text = text.split(stop, 1)[0]
+        return text
 
     def answer_tokens(self, ids: list[int], text: str) -> int:
         """How many of a sample's committed tokens the returned answer is made of: the fewest that decode to its

@@ -90,13 +90,18 @@ def reference(model, tokenizer, prompts: list[str]) -> list[str]:
     return mars_core.generate(model, tokenizer, prompts, strategy="ar", max_new_tokens=MAX_NEW, chat=False).texts
 
 
-def stop_for(texts: list[str]) -> str:
-    """A stop sequence that occurs inside at least one of the texts (not at its start), so that it cuts."""
-    for text in texts:
-        for start in range(2, len(text) - 1):
-            piece = text[start : start + 2]
-            if piece.strip():
-                return piece
+def stop_for(model, tokenizer, prompts: list[str]) -> str:
+    """A two-character stop sequence that spans two tokens of a greedy answer: one-token decoding commits its
+    first character one forward before its second (the case where a text joined per forward keeps a stray part)."""
+    result = mars_core.generate(model, tokenizer, prompts, strategy="ar", max_new_tokens=MAX_NEW, chat=False)
+    for ids in result.token_ids:
+        for k in range(1, len(ids) - 1):
+            before = tokenizer.decode(ids[:k], skip_special_tokens=True)
+            after = tokenizer.decode(ids[: k + 1], skip_special_tokens=True)
+            if before and len(after) > len(before) and after.startswith(before):
+                stop = before[-1] + after[len(before)]
+                if stop.strip() and len(before) > 1:
+                    return stop
     pytest.skip("the tiny model wrote nothing to cut")
 
 
@@ -128,16 +133,21 @@ def test_registered_under_its_name():
 def test_simple_evaluate_generates_with_stop_sequences_and_scores_choices(tiny, tmp_path):
     model, tokenizer = tiny
     refs = reference(model, tokenizer, PROMPTS)
-    stop = stop_for(refs)
+    stop = stop_for(model, tokenizer, PROMPTS)
+    assert any(stop in ref for ref in refs)
+    expected = [ref.split(stop)[0] for ref in refs]  # greedy AR, cut before the first stop sequence
     manager = tasks_only(str(write_tasks(tmp_path, stop)))
+    one_token = MarsStudioLM(pretrained=model, tokenizer=tokenizer, strategy="ar", batch_size=3)
+    out = lm_eval.simple_evaluate(model=one_token, tasks=["tiny_gen"], task_manager=manager, log_samples=True,
+                                  bootstrap_iters=0)
+    answers = {s["doc_id"]: s["resps"][0][0] for s in out["samples"]["tiny_gen"]}
+    assert [answers[i] for i in range(len(PROMPTS))] == expected
+
     lm = MarsStudioLM(pretrained=model, tokenizer=tokenizer, strategy="verified", block_size=4, batch_size=3)
     out = lm_eval.simple_evaluate(model=lm, tasks=["tiny_gen", "tiny_mc"], task_manager=manager, log_samples=True,
                                   bootstrap_iters=0)
-
     answers = {s["doc_id"]: s["resps"][0][0] for s in out["samples"]["tiny_gen"]}
-    expected = [ref.split(stop)[0] for ref in refs]  # verified = greedy AR, cut at the stop sequence
-    assert [answers[i] for i in range(len(PROMPTS))] == expected
-    assert any(stop in ref for ref in refs)
+    assert [answers[i] for i in range(len(PROMPTS))] == expected  # verified = greedy AR, text for text
 
     stats = out["config"]["mars_studio"]
     assert stats["strategy"] == "verified" and stats["batch_size"] == 3
@@ -174,9 +184,8 @@ def test_a_saved_model_through_model_args_and_the_command_line(tiny, tmp_path, m
     folder = tmp_path / "tiny-model"
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    refs = reference(model, tokenizer, PROMPTS)
     (tmp_path / "tasks").mkdir()
-    tasks = write_tasks(tmp_path / "tasks", stop_for(refs))
+    tasks = write_tasks(tmp_path / "tasks", stop_for(model, tokenizer, PROMPTS))
     args = f"pretrained={folder},strategy=sliding,threshold=0.9,block_size=4,dtype=fp32,max_new_tokens=6,threads=1"
     out = lm_eval.simple_evaluate(model="mars_studio", model_args=args, tasks=["tiny_gen"], limit=2,
                                   task_manager=tasks_only(str(tasks)), bootstrap_iters=0)
