@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import html
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import gradio as gr
 import plotly.graph_objects as go
@@ -99,14 +99,21 @@ def token_chip(text: str, colour: str = "#e2e8f0") -> str:
 def walk_steps(prompt: str, threshold: float, block_size: int, max_new_tokens: int) -> Iterator[tuple[str, dict]]:
     """The Decode button: the inputs checked, then the decode in a generation slot (until one is free, the view says
     so); its one frame is the first forward's view and the walk."""
+    yield from checked_in_a_slot((prompt, threshold, block_size, max_new_tokens), "walk-max-new", decode, failure,
+                                 lambda: (f"<p>{models.WAITING}</p>", gr.skip()))
+
+
+def checked_in_a_slot(inputs: tuple, cap_id: str, run: Callable[..., Iterator], failure: Callable[[str], tuple],
+                      waiting: Callable[[], tuple]) -> Iterator[tuple]:
+    """Check (prompt, threshold, block size, max new tokens), then run(prompt, tau, block, new) in a generation slot,
+    saying so while every slot is taken; bad input or an error is one message."""
+    prompt, threshold, block_size, max_new_tokens = inputs
     try:
-        prompt, tau, block, _, new = check_inputs(prompt, threshold, block_size, 0.0, max_new_tokens,
-                                                  cap=cap("walk-max-new"))
+        prompt, tau, block, _, new = check_inputs(prompt, threshold, block_size, 0.0, max_new_tokens, cap=cap(cap_id))
     except ValueError as err:
         yield failure(str(err))
         return
-    yield from models.in_a_slot(guarded(decode(prompt, tau, block, new), failure, "Decoding"),
-                                lambda: (f"<p>{models.WAITING}</p>", gr.skip()))
+    yield from models.in_a_slot(guarded(run(prompt, tau, block, new), failure, "Decoding"), waiting)
 
 
 def walk_decode(prompt: str, threshold: float, block_size: int, max_new_tokens: int) -> tuple[str, dict]:
@@ -283,14 +290,8 @@ def verified_steps(prompt: str, threshold: float, block_size: int, max_new_token
                    ) -> Iterator[tuple[str, object, dict]]:
     """The Decode verified button: the inputs checked, then the decode in a generation slot; its one frame is the
     first forward's view, its tree mask and the walk."""
-    try:
-        prompt, tau, block, _, new = check_inputs(prompt, threshold, block_size, 0.0, max_new_tokens,
-                                                  cap=cap("walkv-max-new"))
-    except ValueError as err:
-        yield verified_failure(str(err))
-        return
-    yield from models.in_a_slot(guarded(decode_verified(prompt, tau, block, new), verified_failure, "Decoding"),
-                                lambda: (f"<p>{models.WAITING}</p>", gr.skip(), gr.skip()))
+    yield from checked_in_a_slot((prompt, threshold, block_size, max_new_tokens), "walkv-max-new", decode_verified,
+                                 verified_failure, lambda: (f"<p>{models.WAITING}</p>", gr.skip(), gr.skip()))
 
 
 def walk_verified(prompt: str, threshold: float, block_size: int, max_new_tokens: int) -> tuple[str, object, dict]:
