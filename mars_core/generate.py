@@ -197,12 +197,16 @@ def _start(model, tokenizer, prompts: Prompts, options: DecodeOptions) -> tuple[
 
 
 class TextTracker:
-    """Incremental detokenisation per sample, and the stop-string check that needs the text."""
+    """Incremental detokenisation per sample, and the stop-string check that needs the text. With stop strings, the
+    last len(longest) - 1 characters are held back until the sample ends, since they may begin a stop string that
+    the next tokens complete (text once sent cannot be taken back)."""
 
     def __init__(self, tokenizer: Any, n: int, stop_strings: Sequence[str] = ()):
         self.tokenizer, self.stop_strings = tokenizer, [s for s in stop_strings if s]
+        self.hold = max((len(s) for s in self.stop_strings), default=1) - 1
         self.ids: list[list[int]] = [[] for _ in range(n)]
-        self.texts = [""] * n
+        self.texts = [""] * n  # the text so far, cut at a stop string
+        self.sent = [0] * n  # how much of it update() has returned
         self.cut = [False] * n
 
     def update(self, i: int, new_ids: list[int], done: bool) -> str:
@@ -217,7 +221,9 @@ class TextTracker:
         hits = [h for h in hits if h >= 0]
         if hits:
             text, self.cut[i] = text[: min(hits)], True
-        added, self.texts[i] = text[len(self.texts[i]) :], text
+        self.texts[i] = text
+        ready = len(text) if done or self.cut[i] else max(len(text) - self.hold, self.sent[i])
+        added, self.sent[i] = text[self.sent[i] : ready], ready
         return added
 
 
