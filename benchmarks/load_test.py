@@ -8,7 +8,10 @@ client count C and adapt off/on starts C threads, each with its own gradio_clien
 requests one after another. Every /race request runs the AR and MARS lanes (and the verified lane, when the app
 has one) in turn on the same machine: throughput counts MARS-lane tokens only, over the round's wall time.
 Per round: requests done/failed, throughput, median and p95 latency (submit to last frame), the mean τ in force
-over all MARS forwards, and agreement with AR (mean shared-prefix fraction, share of identical answers).
+over all MARS forwards, and agreement with AR (mean shared-prefix fraction, share of identical answers); beside
+the MARS lane's tokens, tokens per forward and throughput, the verified lane's, counted the same way (its tokens
+over the round's wall time; the JSON also has its tokens over its own forwards' seconds, as the app's clock
+counts them).
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ COLUMNS = (  # (key, header, width, format) of the printed table
     ("throughput", "tok/s", 8, ".1f"),
     ("latency_p50", "p50 s", 7, ".2f"), ("latency_p95", "p95 s", 7, ".2f"), ("tau_mean", "τ mean", 7, ".3f"),
     ("tau_min", "τ min", 6, ".2f"), ("agreement", "agree", 6, ".3f"), ("identical", "same", 5, ".2f"),
+    ("verified_tokens", "v tok", 6, "d"), ("verified_tpf", "v t/f", 6, ".2f"),
+    ("verified_throughput", "v t/s", 6, ".1f"),
 )
 
 
@@ -62,6 +67,9 @@ class Outcome:
     identical: bool = False
     lanes: tuple[str, ...] = ()  # the lanes the trace had (ar, mars, and verified where the app has it)
     compared_on: str = ""  # "ids" or "text": what agreement compared
+    verified_tokens: int = 0  # the verified lane, where the app has one: tokens, forwards and its own seconds
+    verified_forwards: int = 0
+    verified_seconds: float = 0.0
 
 
 def free_port() -> int:
@@ -145,9 +153,12 @@ def outcome_of(trace: dict, latency: float) -> Outcome:
     mars, ar = trace["mars"], trace["ar"]
     a, m, compared_on = answers(ar, mars)
     lanes = tuple(k for k in ("ar", "mars", "verified") if trace.get(k))
+    verified = trace.get("verified") or {}
     return Outcome(True, latency, mars_tokens=int(mars["tokens"]), mars_forwards=len(mars["thresholds"]),
                    thresholds=tuple(mars["thresholds"]), agreement=agreement(a, m), identical=a == m, lanes=lanes,
-                   compared_on=compared_on)
+                   compared_on=compared_on, verified_tokens=int(verified.get("tokens", 0)),
+                   verified_forwards=int(verified.get("forwards", 0)),
+                   verified_seconds=float(verified.get("seconds", 0.0)))
 
 
 def one_request(client, args: argparse.Namespace, adapt: bool) -> Outcome:
@@ -208,6 +219,9 @@ def summarise(clients: int, adapt: bool, outcomes: list[Outcome], wall: float) -
     latencies = [o.latency for o in done]
     taus = [t for o in done for t in o.thresholds]
     tokens = sum(o.mars_tokens for o in done)
+    verified = {"tokens": sum(o.verified_tokens for o in done), "forwards": sum(o.verified_forwards for o in done),
+                "seconds": sum(o.verified_seconds for o in done)}
+    has_verified = any("verified" in o.lanes for o in done)
     return {
         "clients": clients, "adapt": "on" if adapt else "off", "done": len(done), "failed": len(outcomes) - len(done),
         "mars_tokens": tokens, "mars_forwards": sum(o.mars_forwards for o in done), "wall_s": wall,
@@ -219,6 +233,13 @@ def summarise(clients: int, adapt: bool, outcomes: list[Outcome], wall: float) -
         "errors": sorted({o.error for o in outcomes if not o.ok}),
         "lanes": sorted({lane for o in done for lane in o.lanes}),
         "agreement_on": sorted({o.compared_on for o in done}),
+        # the verified lane beside the MARS lane, counted the same way (NaN where the app has none): tokens, tokens
+        # per forward, tokens over the round's wall time; and over its own forwards' seconds (the app's clock)
+        "verified_tokens": verified["tokens"], "verified_forwards": verified["forwards"],
+        "verified_tpf": verified["tokens"] / verified["forwards"] if verified["forwards"] else float("nan"),
+        "verified_throughput": verified["tokens"] / wall if has_verified and wall > 0 else float("nan"),
+        "verified_own_tps": (verified["tokens"] / verified["seconds"] if has_verified and verified["seconds"] > 0
+                             else float("nan")),
     }
 
 
@@ -408,7 +429,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print(f"\nbase τ {args.threshold:g}, B {args.block_size}, {args.max_new_tokens} max new tokens, "
           f"{args.requests_per_client} request(s) per client; each /race runs the AR and MARS lanes (and any "
           "verified lane) in turn on the same machine: tok/s counts MARS-lane tokens over all clients per wall "
-          "second of the round")
+          "second of the round; v tok, v t/f, v t/s: the verified lane's tokens, tokens per forward and tokens per "
+          "wall second, counted the same way")
     print_table(rows)
     if args.json:
         report = {"settings": settings(args), "machine": machine_info(args), "rows": rows}

@@ -84,15 +84,19 @@ def serve(monkeypatch, model, tokenizer) -> None:
     monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="served"))
 
 
-def equal_race(page: Page, prompt: str, new: int) -> dict:
+def race_frames(page: Page, prompt: str, new: int) -> tuple:
     """Race every lane at threshold 1 (one-token forwards each: the same work), the page drawing every frame; the
-    last trace."""
+    last frame."""
     controls = {key: DecodeControl(threshold=1.0) for key in race.LANES}
     session = {**race.new_session(), "threshold": 1.0}
     for outputs in race._race(prompt, 4, new, controls, session):
-        trace = outputs[-1]
         page.draw()
-    return trace
+    return outputs
+
+
+def equal_race(page: Page, prompt: str, new: int) -> dict:
+    """race_frames' last trace."""
+    return race_frames(page, prompt, new)[-1]
 
 
 def spread(trace: dict) -> float:
@@ -168,8 +172,8 @@ def fake_stream(clock: Virtual, tokens: int, seconds: float) -> Iterator[StreamE
                           proposed_confidences=[[1.0] * tokens], accepted_from=[0])
 
 
-def virtual_race(monkeypatch) -> dict:
-    """A race of fake lanes (WORK) on a virtual clock, the page drawing after every frame; the last trace."""
+def virtual_race(monkeypatch) -> tuple:
+    """A race of fake lanes (WORK) on a virtual clock, the page drawing after every frame; the last frame."""
     clock = Virtual()
     page = Page(now=clock, wait=clock.advance)
     page.seconds = PAGE_FORWARDS * WORK["ar"][1]
@@ -178,7 +182,7 @@ def virtual_race(monkeypatch) -> dict:
                                                                                            *WORK[strategies[strategy]])))
     monkeypatch.setattr(lanes, "TIMER", clock)
     monkeypatch.setattr(lanes, "FRAME_SECONDS", 0.0)
-    return equal_race(page, "Count from one to ten", TOKENS)
+    return race_frames(page, "Count from one to ten", TOKENS)
 
 
 def own_speed(key: str) -> float:
@@ -187,14 +191,24 @@ def own_speed(key: str) -> float:
     return TOKENS / (PROMPT_FORWARD + (TOKENS // tokens - 1) * seconds)
 
 
-def errors(trace: dict) -> dict[str, float]:
+def errors(outputs: tuple) -> dict[str, float]:
     """Each lane's reported tokens/s over its own."""
-    return {key: trace[key]["tokens_per_second"] / own_speed(key) for key in race.LANES}
+    return {key: outputs[-1][key]["tokens_per_second"] / own_speed(key) for key in race.LANES}
 
 
 def test_each_lane_is_charged_its_own_forwards_only(monkeypatch, served):
-    trace = virtual_race(monkeypatch)
-    assert errors(trace) == {key: pytest.approx(1.0, rel=1e-9) for key in race.LANES}
+    outputs = virtual_race(monkeypatch)
+    assert errors(outputs) == {key: pytest.approx(1.0, rel=1e-9) for key in race.LANES}
+    trace, stats = outputs[-1], outputs[-2]
+    # the small print: each MARS lane's tokens per forward and its mean forward against AR's, whose ratio its
+    # tokens/s over AR's is (a forward of 3 tokens costs 2 of AR's here, the prompt's forward included)
+    mean = {key: (PROMPT_FORWARD + (TOKENS // tokens - 1) * seconds) / (TOKENS // tokens)
+            for key, (tokens, seconds) in WORK.items()}
+    for key in ("mars", "verified"):
+        tokens = WORK[key][0]
+        assert f"({tokens:.2f} tokens/forward, a forward {mean[key] / mean['ar']:.2f}× AR's)" in stats
+        assert trace[key]["tokens_per_second"] / trace["ar"]["tokens_per_second"] == pytest.approx(
+            tokens * mean["ar"] / mean[key])
     for key in race.LANES:
         timed = trace[key]["timed"]
         assert timed[0] and any(timed[1:]) and not all(timed)  # the forwards right after a frame: not timed
