@@ -30,7 +30,7 @@ FRAME_SECONDS = 0.25  # at most one update of the page per this much time (and t
 FRAME_TOKENS = 400
 CHART_SECONDS = 1.0
 SETTLE_FORWARDS = 1  # forwards after a frame that the lanes' clocks do not time (Turns). Measured in a browser on
-# the same 2 cores: the first forward after a frame is the one slowed (the page drawing it), the next ones much less.
+# the same 2 cores: the first forward after a frame is slowed most (the page drawing it), the next ones less.
 TIMER = time.perf_counter  # what the lanes time their forwards with (tests put a virtual clock here)
 
 
@@ -62,7 +62,7 @@ class Turns:
     turn and the page gets a frame between rounds; right after a frame the page draws it (on the same CPU when the
     browser is local), and whichever forward runs then pays for that work. So each round starts with the next lane
     (a rotation: no lane always runs first after a frame), and the first SETTLE_FORWARDS forwards after a frame are
-    not timed: their lane is charged its typical forward instead (Lane.clock)."""
+    not timed: their lane is charged its typical forward instead (Lane.clocked)."""
 
     rounds: int = 0
     since_frame: int = 1 << 30  # forwards run since the last frame was sent

@@ -27,10 +27,11 @@ from studio import lanes, models, race
 
 from tiny import tiny_qwen2, tiny_tokenizer
 
-# max/min of the lanes' tokens/s when all do the same work. Measured on a 2-core AMD EPYC shared with other agents'
-# work (load average 4-7), the page model below, the fair clock: tiny model, 150 tokens a lane: median 1.08, worst
-# 1.27 (8 races); real model, 24 tokens a lane: median 1.07, worst 1.30 (6 races). The old clock: 3.9-5.0 (tiny)
-# and 2.2-3.2 (real): every race far outside.
+# max/min of the lanes' tokens/s when all do the same work. Measured with these races on a 2-core AMD EPYC shared
+# with other work (load average 2.6-7), the fair clock: tiny model, 150 tokens a lane: median 1.08, worst 1.27
+# (18 races; the verified lane's own Python makes it about 5% the slowest); real model, 24 tokens a lane: median
+# 1.10, worst 1.30 (11 races). The old clock (a fixed order, every forward timed): 2.4-5.0 (tiny, 14 races) and
+# 2.2-3.2 (real, 10 races): every race far outside.
 TOLERANCE = 1.5
 PAGE_FORWARDS = 1.0  # the page draws for about one forward's time after each frame …
 PAGE_SLOWDOWN = 3.0  # … and a forward that runs meanwhile runs at a third of its speed
