@@ -1,6 +1,7 @@
-"""What the Race and Batch tabs share: the recorder behind a lane (Run) and a batch (BatchRun), when to redraw the
-page, the token colours with their CSS and legend chips, the Run/Stop pair and its wiring, and the guard that turns
-an error into a message (the walkthrough and the explorer use the guard too)."""
+"""What the Race and Batch tabs share: the recorder behind a lane (Run) and a batch (BatchRun) with its clock, the
+lanes' turns (fair to each: Turns), when to redraw the page, the token colours with their CSS and legend chips, the
+Run/Stop pair and its wiring, and the guard that turns an error into a message (the walkthrough and the explorer use
+the guard too)."""
 
 from __future__ import annotations
 

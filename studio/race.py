@@ -2,7 +2,9 @@
 
 What the race says in bold is deterministic and true of the answers on screen: forwards, tokens per forward, and
 whether each MARS answer is AR's (the first token where it departs is marked). Wall-clock is a measurement on a
-shared CPU and is labelled so: each lane is timed by its own forwards only, the lanes taking turns.
+shared CPU and is labelled so: each lane is timed by its own forwards only, the lanes taking turns (a different
+lane first each round; the forward right after a frame, slowed by the page drawing it, counts as the lane's typical
+one: lanes.Turns).
 """
 
 from __future__ import annotations
