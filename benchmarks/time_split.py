@@ -1,6 +1,6 @@
 """Where a decode's wall-clock goes: the model's forwards against everything else (our decoding machinery).
 
-    python benchmarks/time_split.py [--model NAME] [--batch-size 1] [--block-size 4] [--threshold 0.9]
+    python benchmarks/time_split.py [--model NAME] [--dtype fp32] [--batch-size 1] [--block-size 4] [--threshold 0.9]
     python benchmarks/time_split.py --strategies verified --profile     # torch.profiler's top operators too
 
 Wraps the model's decoder body and LM head with timers (every strategy runs exactly these; verified calls them
@@ -52,9 +52,10 @@ def main() -> None:
     p.add_argument("--limit", type=int, default=9, help="held-out prompts (round-robin over categories)")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--strategies", default="ar,sliding,block,verified", help="comma list")
+    p.add_argument("--dtype", default=None, help="auto (default), bf16 or fp32")
     p.add_argument("--profile", action="store_true", help="also print torch.profiler's top operators per row")
     args = p.parse_args()
-    model, tokenizer = load(args.model)
+    model, tokenizer = load(args.model, dtype=args.dtype)
     prompts = [r["prompt"] for r in prompt_set(args.limit)]
     batches = [prompts[i : i + args.batch_size] for i in range(0, len(prompts), args.batch_size)]
     seconds, calls = timed_model(model)

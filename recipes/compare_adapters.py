@@ -1,5 +1,5 @@
-"""The shipped adapter against the previous one on both evaluation splits: a Pareto plot per split and one
-calibration plot, from the mars-eval reports in assets/.
+"""The shipped adapter against the previous one and the B = 8 candidate on both evaluation splits: a Pareto plot
+per split and one calibration plot, from the mars-eval reports in assets/.
 
     python recipes/compare_adapters.py      # writes assets/adapters_pareto.png and assets/adapters_calibration.png
 """
@@ -16,12 +16,14 @@ sys.path.insert(0, str(ROOT))
 from mars_core.evaluation.eval import calibration_plot  # noqa: E402
 
 REPORTS = {  # (adapter, split) -> report
-    ("narrow", "held-out"): "assets/eval_smollm2_mars_b4_narrow.json",
-    ("wide", "held-out"): "assets/eval_smollm2_mars_b4.json",
-    ("narrow", "never-trained"): "assets/eval_smollm2_mars_b4_narrow_never_trained.json",
-    ("wide", "never-trained"): "assets/eval_smollm2_mars_b4_never_trained.json",
+    ("wide", "held-out"): "assets/eval_smollm2_mars_b4_wide.json",
+    ("finished", "held-out"): "assets/eval_smollm2_mars_b4.json",
+    ("B = 8", "held-out"): "assets/eval_smollm2_mars_b8.json",
+    ("wide", "never-trained"): "assets/eval_smollm2_mars_b4_wide_never_trained.json",
+    ("finished", "never-trained"): "assets/eval_smollm2_mars_b4_never_trained.json",
+    ("B = 8", "never-trained"): "assets/eval_smollm2_mars_b8_never_trained.json",
 }
-COLOURS = {"narrow": "tab:gray", "wide": "tab:blue"}
+COLOURS = {"wide": "tab:gray", "finished": "tab:blue", "B = 8": "tab:orange"}
 
 
 def rows(report: dict, strategy: str) -> list[dict]:
@@ -50,7 +52,7 @@ def pareto(reports: dict, path: Path) -> None:
             for r in rows(report, "verified"):
                 ax.plot([r["tokens_per_forward"]], [100 * r["accuracy"]], "D", color=COLOURS[adapter],
                         markersize=8, label=f"{adapter}: verified (drafts ≥ {r['threshold']:g})")
-        base = next(r for r in reports[("wide", split)]["base"] if r["category"] == "all")
+        base = next(r for r in reports[("finished", split)]["base"] if r["category"] == "all")
         ax.plot([1.0], [100 * base["accuracy"]], "s", color="black", label="base model (its stored answers)")
         ax.set_ylim(0, max(55, ax.get_ylim()[1]))
         ax.set_title(f"{split}: {base['n_gold']} prompts with a gold answer", fontsize=9)
@@ -67,7 +69,7 @@ def main() -> None:
     reports = {key: json.loads((ROOT / p).read_text()) for key, p in REPORTS.items()}
     pareto(reports, ROOT / "assets" / "adapters_pareto.png")
     calibration_plot({f"{a}, {s}": r for (a, s), r in reports.items()}, ROOT / "assets" / "adapters_calibration.png",
-                     title="draft precision against confidence: narrow and wide adapters, both splits")
+                     title="draft precision against confidence: wide, finished and B = 8 adapters, both splits")
     print("wrote assets/adapters_pareto.png and assets/adapters_calibration.png")
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import statistics
+import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
@@ -81,9 +81,10 @@ class CostCurve:
 
 @torch.inference_mode()
 def measure_cost(model: torch.nn.Module, batch_sizes: tuple[int, ...] = BATCH_SIZES, widths: tuple[int, ...] = WIDTHS,
-                 context: int = 128, rounds: int = 2, budget: int = TOKEN_BUDGET) -> CostCurve:
+                 context: int = 128, rounds: int = 3, budget: int = TOKEN_BUDGET) -> CostCurve:
     """Time cached forwards (explicit mask, logits for up to 8 slots, as verified decoding reads them) after a
-    `context`-token prefix, medians over interleaved rounds; widths past the token budget are extrapolated."""
+    `context`-token prefix, the fastest of interleaved rounds (other work only ever adds time, so the minimum is
+    the forward's own cost); widths past the token budget are extrapolated."""
     dev, vocab = model.device, model.get_input_embeddings().weight.shape[0]
     gen = torch.Generator().manual_seed(0)
     rows = []
@@ -97,7 +98,7 @@ def measure_cost(model: torch.nn.Module, batch_sizes: tuple[int, ...] = BATCH_SI
         for _ in range(rounds + 1):  # the first round warms up
             for w in timed:
                 times[w].append(_timed_forward(model, cache, prefix[:, context : context + w], context))
-        measured = [statistics.median(times[w][1:]) for w in timed]
+        measured = [min(times[w][1:]) for w in timed]
         rows.append(tuple(interpolate(w, tuple(timed), measured) for w in widths))
     return CostCurve(tuple(batch_sizes), tuple(widths), tuple(rows), machine_info(dev, model.dtype))
 
@@ -128,16 +129,27 @@ def cost_key(model: torch.nn.Module) -> str:
     return hashlib.sha256(json.dumps([info, shape], sort_keys=True).encode()).hexdigest()[:16]
 
 
+def busy() -> bool:
+    """Whether other work holds the cores (1-minute load average above their count): timings taken now overstate."""
+    try:
+        return os.getloadavg()[0] > (os.cpu_count() or 1)
+    except OSError:  # no load average on this platform
+        return False
+
+
 def forward_cost(model: torch.nn.Module, cache_dir: str | Path | None = None, refresh: bool = False) -> CostCurve:
-    """The model's cost curve on this machine: read from cache_dir/<key>.json, else measured and written there."""
+    """The model's cost curve on this machine: read from cache_dir/<key>.json, else measured and written there,
+    unless the machine was busy while it was measured (that curve serves this process only: the next load times
+    again rather than keep a curve other work inflated)."""
     path = Path(cache_dir) / f"{cost_key(model)}.json" if cache_dir is not None else None
     if path is not None and path.is_file() and not refresh:
         try:
             return CostCurve.from_json(path.read_text())
         except (ValueError, KeyError, TypeError):
             pass  # a damaged cache file is measured again
+    crowded = busy()  # asked before timing: the timing itself loads the cores
     curve = measure_cost(model)
-    if path is not None:
+    if path is not None and not crowded:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(curve.to_json())

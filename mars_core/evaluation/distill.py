@@ -132,7 +132,7 @@ def build(
     if model is None:
         from ..load import load
 
-        model, tokenizer = load(model_name)
+        model, tokenizer = load(model_name, measure_cost=False)  # one-token answers: no tree to size
     train_p, held_p = split_prompts(train_counts or DEFAULT_TRAIN, heldout_per_category, seed)
     if exclude:
         from ..training.data import read_jsonl
@@ -162,7 +162,7 @@ def build_never_trained(
     if model is None:
         from ..load import load
 
-        model, tokenizer = load(model_name)
+        model, tokenizer = load(model_name, measure_cost=False)  # one-token answers: no tree to size
     partial = out / ".never_trained_partial.jsonl"
     rows = distill(model, tokenizer, never_trained_prompts(seed=seed), batch_size=batch_size,
                    max_new_tokens=max_new_tokens, partial=partial, progress=progress)

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..decoding.spec import TreeLayout
 from ..generate import DEFAULT_THRESHOLDS as STRATEGY_THRESHOLDS
 from ..machine import machine_info, machine_line
 from .metrics import agreement
@@ -42,7 +43,9 @@ def decode_records(
     model, tokenizer, records: list[dict[str, Any]], *, threshold: float, block_size: int, batch_size: int,
     max_new_tokens: int, strategy: str = "sliding", bar=None,
 ) -> tuple[list[dict[str, Any]], list[int], list[int]]:
-    """Decode every record (batched; batched sliding decoding equals one-by-one).
+    """Decode every record (batched; batched sliding decoding equals one-by-one). Verified trees follow the fixed
+    rules, never a measured cost curve: tokens per forward then says what the model does, not how busy the
+    machine was when load() timed its forwards.
 
     Returns per-record results (text, tokens, forwards) and, per slot j, how many forwards committed at
     least j+1 tokens and how many forwards there were (for acceptance by slot position)."""
@@ -60,7 +63,7 @@ def decode_records(
         fwd = [0] * len(idx)
         t0 = time.perf_counter()
         for ev in stream(model, tokenizer, prompts, strategy=strategy, block_size=block_size,
-                         max_new_tokens=max_new_tokens, threshold=threshold):
+                         max_new_tokens=max_new_tokens, threshold=threshold, layout=TreeLayout(use_cost=False)):
             for k, toks in enumerate(ev.token_ids):
                 if toks:
                     ids[k].extend(toks)
@@ -227,8 +230,8 @@ def evaluate(
         if samples:
             outputs[key] = [x["text"] for x in results]
     bar.close()
-    out = {"block_size": block_size, "max_new_tokens": max_new_tokens, "rows": rows, "base": base_rows(records),
-           "slot_acceptance": slots, "drafts": drafts, "seconds": timing}
+    out = {"block_size": block_size, "max_new_tokens": max_new_tokens, "layout": "fixed", "rows": rows,
+           "base": base_rows(records), "slot_acceptance": slots, "drafts": drafts, "seconds": timing}
     if samples:
         out["samples"] = outputs
     return out
@@ -343,7 +346,7 @@ def load_model(name: str | None, adapter: str | None = None, dtype: str | None =
     """mars_core.load(name), with a peft LoRA adapter merged in when one is given."""
     from ..load import load, merge_adapter
 
-    model, tokenizer = load(name, dtype=dtype)
+    model, tokenizer = load(name, dtype=dtype, measure_cost=False)  # evaluation sizes no tree by cost
     if adapter:
         model = merge_adapter(model, adapter)
     return model, tokenizer

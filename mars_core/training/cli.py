@@ -173,7 +173,8 @@ def load_model(script: ScriptArguments) -> tuple[torch.nn.Module, Any]:
     """(model, tokenizer) via mars_core.load on the CPU (the Trainer/accelerate place it), LoRA-wrapped if asked."""
     from ..load import load
 
-    model, tokenizer = load(script.model, dtype=script.dtype, device="cpu", trust_remote_code=script.trust_remote_code)
+    model, tokenizer = load(script.model, dtype=script.dtype, device="cpu", trust_remote_code=script.trust_remote_code,
+                            measure_cost=False)  # training decodes nothing: no cost curve to time
     model.config.use_cache = False  # no KV cache in training
     if script.init_adapter:
         from peft import PeftModel

@@ -56,9 +56,30 @@ def test_the_curve_is_measured_once_per_machine_and_model(model, tmp_path, monke
     calls = []
     fixed = CostCurve.from_function(lambda b, w: 0.001 * w, widths=(1, 2))
     monkeypatch.setattr(cost, "measure_cost", lambda m: calls.append(m) or fixed)
+    monkeypatch.setattr(cost, "busy", lambda: False)
     assert forward_cost(model, tmp_path) == fixed
     assert forward_cost(model, tmp_path) == fixed  # read back from the file
     assert len(calls) == 1 and len(list(tmp_path.glob("*.json"))) == 1
     (next(tmp_path.glob("*.json"))).write_text("{not json")
     assert forward_cost(model, tmp_path) == fixed and len(calls) == 2  # a damaged file is measured again
     assert forward_cost(model, tmp_path, refresh=True) == fixed and len(calls) == 3
+
+
+def test_a_curve_timed_on_a_busy_machine_is_used_but_not_kept(model, tmp_path, monkeypatch):
+    """Other work inflates every timing: such a curve serves the process that measured it, and the next load
+    times again instead of reading it back."""
+    calls = []
+    fixed = CostCurve.from_function(lambda b, w: 0.001 * w, widths=(1, 2))
+    monkeypatch.setattr(cost, "measure_cost", lambda m: calls.append(m) or fixed)
+    monkeypatch.setattr(cost, "busy", lambda: True)
+    assert forward_cost(model, tmp_path) == fixed and not list(tmp_path.glob("*.json"))
+    monkeypatch.setattr(cost, "busy", lambda: False)
+    assert forward_cost(model, tmp_path) == fixed and len(calls) == 2 and len(list(tmp_path.glob("*.json"))) == 1
+
+
+def test_a_spike_in_one_round_does_not_move_the_curve(model, monkeypatch):
+    """The fastest of the rounds is kept: a forward that waited on other work in one round is not its cost."""
+    spikes = iter([1.0, 5.0, 0.01, 0.02] * 50)  # warm-up, then a stalled round, then two quiet ones
+    monkeypatch.setattr(cost, "_timed_forward", lambda *a: next(spikes))
+    curve = measure_cost(model, batch_sizes=(1,), widths=(1,), rounds=3)
+    assert curve.seconds == ((0.01,),)

@@ -126,3 +126,24 @@ def test_calibration_plot(tmp_path):
     if _have_matplotlib():
         assert mars_eval.calibration_plot({"a": report, "b": report}, tmp_path / "c.png") == str(tmp_path / "c.png")
         assert (tmp_path / "c.png").stat().st_size > 1000
+
+
+def test_verified_rows_follow_the_fixed_rules_whatever_cost_curve_the_model_carries(tokenizer):
+    """A cost curve measured on a busy machine must not move the model's tokens per forward: mars-eval sizes its
+    verified trees by the fixed rules. Where no tree pays, the curve alone would make every forward one token."""
+    from mars_core.decoding.cost import CostCurve
+
+    from trained import ANSWERS, mars_trained
+
+    model = mars_trained("qwen2", tokenizer)
+    records = [{"prompt": p, "category": "chat"} for p in ANSWERS]
+
+    def forwards() -> list[int]:
+        results, _, _ = mars_eval.decode_records(model, tokenizer, records, threshold=0.05, block_size=4,
+                                                 batch_size=8, max_new_tokens=40, strategy="verified")
+        assert sum(r["tokens"] for r in results) > 1.3 * sum(r["forwards"] for r in results)  # it really drafts
+        return [r["forwards"] for r in results]
+
+    plain = forwards()
+    model.forward_cost = CostCurve.from_function(lambda b, w: 0.01 * w**2)  # each token fed costs a forward more
+    assert forwards() == plain
