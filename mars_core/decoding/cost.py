@@ -129,6 +129,9 @@ def cost_key(model: torch.nn.Module) -> str:
     return hashlib.sha256(json.dumps([info, shape], sort_keys=True).encode()).hexdigest()[:16]
 
 
+_UNKEPT: dict[str, CostCurve] = {}  # curves timed on a busy machine, by cost_key: this process's, never written
+
+
 def busy() -> bool:
     """Whether other work holds the cores (1-minute load average above their count): timings taken now overstate."""
     try:
@@ -141,7 +144,10 @@ def forward_cost(model: torch.nn.Module, cache_dir: str | Path | None = None, re
     """The model's cost curve on this machine: read from cache_dir/<key>.json, else measured and written there,
     unless the machine was busy while it was measured (that curve serves this process only: the next load times
     again rather than keep a curve other work inflated)."""
-    path = Path(cache_dir) / f"{cost_key(model)}.json" if cache_dir is not None else None
+    key = cost_key(model)
+    path = Path(cache_dir) / f"{key}.json" if cache_dir is not None else None
+    if not refresh and key in _UNKEPT:
+        return _UNKEPT[key]
     if path is not None and path.is_file() and not refresh:
         try:
             return CostCurve.from_json(path.read_text())
@@ -149,7 +155,9 @@ def forward_cost(model: torch.nn.Module, cache_dir: str | Path | None = None, re
             pass  # a damaged cache file is measured again
     crowded = busy()  # asked before timing: the timing itself loads the cores
     curve = measure_cost(model)
-    if path is not None and not crowded:
+    if crowded:
+        _UNKEPT[key] = curve
+    elif path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(curve.to_json())

@@ -57,6 +57,7 @@ def test_the_curve_is_measured_once_per_machine_and_model(model, tmp_path, monke
     fixed = CostCurve.from_function(lambda b, w: 0.001 * w, widths=(1, 2))
     monkeypatch.setattr(cost, "measure_cost", lambda m: calls.append(m) or fixed)
     monkeypatch.setattr(cost, "busy", lambda: False)
+    monkeypatch.setattr(cost, "_UNKEPT", {})
     assert forward_cost(model, tmp_path) == fixed
     assert forward_cost(model, tmp_path) == fixed  # read back from the file
     assert len(calls) == 1 and len(list(tmp_path.glob("*.json"))) == 1
@@ -72,7 +73,10 @@ def test_a_curve_timed_on_a_busy_machine_is_used_but_not_kept(model, tmp_path, m
     fixed = CostCurve.from_function(lambda b, w: 0.001 * w, widths=(1, 2))
     monkeypatch.setattr(cost, "measure_cost", lambda m: calls.append(m) or fixed)
     monkeypatch.setattr(cost, "busy", lambda: True)
+    monkeypatch.setattr(cost, "_UNKEPT", {})
     assert forward_cost(model, tmp_path) == fixed and not list(tmp_path.glob("*.json"))
+    assert forward_cost(model, tmp_path) == fixed and len(calls) == 1  # this process keeps it in memory
+    monkeypatch.setattr(cost, "_UNKEPT", {})  # a new process
     monkeypatch.setattr(cost, "busy", lambda: False)
     assert forward_cost(model, tmp_path) == fixed and len(calls) == 2 and len(list(tmp_path.glob("*.json"))) == 1
 
