@@ -20,9 +20,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-RUNS = {  # name: (recipe, block size)
-    "b4_wide2": ("recipes/smollm2_mars_b4_wide2.yaml", 4),
-    "b8_wide": ("recipes/smollm2_mars_b8_wide.yaml", 8),
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from mars_core.training.cli import read_config_file  # noqa: E402
+
+RUNS = {  # name: recipe (its block_size and output_dir say how to evaluate it and where its checkpoints are)
+    "b4_wide2": "recipes/smollm2_mars_b4_wide2.yaml",
+    "b8_wide": "recipes/smollm2_mars_b8_wide.yaml",
 }
 START = Path("runs/wide/assets/smollm2-mars-b4")  # the wide adapter (git archive c1b7e3d assets/smollm2-mars-b4)
 FULL = ["--thresholds", "1.0,0.95,0.9,0.8,0.5", "--verified-thresholds", "0.3"]
@@ -39,7 +43,7 @@ def train(name: str, out: Path) -> float:
     """One recipe in its own process (resumes from its last checkpoint if there is one); returns wall seconds."""
     start = time.time()
     with open(out / f"train_{name}.log", "a") as log:
-        code = subprocess.call([sys.executable, "-m", "mars_core.train", RUNS[name][0], "--resume", "true"],
+        code = subprocess.call([sys.executable, "-m", "mars_core.train", RUNS[name], "--resume", "true"],
                                stdout=log, stderr=subprocess.STDOUT)
     seconds = time.time() - start
     with open(out / "train_times.txt", "a") as f:
@@ -56,9 +60,9 @@ def evaluate(label: str, adapter: Path, block: int, split: str, settings: list[s
                               stdout=subprocess.DEVNULL)
     target = out / f"eval_{label}__{split}.json"
     cmd = [sys.executable, "-m", "mars_core.eval", "--split", split, "--block-size", str(block),
-           "--json", str(target), "--plot", str(out / f"pareto_{label}_{split}.png"), *settings]
+           "--json", str(target), "--plot", str(out / f"pareto_{label}__{split}.png"), *settings]
     env = {**os.environ, "MARS_DEFAULT_ADAPTER": str(shipped)}
-    with open(out / f"eval_{label}_{split}.log", "w") as log:
+    with open(out / f"eval_{label}__{split}.log", "w") as log:
         code = subprocess.call(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
     say(f"evaluated {label} on {split} (exit {code})")
     return target if code == 0 else None
@@ -85,10 +89,10 @@ def summary(out: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def checkpoints(name: str) -> list[Path]:
-    """The run's checkpoints, in step order."""
-    found = Path(f"runs/smollm2_mars_{name}").glob("checkpoint-*")
-    return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+def checkpoints(output_dir: str) -> list[tuple[int, Path]]:
+    """A run's checkpoints as (step, folder), in step order."""
+    found = ((int(p.name.split("-")[1]), p) for p in Path(output_dir).glob("checkpoint-*"))
+    return sorted(found)
 
 
 def main() -> None:
@@ -115,13 +119,13 @@ def main() -> None:
                 list(trainers.map(lambda name: train(name, out), args.runs.split(",")))
         finals, sweep = [], []  # the last checkpoint of each run in full; the others from step 650 on a slice
         for name in args.runs.split(","):
-            block, found = RUNS[name][1], checkpoints(name)
-            for ckpt in found:
-                step = int(ckpt.name.split("-")[1])
-                if ckpt == found[-1]:
-                    finals += [(f"{name}_{step}", ckpt, block, split, FULL) for split in SPLITS]
+            recipe = read_config_file(RUNS[name])
+            found = checkpoints(recipe["output_dir"])
+            for step, ckpt in found:
+                if (step, ckpt) == found[-1]:
+                    finals += [(f"{name}_{step}", ckpt, recipe["block_size"], split, FULL) for split in SPLITS]
                 elif step >= 650:
-                    sweep += [(f"{name}_{step}", ckpt, block, split, SWEEP) for split in SPLITS]
+                    sweep += [(f"{name}_{step}", ckpt, recipe["block_size"], split, SWEEP) for split in SPLITS]
         jobs = [] if args.no_eval else [pool.submit(evaluate, *job, out) for job in finals + sweep]
         for job in baseline + jobs:
             job.result()
