@@ -158,12 +158,18 @@ def typed_js(inputs: list[Any], consume: bool) -> str:
     """An event's js step: every input (the event's inputs in order: components or elem_ids) whose watched slider
     had a value typed out of range is handed to the handler as typed, not as the browser clamped it, so the handler's
     own check gives its one message and nothing runs. A Run consumes it (pressed again, it runs with what the box now
-    shows); a change only peeks."""
+    shows); a change only peeks, and hands on null for a value out of range that is still being typed ("0" on the way
+    to "0.3" fires a change too): its handler ignores null, so only a finished value gets a message."""
     elems = [i if isinstance(i, str) else getattr(i, "elem_id", None) for i in inputs]
     ids = [elem if elem in INPUTS else None for elem in elems]
+    ranges = [[INPUTS[i].low, INPUTS[i].high] if i else None for i in ids]
     take = "delete typed[id];" if consume else ""
-    return (f"(...args) => {{ const ids = {json.dumps(ids)}; const typed = window.marsTyped || {{}}; "
-            f"return args.map((v, k) => {{ const id = ids[k]; if (!id || !(id in typed)) return v; "
+    typing = "" if consume else ("const [low, high] = ranges[k]; "
+                                 "if (typeof v === 'number' && (v < low || (high !== null && v > high))) return null; ")
+    return (f"(...args) => {{ const ids = {json.dumps(ids)}; const ranges = {json.dumps(ranges)}; "
+            f"const typed = window.marsTyped || {{}}; "
+            f"return args.map((v, k) => {{ const id = ids[k]; if (!id) return v; "
+            f"if (!(id in typed)) {{ {typing}return v; }} "
             f"const t = typed[id]; {take} const n = Number(t); return Number.isNaN(n) ? t : n; }}); }}")
 
 

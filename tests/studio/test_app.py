@@ -140,6 +140,14 @@ def test_the_page_hands_typed_values_to_the_handlers():
     assert all(f'"{elem}"' in page for elem in inputs.WATCHED) and "marsTyped" in page
     assert "delete typed[id]" in inputs.typed_js(["race-threshold"], True)
     assert "delete typed[id]" not in inputs.typed_js(["race-threshold"], False)
+    assert "return null" in inputs.typed_js(["race-threshold"], False)  # a change mid-typing: nothing to check yet
+    assert "return null" not in inputs.typed_js(["race-threshold"], True)  # a Run checks what the box shows
+
+
+def test_a_threshold_still_being_typed_changes_nothing():
+    session = race.new_session()
+    race.set_threshold(None, session)  # what the page sends for "0" on the way to "0.3"
+    assert session["threshold"] == 0.9 and "told" not in session
 
 
 def test_adapt_to_load_lowers_the_threshold_in_force():
