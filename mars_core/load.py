@@ -29,6 +29,7 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
+from .cpu_linear import pack_linears, unpack_linears
 from .decoding.cost import forward_cost
 from .machine import cpu_flags
 
@@ -99,10 +100,15 @@ def default_adapter_dir() -> Path | None:
 
 
 def merge_adapter(model: PreTrainedModel, adapter: str | os.PathLike) -> PreTrainedModel:
-    """Merge a peft LoRA adapter folder into model's weights; the result has no extra parameters."""
+    """Merge a peft LoRA adapter folder into model's weights; the result has no extra parameters (packed linear
+    layers are unpacked for the merge, which writes the weights in place, and packed again after it)."""
     from peft import PeftModel
 
-    return PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    packed = unpack_linears(model) > 0
+    merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    if packed:
+        pack_linears(merged)
+    return merged
 
 
 def merged_default_dir(adapter: Path) -> Path:
@@ -350,9 +356,13 @@ def load(
     mask_token: str | None = None,
     attn_implementation: str = "sdpa",
     measure_cost: bool = True,
+    pack: bool = True,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load (model, tokenizer) in eval mode, with mask/pad tokens, a chat template and left padding.
 
+    pack: on an x86 CPU, run fp32 and bf16 linear layers through oneDNN with weights packed once (cpu_linear: 1.3-2x
+    faster forwards, and width nearly free up to 8 tokens), for inference; training passes False (it would fall
+    back to F.linear anyway, keeping the packed copies for nothing).
     measure_cost: give the model its forward cost curve on this machine (`model.forward_cost`, measured in seconds
     on first load and cached under cache_root()/forward_cost), by which verified decoding sizes its trees."""
     device = resolve_device(device)
@@ -360,6 +370,8 @@ def load(
     model, tokenizer = _open(resolve_source(name_or_path), torch_dtype, attn_implementation, trust_remote_code)
     prepare_tokenizer(model, tokenizer, mask_token=mask_token)
     model = model.to(device).eval()
+    if pack:
+        pack_linears(model)
     if measure_cost:
         model.forward_cost = forward_cost(model, cache_root() / "forward_cost")
     return model, tokenizer

@@ -246,3 +246,13 @@ def test_gguf_tokenizer_guarantees(gguf_loads):
     assert model.get_input_embeddings().weight.shape[0] == 49152
     assert model.generation_config.pad_token_id == 2
     assert model.config._attn_implementation == "sdpa"
+
+
+def test_load_packs_linear_layers_for_inference_only_when_asked(tiny_dir):
+    from mars_core.cpu_linear import is_packed, packing_pays
+
+    folder, _, _ = tiny_dir
+    model, _ = L.load(str(folder), dtype="fp32", device="cpu", measure_cost=False)
+    assert is_packed(model) == packing_pays(model)
+    model, _ = L.load(str(folder), dtype="fp32", device="cpu", measure_cost=False, pack=False)
+    assert not is_packed(model)

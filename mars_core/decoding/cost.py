@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from ..cpu_linear import is_packed
 from ..machine import machine_info
 from .cache import cache_mask, forward, new_cache
 
@@ -126,6 +127,7 @@ def cost_key(model: torch.nn.Module) -> str:
                                                           "num_hidden_layers", "num_attention_heads",
                                                           "num_key_value_heads", "vocab_size")}
     shape["attn"] = getattr(model.config, "_attn_implementation", None)
+    shape["packed_linear"] = is_packed(model)  # oneDNN-packed layers cost a different curve (cpu_linear)
     return hashlib.sha256(json.dumps([info, shape], sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -26,6 +26,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..attention import as_model_mask
+from ..cpu_linear import is_packed
 from ..decoding.cache import cache_mask, new_cache
 from ..decoding.cost import CostCurve
 from ..generate import DEFAULT_THRESHOLDS, encode_prompt, generate, stop_token_ids
@@ -333,6 +334,9 @@ def main(argv: list[str] | None = None) -> None:
                         "reproducible run (default: the one load() measured on this machine)")
     p.add_argument("--layout", choices=("cost", "fixed"), default="cost",
                    help="verified trees sized by the cost curve (default) or by the fixed rules alone")
+    p.add_argument("--no-pack", action="store_true",
+                   help="keep torch's default linear kernels (load(pack=False)) instead of oneDNN-packed weights, "
+                        "to compare: every method, transformers' generate included, runs on the same layers")
     p.add_argument("--quick", action="store_true",
                    help="a small slice for CI: 4 prompts, 16 tokens, 1 repeat, batch 1, B 4, τ 1.0 and 0.9")
     p.add_argument("--json", default=None, help="write the rows to this JSON file")
@@ -350,12 +354,12 @@ def main(argv: list[str] | None = None) -> None:
     from ..load import load
 
     records = prompt_set(args.limit) if args.split == "heldout" else load_split(args.split, args.limit)
-    model, tokenizer = load(args.model, dtype=args.dtype)
+    model, tokenizer = load(args.model, dtype=args.dtype, pack=not args.no_pack)
     if args.cost:
         model.forward_cost = CostCurve.from_json(Path(args.cost).read_text())
     if args.layout == "fixed":
         model.forward_cost = None
-    machine = machine_info(model.device, model.dtype)
+    machine = {**machine_info(model.device, model.dtype), "linear": "onednn_packed" if is_packed(model) else "torch"}
     print(f"machine: {machine_line(machine)}")
     rows = bench(
         model, tokenizer, records, methods=methods, batch_sizes=parse_list(args.batch_sizes, int),

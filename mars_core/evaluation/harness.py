@@ -23,7 +23,8 @@ other packages by itself (it has no plugin entry points), so the plain `lm_eval`
 model_args: pretrained (a name or path mars_core.load takes; "default" or none: the embedded model), strategy,
 threshold (none: the strategy's default), block_size, dtype (auto, bf16, fp32), device, max_new_tokens (caps
 every request's max_gen_toks; default: the task's), confidence, seed, stats_path, trust_remote_code, threads
-(torch threads; on a busy machine 1 can be much faster than all cores).
+(torch threads; on a busy machine 1 can be much faster than all cores), layout (fixed: verified trees by the fixed
+rules, so tokens per forward is the same on every machine; cost: sized by this machine's cost curve).
 """
 
 from __future__ import annotations
@@ -44,10 +45,12 @@ from tqdm import tqdm
 
 import mars_core
 
+from ..decoding.spec import TreeLayout
 from .lm_eval_tasks import TASKS_DIR
 
 MODEL_NAME = "mars_studio"
 STRATEGIES = ("ar", "sliding", "block", "verified")
+LAYOUTS = ("fixed", "cost")
 
 
 def _none(value: Any) -> Any:
@@ -79,6 +82,7 @@ class MarsStudioLM(TemplateLM):
         stats_path: str | None = None,
         trust_remote_code: bool | str = False,
         threads: int | str | None = None,
+        layout: str = "fixed",
         tokenizer: Any = None,
         **unused: Any,
     ) -> None:
@@ -88,6 +92,12 @@ class MarsStudioLM(TemplateLM):
         strategy = str(strategy).strip().lower()
         if strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+        layout = str(layout).strip().lower()
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        # fixed: verified trees by the fixed rules, so tokens per forward is the model's, the same on every machine
+        # (as in mars-eval); cost: sized by this machine's cost curve (faster here, machine-dependent)
+        self.layout = TreeLayout(use_cost=layout == "cost")
         if isinstance(pretrained, torch.nn.Module):  # an already loaded model (with its tokenizer)
             if tokenizer is None:
                 raise ValueError("pass the tokenizer along with a loaded model")
@@ -99,7 +109,8 @@ class MarsStudioLM(TemplateLM):
                 device = None  # lm-eval's command line passes --device cuda by default: run where we can
             self.source = pretrained or "default"
             self.model, self.tokenizer = mars_core.load(pretrained, dtype=_none(dtype), device=device,
-                                                        trust_remote_code=_bool(trust_remote_code))
+                                                        trust_remote_code=_bool(trust_remote_code),
+                                                        measure_cost=layout == "cost")
         self.strategy = strategy
         self.threshold = None if _none(threshold) is None else float(threshold)
         self.block_size = int(block_size)
@@ -171,6 +182,7 @@ class MarsStudioLM(TemplateLM):
         return {
             "pretrained": str(self.source), "strategy": self.strategy, "threshold": self.threshold,
             "block_size": self.block_size, "batch_size": self.batch_size, "max_new_tokens": self.max_new_tokens,
+            "layout": "cost" if self.layout.use_cost else "fixed",
             "dtype": str(self.model.dtype).removeprefix("torch."), "device": str(self.model.device),
             "torch_threads": torch.get_num_threads(), "tasks": tasks,
         }
@@ -229,7 +241,7 @@ class MarsStudioLM(TemplateLM):
         result = mars_core.generate(
             self.model, self.tokenizer, [prompts[i] for i in live], strategy=self.strategy,
             threshold=self.threshold, block_size=self.block_size, max_new_tokens=max_new, stop_strings=until,
-            temperature=temperature, seed=self.seed, confidence=self.confidence, chat=False,
+            temperature=temperature, seed=self.seed, confidence=self.confidence, chat=False, layout=self.layout,
         )
         for i, ids in zip(live, result.token_ids):
             texts[i] = self.answer_text(ids, until)

@@ -87,3 +87,18 @@ def test_a_spike_in_one_round_does_not_move_the_curve(model, monkeypatch):
     monkeypatch.setattr(cost, "_timed_forward", lambda *a: next(spikes))
     curve = measure_cost(model, batch_sizes=(1,), widths=(1,), rounds=3)
     assert curve.seconds == ((0.01,),)
+
+
+def test_packed_layers_get_their_own_curve():
+    """A curve timed with plain F.linear layers is not read back for oneDNN-packed ones (or the other way)."""
+    import copy
+
+    from mars_core.cpu_linear import pack_linears
+
+    from tiny import tiny_qwen2
+
+    plain = tiny_qwen2(64)
+    packed = copy.deepcopy(plain)
+    if not pack_linears(packed):
+        pytest.skip("no oneDNN packing on this machine")
+    assert cost.cost_key(plain) != cost.cost_key(packed)

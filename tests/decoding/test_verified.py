@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -328,3 +330,19 @@ def test_the_record_is_what_each_forward_fed_and_chose(trained, tokenizer, layou
     assert any(int(r.m[0]) > 0 for r in records) and (records[0].seconds is None) == (layout.cost is None)
     if layout.cost is None:  # width is free of cost: several groups hang, and the repeated sentence is looked up
         assert any(len(r.tree.groups) > 1 for r in records) and any(r.chain.looked[0] for r in records)
+
+
+@pytest.mark.parametrize("threshold", [1.0, 0.5, 0.1])
+def test_verified_equals_hf_generate_with_packed_linears(trained, tokenizer, threshold):
+    """load() packs linear layers for oneDNN on x86 CPUs: verified decoding still gives generate's answer there."""
+    from mars_core.cpu_linear import pack_linears
+
+    packed = copy.deepcopy(trained)
+    if not pack_linears(packed):
+        pytest.skip("no oneDNN packing on this machine")
+    prompts = PROMPTS + NEW_PROMPTS + list(ANSWERS)[:2]
+    want = hf_greedy(packed, tokenizer, prompts, 40)
+    got = generate(packed, tokenizer, prompts, strategy="verified", threshold=threshold, max_new_tokens=40)
+    assert got.token_ids == want
+    assert [generate(packed, tokenizer, p, strategy="verified", threshold=threshold,
+                     max_new_tokens=40).token_ids[0] for p in prompts] == want

@@ -5,6 +5,7 @@ import sys
 import pytest
 import torch
 
+from mars_core.cpu_linear import packing_pays
 from mars_core.decoding.cost import CostCurve
 from mars_core.decoding.spec import TreeLayout
 from mars_core.evaluation.bench import METHODS, bench, format_table, main
@@ -85,6 +86,7 @@ def test_cli_runs_on_a_saved_model(tmp_path, model, tokenizer, capsys):
     assert machine["cpu"] and isinstance(machine["isa"], list) and machine["threads"] >= 1
     assert machine["torch"] == torch.__version__ and machine["dtype"] == "float32"
     assert data["layout"] == "cost" and data["cost_curve"]["seconds"]  # the curve load() measured
+    assert machine["linear"] == ("onednn_packed" if packing_pays(torch.nn.Linear(2, 2)) else "torch")
     printed = capsys.readouterr().out
     assert "speedup" in printed and f"machine: {machine['cpu']}" in printed
     assert set(METHODS) >= {r["method"] for r in data["rows"]}
@@ -103,3 +105,6 @@ def test_cli_takes_a_cost_curve_for_a_reproducible_layout(tmp_path, model, token
     main(["--model", str(tmp_path / "m"), "--quick", "--dtype", "fp32", "--methods", "mars_verified",
           "--layout", "fixed", "--json", str(out)])
     assert json.loads(out.read_text())["cost_curve"] is None
+    main(["--model", str(tmp_path / "m"), "--quick", "--dtype", "fp32", "--methods", "hf_generate", "--no-pack",
+          "--json", str(out)])
+    assert json.loads(out.read_text())["machine"]["linear"] == "torch"  # torch's own kernels, to compare

@@ -151,6 +151,7 @@ def test_simple_evaluate_generates_with_stop_sequences_and_scores_choices(tiny, 
 
     stats = out["config"]["mars_studio"]
     assert stats["strategy"] == "verified" and stats["batch_size"] == 3
+    assert stats["layout"] == "fixed" and not lm.layout.use_cost  # tokens per forward is the model's, not the machine's
     gen = stats["tasks"]["tiny_gen"]
     assert gen["requests"] == len(PROMPTS) and gen["seconds"] > 0 and gen["forwards"] >= 1
     assert 0 < gen["tokens_per_forward"] <= gen["committed_tokens_per_forward"]
@@ -163,6 +164,13 @@ def test_simple_evaluate_generates_with_stop_sequences_and_scores_choices(tiny, 
         assert scores == pytest.approx(direct, abs=1e-3)
     acc = out["results"]["tiny_mc"]["acc,none"]
     assert 0.0 <= acc <= 1.0
+
+
+def test_layout_is_fixed_unless_asked_and_checked(tiny):
+    model, tokenizer = tiny
+    assert MarsStudioLM(pretrained=model, tokenizer=tokenizer, layout="cost").layout.use_cost
+    with pytest.raises(ValueError, match="layout must be one of"):
+        MarsStudioLM(pretrained=model, tokenizer=tokenizer, layout="widest")
 
 
 def test_loglikelihood_batches_with_padding_like_one_at_a_time(tiny):

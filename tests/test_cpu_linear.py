@@ -1,0 +1,90 @@
+"""oneDNN-packed linear layers: the same numbers as F.linear, the packed kernel really runs, and training, weight
+updates and adapter merges never see a stale packed copy."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mars_core.cpu_linear import is_packed, pack_linears, packing_pays, unpack_linears
+from mars_core.load import merge_adapter
+
+from tiny import tiny_qwen2
+
+pytestmark = pytest.mark.skipif(not packing_pays(torch.nn.Linear(2, 2)), reason="needs an x86 CPU with oneDNN")
+
+
+def packed_ops(fn) -> int:
+    """How many times the packed oneDNN kernel ran inside fn()."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    return sum(e.count for e in prof.key_averages() if e.key == "mkldnn::_linear_pointwise")
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_packed_layer_computes_f_linear(dtype, tol):
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(96, 40).to(dtype)
+    x = torch.randn(3, 7, 96, dtype=dtype).transpose(0, 1)  # 3D and not contiguous, as attention hands it on
+    want = F.linear(x, layer.weight, layer.bias)
+    assert pack_linears(layer) == 1 and is_packed(layer)
+    with torch.inference_mode():
+        got = layer(x)
+        assert packed_ops(lambda: layer(x)) == 1
+    assert got.shape == want.shape
+    torch.testing.assert_close(got.float(), want.float(), atol=tol, rtol=tol)
+
+
+def test_training_and_in_place_updates_fall_back_to_f_linear():
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(32, 16)
+    pack_linears(layer)
+    x = torch.randn(4, 32)
+    assert packed_ops(lambda: layer(x).sum().backward()) == 0  # grad enabled: plain F.linear, gradients flow
+    assert layer.weight.grad is not None
+    torch.optim.SGD(layer.parameters(), lr=1.0).step()  # updates W in place: the packed copy is stale now
+    with torch.no_grad():
+        assert packed_ops(lambda: layer(x)) == 0
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))
+
+
+def test_unpack_restores_plain_layers():
+    model = tiny_qwen2(64)
+    linears = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+    assert pack_linears(model) == linears and unpack_linears(model) == linears
+    assert not is_packed(model)
+    with torch.no_grad():
+        assert packed_ops(lambda: model(torch.tensor([[1, 2, 3]]))) == 0
+
+
+def test_a_model_packed_answers_as_before():
+    model = tiny_qwen2(64)
+    ids = torch.randint(64, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = model(ids).logits
+        pack_linears(model)
+        got = model(ids).logits
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_merging_an_adapter_into_a_packed_model(tmp_path):
+    """merge_adapter writes the weights in place: the packed model must answer with the merged weights."""
+    from peft import LoraConfig, get_peft_model
+
+    base = tiny_qwen2(64)
+    adapter = get_peft_model(copy.deepcopy(base), LoraConfig(r=4, target_modules=["q_proj", "down_proj"],
+                                                             init_lora_weights=False))
+    adapter.save_pretrained(tmp_path)
+    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
+    with torch.no_grad():
+        want = merge_adapter(copy.deepcopy(base), tmp_path)(ids).logits
+        packed = copy.deepcopy(base)
+        pack_linears(packed)
+        merged = merge_adapter(packed, tmp_path)
+        assert is_packed(merged) and packed_ops(lambda: merged(ids)) > 0
+        got = merged(ids).logits
+        assert not torch.allclose(base(ids).logits, want, atol=1e-3)  # the adapter changes the answer
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
