@@ -360,7 +360,7 @@ def load(
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load (model, tokenizer) in eval mode, with mask/pad tokens, a chat template and left padding.
 
-    pack: on an x86 CPU, run fp32 and bf16 linear layers through oneDNN with weights packed once (cpu_linear: 1.3-2x
+    pack: on an x86 CPU, run fp32 and bf16 linear layers through oneDNN with weights packed once (cpu_linear: 1.4x
     faster forwards, and width nearly free up to 8 tokens), for inference; training passes False (it would fall
     back to F.linear anyway, keeping the packed copies for nothing).
     measure_cost: give the model its forward cost curve on this machine (`model.forward_cost`, measured in seconds
