@@ -62,7 +62,7 @@ def threshold_in_force(session: dict) -> float:
     return adaptive_threshold(base, models.TRACKER.active) if session["adapt"] else base
 
 
-def set_threshold(threshold: float, session: dict) -> None:
+def set_threshold(threshold: float | None, session: dict) -> None:
     """Slider change (or /set_threshold): the running MARS generation uses it from its next forward; sent with a
     race or after it, the newest value wins. A value out of range is refused with one message (no traceback); None
     (the page's word for a value still being typed, see typed_js) changes nothing and says nothing."""
