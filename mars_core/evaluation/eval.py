@@ -344,11 +344,14 @@ def calibration_plot(reports: dict[str, dict[str, Any]], path: str | os.PathLike
 
 def load_model(name: str | None, adapter: str | None = None, dtype: str | None = None):
     """mars_core.load(name), with a peft LoRA adapter merged in when one is given."""
+    from ..cpu_linear import pack_linears
     from ..load import load, merge_adapter
 
-    model, tokenizer = load(name, dtype=dtype, measure_cost=False)  # evaluation sizes no tree by cost
+    # evaluation sizes no tree by cost; with an adapter, the layers are packed once, after the merge
+    model, tokenizer = load(name, dtype=dtype, measure_cost=False, pack=not adapter)
     if adapter:
         model = merge_adapter(model, adapter)
+        pack_linears(model)
     return model, tokenizer
 
 
