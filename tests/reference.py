@@ -10,6 +10,8 @@ from collections.abc import Callable
 
 import torch
 
+from mars_core.decoding.verified import LOOKUP_PRIOR
+
 
 def _at(threshold: float | Callable[[int], float], forward: int) -> float:
     """A fixed threshold, or a schedule: the threshold of forward number `forward`."""
@@ -99,7 +101,8 @@ def reference_verified(model, prompt: list[int], block_size: int, threshold: flo
     when its chain promises more. Returns (tokens, forwards): one forward per step, as the decoder takes."""
     g = block_size - 1
     out, forwards = [], 0
-    drafts, conf = [], []
+    drafts, conf, looked = [], [], False
+    hits = tries = 0  # lookup drafts matched, and reached (matched or a chain's first miss)
     while len(out) < max_new:
         seq = prompt + out
         k = 0
@@ -109,6 +112,8 @@ def reference_verified(model, prompt: list[int], block_size: int, threshold: flo
         m = 0
         while m < k and ar[m] == drafts[m]:
             m += 1
+        if looked and k:
+            hits, tries = hits + m, tries + min(m + 1, k)
         fed = (threshold < 1 and g > 0 and _odds(conf[:k], m) >= group_floor) if forwards else threshold < 1 and g > 0
         forwards += 1
         if fed:
@@ -116,6 +121,7 @@ def reference_verified(model, prompt: list[int], block_size: int, threshold: flo
             drafts, conf = _predict(model, seq + drafts[:m] + [mask_id] * g, [base + t for t in range(g)], threshold)
         else:
             drafts, conf = [], []
+        looked = False
         for t in ar[: m + 1]:
             if len(out) < max_new:
                 out.append(t)
@@ -123,13 +129,14 @@ def reference_verified(model, prompt: list[int], block_size: int, threshold: flo
                     return out, forwards
         if lookup and threshold < 1 and g > 0:
             found = _lookup(prompt + out, 0, ngrams, lookup)
+            odds = (LOOKUP_PRIOR * lookup_odds + hits) / (LOOKUP_PRIOR + tries)  # this answer's own lookup record
             found_conf = []  # the mask draft's confidence where both agree, at most 1 - it where they differ
             for i, t in enumerate(found):
                 c = conf[i] if i < len(conf) else 0.0
                 mask_says = drafts[i] if i < len(drafts) else None
-                found_conf.append(max(c, lookup_odds) if t == mask_says else min(lookup_odds, 1 - c))
+                found_conf.append(max(c, odds) if t == mask_says else min(odds, 1 - c))
             run = lambda cs: sum(math.prod(cs[: i + 1]) for i in range(len(cs)))  # noqa: E731
             leading = lambda cs: next((i for i, c in enumerate(cs) if c < threshold), len(cs))  # noqa: E731
             if run(found_conf[: leading(found_conf)]) > run(conf[: leading(conf)]):
-                drafts, conf = found, found_conf
+                drafts, conf, looked = found, found_conf, True
     return out, forwards

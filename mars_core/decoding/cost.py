@@ -28,6 +28,8 @@ from .cache import cache_mask, forward, new_cache
 BATCH_SIZES = (1, 4, 16)  # measured batch sizes; others are interpolated (or extrapolated linearly)
 WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # measured tokens per sample
 TOKEN_BUDGET = 32  # widths with batch * width above this are extrapolated, not timed (seconds, not minutes)
+ROUNDS = 5  # timed rounds per width; the fastest is kept
+SPOT_WIDTHS = (1, 4)  # batch-1 widths a kept curve is checked against at load
 
 
 def interpolate(x: float, xs: tuple[float, ...], ys: list[float]) -> float:
@@ -82,7 +84,7 @@ class CostCurve:
 
 @torch.inference_mode()
 def measure_cost(model: torch.nn.Module, batch_sizes: tuple[int, ...] = BATCH_SIZES, widths: tuple[int, ...] = WIDTHS,
-                 context: int = 128, rounds: int = 3, budget: int = TOKEN_BUDGET) -> CostCurve:
+                 context: int = 128, rounds: int = ROUNDS, budget: int = TOKEN_BUDGET) -> CostCurve:
     """Time cached forwards (explicit mask, logits for up to 8 slots, as verified decoding reads them) after a
     `context`-token prefix, the fastest of interleaved rounds (other work only ever adds time, so the minimum is
     the forward's own cost); widths past the token budget are extrapolated."""
@@ -131,6 +133,7 @@ def cost_key(model: torch.nn.Module) -> str:
     return hashlib.sha256(json.dumps([info, shape], sort_keys=True).encode()).hexdigest()[:16]
 
 
+STALE = 1.15  # a kept curve that reads this much slower than forwards timed now (SPOT_WIDTHS) was timed under load
 _UNKEPT: dict[str, CostCurve] = {}  # curves timed on a busy machine, by cost_key: this process's, never written
 
 
@@ -142,19 +145,33 @@ def busy() -> bool:
         return False
 
 
+def spot_seconds(model: torch.nn.Module) -> list[float]:
+    """Seconds of batch-1 forwards of SPOT_WIDTHS tokens now, the fastest of three each (a fraction of a second)."""
+    return list(measure_cost(model, batch_sizes=(1,), widths=SPOT_WIDTHS, rounds=3).seconds[0])
+
+
+def inflated(kept: CostCurve, now: list[float]) -> bool:
+    """Whether the kept curve reads STALE times slower than forwards timed now at any of SPOT_WIDTHS."""
+    return any(k > STALE * n for k, n in zip(kept.at(1, SPOT_WIDTHS), now))
+
+
 def forward_cost(model: torch.nn.Module, cache_dir: str | Path | None = None, refresh: bool = False) -> CostCurve:
     """The model's cost curve on this machine: read from cache_dir/<key>.json, else measured and written there,
     unless the machine was busy while it was measured (that curve serves this process only: the next load times
-    again rather than keep a curve other work inflated)."""
+    again rather than keep a curve other work inflated). A kept curve is checked against forwards timed now, when
+    the machine is quiet: other work the load average missed (one busy thread of two) inflates the timings, the
+    narrow ones most, which misleads the plan, so a curve that reads STALE times slower is timed again."""
     key = cost_key(model)
     path = Path(cache_dir) / f"{key}.json" if cache_dir is not None else None
     if not refresh and key in _UNKEPT:
         return _UNKEPT[key]
     if path is not None and path.is_file() and not refresh:
         try:
-            return CostCurve.from_json(path.read_text())
+            kept = CostCurve.from_json(path.read_text())
         except (ValueError, KeyError, TypeError):
-            pass  # a damaged cache file is measured again
+            kept = None  # a damaged cache file is measured again
+        if kept is not None and (busy() or not inflated(kept, spot_seconds(model))):
+            return kept
     crowded = busy()  # asked before timing: the timing itself loads the cores
     curve = measure_cost(model)
     if crowded:

@@ -31,9 +31,11 @@ def lookup_drafts(seq: torch.Tensor, start: torch.Tensor, end: torch.Tensor, ngr
     return seq.gather(1, idx), count
 
 
-def lookup_confidence(found: torch.Tensor, drafts: torch.Tensor, conf: torch.Tensor, odds: float) -> torch.Tensor:
-    """Confidence of each lookup token [b, D] against the mask drafts [b, D] and their confidences (module doc)."""
-    odds_ = torch.full_like(conf, odds)
+def lookup_confidence(found: torch.Tensor, drafts: torch.Tensor, conf: torch.Tensor, odds: float | torch.Tensor
+                      ) -> torch.Tensor:
+    """Confidence of each lookup token [b, D] against the mask drafts [b, D] and their confidences (module doc);
+    odds: one number, or [b, 1] per sample."""
+    odds_ = torch.as_tensor(odds, dtype=conf.dtype, device=conf.device).expand_as(conf)
     return torch.where(found == drafts, torch.maximum(conf, odds_), torch.minimum(odds_, 1 - conf))
 
 

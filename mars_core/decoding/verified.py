@@ -72,6 +72,8 @@ class Answer:
     length: torch.Tensor  # [b] n, tokens committed in the sequence (prompt and answer, pending ones included)
     valid: torch.Tensor  # [b, T] which cache slots hold real tokens
     draft_yield: torch.Tensor  # [] drafts matched per sample and forward when there were drafts (running mean)
+    lookup_hits: torch.Tensor  # [b] prompt-lookup drafts matched so far
+    lookup_tries: torch.Tensor  # [b] prompt-lookup drafts reached so far (matched, or the first miss of a chain)
 
 
 @dataclass
@@ -201,7 +203,8 @@ def start(prompts: list[list[int]], spec: DecodeSpec, threshold: float, dev: tor
     answer = Answer(prompt=pending, text_start=(~pending_valid).sum(1), generated=none, done=none.bool(),
                     out=torch.full((b, spec.max_new_tokens + depth + 1), spec.pad_id, dtype=torch.long, device=dev),
                     length=pending_valid.sum(1), valid=torch.zeros((b, 0), dtype=torch.bool, device=dev),
-                    draft_yield=torch.tensor(1.0, device=dev))
+                    draft_yield=torch.tensor(1.0, device=dev), lookup_hits=torch.zeros(b, device=dev),
+                    lookup_tries=torch.zeros(b, device=dev))
     tree = Tree(pending, pending_valid, drafts=pending[:, :0], fed=pending_valid[:, :0], q=None, looked=none.bool(),
                 groups=(0,) if g > 0 and threshold < 1.0 else (), threshold=threshold,
                 group_fed=torch.ones((b, depth + 1), dtype=torch.bool, device=dev))
@@ -286,7 +289,7 @@ def with_lookup(chain: Chain, answer: Answer, threshold: float, layout: TreeLayo
     found, found_count = lookup_drafts(text, answer.text_start, answer.prompt.shape[1] + answer.generated,
                                        layout.lookup_ngrams, layout.lookup_drafts)
     found = widen(found, depth, pad_id)
-    found_conf = lookup_confidence(found, chain.tokens, chain.conf, layout.lookup_odds)
+    found_conf = lookup_confidence(found, chain.tokens, chain.conf, lookup_odds(answer, layout))
     found_count = torch.minimum(found_count, leading(found_conf >= threshold))
     looked = expected_run(found_conf, found_count) > expected_run(chain.conf, count)
     q = chain.q
@@ -296,6 +299,25 @@ def with_lookup(chain: Chain, answer: Answer, threshold: float, layout: TreeLayo
     pick = looked[:, None]
     return Chain(torch.where(pick, found, chain.tokens), torch.where(pick, found_conf, chain.conf), q,
                  torch.where(looked, found_count, count), looked)
+
+
+LOOKUP_PRIOR = 4.0  # pseudo-drafts at layout.lookup_odds that a sample's own lookup record is added to
+
+
+def lookup_odds(answer: Answer, layout: TreeLayout) -> torch.Tensor:
+    """[b, 1] a lookup draft's chance of matching, given the ones before it matched, per sample: its own record of
+    lookup drafts reached and matched, on a prior of LOOKUP_PRIOR drafts at layout.lookup_odds (a text that
+    repeats itself, such as a table or a list, soon reads near 0.9; one that does not, lower)."""
+    odds = (LOOKUP_PRIOR * layout.lookup_odds + answer.lookup_hits) / (LOOKUP_PRIOR + answer.lookup_tries)
+    return odds[:, None]
+
+
+def track_lookup(answer: Answer, tree: Tree, m: torch.Tensor) -> None:
+    """Add this forward's lookup drafts to each sample's record: m matched of min(m + 1, k) reached."""
+    k = tree.fed.sum(1)
+    looked = tree.looked & (k > 0)
+    answer.lookup_hits = answer.lookup_hits + torch.where(looked, m, 0)
+    answer.lookup_tries = answer.lookup_tries + torch.where(looked, torch.minimum(m + 1, k), 0)
 
 
 FLOORS = (2.0, 0.5, 0.35, 0.2, 0.1, 0.05, 0.0)  # group floors plan_by_cost tries, narrowest first (2.0: no group)
@@ -320,10 +342,12 @@ def seconds_by_width(spec: DecodeSpec, b: int, depth: int, dev: torch.device) ->
 def plan_by_cost(conf: torch.Tensor, count: torch.Tensor, done: torch.Tensor, seconds: torch.Tensor,
                  draft_yield: torch.Tensor, g: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(count [b], group_fed [b, D+1]) for the draft cap K and group floor f that maximise
-        (sum_i [1 + sum_{a <= K_i} c_1 ... c_a] + w y sum_i sum_{j fed} P_i(m = j)) / t(1 + K + |groups| g)
+        (sum_i [1 + sum_{a <= K_i} c_1 ... c_a] + w y r sum_i sum_{j fed} P_i(m = j)) / t(1 + K + |groups| g)
     over K = 0..D and f in FLOORS, with K_i = min(K, count_i), y the drafts a fed group's proposals are expected to
-    get matched (draft_yield), w = GROUP_YIELD_WEIGHT and t the cost curve. K = 0 with no group is a plain one-token
-    forward, so a tree is fed only where it is expected to commit more tokens per second than that."""
+    get matched (draft_yield), w = GROUP_YIELD_WEIGHT and t the cost curve at this batch size; r = t(1) / t(1 + g)
+    prices those drafts in the forwards that will check them (about 1 at batch 1 on a CPU, 0.5 at batch 8). K = 0
+    with no group is a plain one-token forward, so a tree is fed only where it is expected to commit more tokens per
+    second than that."""
     b, depth = conf.shape
     live = ~done
     capped = torch.minimum(count[None, :], torch.arange(depth + 1, device=conf.device)[:, None])  # [K, b]
@@ -334,7 +358,8 @@ def plan_by_cost(conf: torch.Tensor, count: torch.Tensor, done: torch.Tensor, se
     floors = torch.tensor(FLOORS, device=conf.device)
     fed = eligible[:, None] & (odds[:, None] >= floors[None, :, None, None])  # [K, f, b, j]
     width = 1 + (capped * live).amax(-1)[:, None] + fed.any(2).sum(-1) * g  # [K, f]
-    gain = tokens[:, None] + GROUP_YIELD_WEIGHT * draft_yield * (odds[:, None] * fed).sum((-2, -1))
+    checking = seconds[1] / seconds[min(1 + g, len(seconds) - 1)]  # a group's drafts are checked at that width
+    gain = tokens[:, None] + GROUP_YIELD_WEIGHT * checking * draft_yield * (odds[:, None] * fed).sum((-2, -1))
     best = (gain / seconds[width]).flatten().argmax()  # the first of equals: fewer drafts, fewer groups
     k, f = best // len(FLOORS), best % len(FLOORS)
     return capped[k], fed[k, f]
@@ -406,6 +431,7 @@ def verified_decode(
         m, tokens, conf = verify(head, hidden, tree, ctl, spec.generator)
         end = commit(answer, tokens, m, spec)
         track_yield(answer, tree, m)
+        track_lookup(answer, tree, m)
         proposed = mask_chain(head, hidden, tree, m, answer.done, ctl, spec, depth)
         ctl = control.snapshot()  # the threshold in force now chooses what the next forward checks
         chain, group_fed = next_chain(proposed, answer, ctl.threshold, spec, seconds)

@@ -56,6 +56,7 @@ def test_the_curve_is_measured_once_per_machine_and_model(model, tmp_path, monke
     calls = []
     fixed = CostCurve.from_function(lambda b, w: 0.001 * w, widths=(1, 2))
     monkeypatch.setattr(cost, "measure_cost", lambda m: calls.append(m) or fixed)
+    monkeypatch.setattr(cost, "spot_seconds", lambda m: [0.001, 0.004])  # the machine as fast as when it was timed
     monkeypatch.setattr(cost, "busy", lambda: False)
     monkeypatch.setattr(cost, "_UNKEPT", {})
     assert forward_cost(model, tmp_path) == fixed
@@ -79,6 +80,36 @@ def test_a_curve_timed_on_a_busy_machine_is_used_but_not_kept(model, tmp_path, m
     monkeypatch.setattr(cost, "_UNKEPT", {})  # a new process
     monkeypatch.setattr(cost, "busy", lambda: False)
     assert forward_cost(model, tmp_path) == fixed and len(calls) == 2 and len(list(tmp_path.glob("*.json"))) == 1
+
+
+def test_a_kept_curve_slower_than_the_machine_now_is_timed_again(model, tmp_path, monkeypatch):
+    """A curve timed while one of two cores ran other work (the load average did not count it busy) reads too slow:
+    when a quiet load finds it STALE times slower than forwards timed now at a spot width, the curve is timed again
+    and rewritten; within that margin, or while the machine is busy, the kept curve is read."""
+    inflated = CostCurve.from_function(lambda b, w: 0.046 if w == 1 else 0.054, widths=(1, 2, 4))
+    fresh = CostCurve.from_function(lambda b, w: 0.040 + 0.001 * w, widths=(1, 2, 4))
+    assert cost.SPOT_WIDTHS == (1, 4)
+    calls = []
+    monkeypatch.setattr(cost, "measure_cost", lambda m: calls.append(m) or fresh)
+    monkeypatch.setattr(cost, "_UNKEPT", {})
+    (tmp_path / f"{cost.cost_key(model)}.json").write_text(inflated.to_json())
+
+    monkeypatch.setattr(cost, "busy", lambda: True)  # busy now: a timing now would be inflated too
+    monkeypatch.setattr(cost, "spot_seconds", lambda m: pytest.fail("timed on a busy machine"))
+    assert forward_cost(model, tmp_path) == inflated and not calls
+
+    monkeypatch.setattr(cost, "busy", lambda: False)
+    monkeypatch.setattr(cost, "spot_seconds", lambda m: [0.042, 0.050])  # 1.10x and 1.08x: within the margin
+    assert forward_cost(model, tmp_path) == inflated and not calls
+
+    monkeypatch.setattr(cost, "spot_seconds", lambda m: [0.042, 0.044])  # width 4 reads 1.23x: timed under load
+    assert forward_cost(model, tmp_path) == fresh and len(calls) == 1
+    assert CostCurve.from_json(next(tmp_path.glob("*.json")).read_text()) == fresh  # rewritten
+
+
+def test_spot_seconds_times_real_forwards(model):
+    now = cost.spot_seconds(model)
+    assert len(now) == len(cost.SPOT_WIDTHS) and all(0 < s < 5 for s in now)
 
 
 def test_a_spike_in_one_round_does_not_move_the_curve(model, monkeypatch):

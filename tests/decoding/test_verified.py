@@ -346,3 +346,25 @@ def test_verified_equals_hf_generate_with_packed_linears(trained, tokenizer, thr
     assert got.token_ids == want
     assert [generate(packed, tokenizer, p, strategy="verified", threshold=threshold,
                      max_new_tokens=40).token_ids[0] for p in prompts] == want
+
+
+def test_lookup_odds_follow_each_samples_own_record():
+    """A lookup chain's odds start at layout.lookup_odds and move with what the sample's own lookup drafts did:
+    drafts that all match raise them, a first miss lowers them; chains of mask drafts leave them alone."""
+    from types import SimpleNamespace
+
+    from mars_core.decoding.verified import LOOKUP_PRIOR, lookup_odds, track_lookup
+
+    layout = TreeLayout()
+    answer = SimpleNamespace(lookup_hits=torch.zeros(3), lookup_tries=torch.zeros(3))
+    assert lookup_odds(answer, layout).squeeze(1).tolist() == pytest.approx([layout.lookup_odds] * 3)
+    fed = torch.tensor([[True] * 5, [True] * 5, [True] * 5])
+    tree = SimpleNamespace(fed=fed, looked=torch.tensor([True, True, False]))
+    for _ in range(3):
+        track_lookup(answer, tree, torch.tensor([5, 1, 5]))  # all 5 matched / 1 matched, then a miss / mask drafts
+    assert answer.lookup_hits.tolist() == [15, 3, 0] and answer.lookup_tries.tolist() == [15, 6, 0]
+    odds = lookup_odds(answer, layout).squeeze(1).tolist()
+    prior = LOOKUP_PRIOR * layout.lookup_odds
+    assert odds == pytest.approx([(prior + 15) / (LOOKUP_PRIOR + 15), (prior + 3) / (LOOKUP_PRIOR + 6),
+                                  layout.lookup_odds])
+    assert odds[0] > 0.9 and odds[1] < layout.lookup_odds

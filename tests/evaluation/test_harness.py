@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -23,6 +26,7 @@ from mars_core.evaluation import harness  # noqa: E402
 from mars_core.evaluation.harness import MarsStudioLM  # noqa: E402
 from mars_core.evaluation.lm_eval_tasks import TASKS, TASKS_DIR  # noqa: E402
 
+from test_mars_studio_hooks import hooks_installed  # noqa: E402
 from tiny import tiny_qwen2  # noqa: E402
 
 PROMPTS = ["The quick brown fox", "Count from one to ten: 1, 2,", "List three colours:", "What is the capital of"]
@@ -210,6 +214,31 @@ def test_a_saved_model_through_model_args_and_the_command_line(tiny, tmp_path, m
                   "--batch_size", "2", "--device", "cpu"])
     saved = json.loads(next(results.rglob("results_*.json")).read_text())
     assert saved["config"]["mars_studio"]["tasks"]["tiny_gen"]["tokens_per_forward"] <= 1.0 + 1e-9
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("lm_eval") is None or not hooks_installed(),
+                    reason="needs the project installed (pip install -e '.[eval]'): its .pth file registers the model")
+def test_the_plain_lm_eval_command_finds_mars_studio(tiny, tmp_path):
+    """`lm_eval --model mars_studio` in a fresh process that never imports mars_core itself: the entry point in
+    pyproject.toml, read at start-up through mars_studio_hooks.pth, is all that tells lm-eval of the model."""
+    model, tokenizer = tiny
+    folder = tmp_path / "tiny-model"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    (tmp_path / "tasks").mkdir()
+    tasks = write_tasks(tmp_path / "tasks", stop_for(model, tokenizer, PROMPTS))
+    results = tmp_path / "results"
+    args = f"pretrained={folder},strategy=verified,block_size=4,dtype=fp32,threads=1"
+    run = subprocess.run(
+        ["lm_eval", "run", "--model", "mars_studio", "--model_args", args, "--tasks", "tiny_gen", "--limit", "2",
+         "--include_path", str(tasks), "--output_path", str(results), "--batch_size", "2", "--device", "cpu"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, "HF_DATASETS_OFFLINE": "1"},
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    saved = json.loads(next(results.rglob("results_*.json")).read_text())
+    stats = saved["config"]["mars_studio"]
+    assert stats["strategy"] == "verified" and stats["tasks"]["tiny_gen"]["requests"] == 2
 
 
 class OursOnly(TaskManager):
