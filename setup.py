@@ -12,7 +12,11 @@ from setuptools.command.build_py import build_py
 from setuptools.command.editable_wheel import editable_wheel
 
 PTH_NAME = "mars_studio_hooks.pth"
-PTH_LINE = "import mars_studio_hooks; mars_studio_hooks.install()\n"
+# Runs at every start: where the package has gone (a moved or deleted editable checkout), start-up stays quiet.
+PTH_LINE = (
+    'import sys; exec("try: import mars_studio_hooks\\nexcept ModuleNotFoundError: pass\\n'
+    'else: mars_studio_hooks.install()")\n'
+)
 
 
 class BuildPyWithPth(build_py):

@@ -101,3 +101,27 @@ def test_start_up_imports_only_what_python_has_loaded_anyway():
     everywhere = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     everywhere |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert not any(name.startswith("mars_core") for name in everywhere)
+
+
+def pth_line() -> str:
+    """setup.py's PTH_LINE, read without running setup()."""
+    tree = ast.parse(Path(__file__).parents[1].joinpath("setup.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "PTH_LINE":
+            return ast.literal_eval(node.value)
+    raise AssertionError("setup.py has no PTH_LINE")
+
+
+@pytest.mark.parametrize("reachable", [True, False])
+def test_the_pth_line_installs_the_hook_and_is_quiet_when_the_package_is_gone(tmp_path, reachable):
+    site_dir = tmp_path / "site"
+    site_dir.mkdir()
+    (site_dir / PTH).write_text(pth_line())
+    path = str(Path(mars_studio_hooks.__file__).parents[1]) if reachable else ""  # a moved checkout: not on the path
+    probe = f"import site; site.addsitedir({str(site_dir)!r}); import sys; "
+    probe += "print(any(type(f).__name__ == 'AfterImport' for f in sys.meta_path))"
+    # -S: no site-packages, so the package is reachable only through PYTHONPATH, as the case says
+    out = subprocess.run([sys.executable, "-S", "-c", probe], capture_output=True, text=True, cwd=tmp_path,
+                         env={"PYTHONPATH": path}, check=True)
+    assert out.stderr == ""
+    assert out.stdout.strip() == str(reachable)
