@@ -14,7 +14,8 @@ G_m's predictions (mask t predicts position n+m+1+t: the right shift of training
 confidence >= threshold: the threshold only prunes drafts, it never changes the answer. The cache keeps the
 pending tokens and d_1..d_m (a prefix of what was fed; their keys/values saw real tokens only) and crops the rest
 with crop(-r). If G_m was not fed, the next forward carries no drafts and hangs G_0 only. Logits are computed only
-where they are read: the k+1 verify positions, then the g masks of the group each sample goes on with.
+where they are read: the k+1 verify positions and the g masks of the group each sample goes on with, in one pass
+over the head's weights when the other groups' rows cost less than a second pass (read_logits).
 
 Which groups to feed: with draft confidences c_1..c_k, exactly j drafts match with probability about
     P(m = j) = c_1 ... c_j (1 - c_{j+1})        P(m = k) = c_1 ... c_k
@@ -231,12 +232,30 @@ def feed(model: torch.nn.Module, cache, ids: torch.Tensor, positions: torch.Tens
                                attention_mask=as_model_mask(mask, model), use_cache=True).last_hidden_state
 
 
-def verify(head: torch.nn.Module, hidden: torch.Tensor, tree: Tree, ctl, generator: torch.Generator | None
-           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(m, tokens [b, K+1], confidences): slot P-1+a predicts position n+a, so greedy m is the leading run of
-    d_a == argmax at slot P-2+a; tokens[m] is the bonus. Sampling: the speculative rule instead of equality."""
+# A forward's logits come from the head (V x H, here 49152 x 576: a fifth of the model's weights), whose cost is
+# mostly one read of its weights: on the 2-core EPYC (fp32, packed) 5 ms for 1 to 8 rows, then about 0.25 ms a row.
+# So the verify slots and every fed group's masks are read in one pass unless the rows no sample goes on with
+# (the other groups') outnumber this; above it, a second pass reads G_m's rows alone.
+SPARE_HEAD_ROWS = 16
+
+
+def read_logits(head: torch.nn.Module, hidden: torch.Tensor, tree: Tree, g: int
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(logits of the verify slots [b, K+1, V], of every fed group's masks [b, |groups| g, V] or None): the groups'
+    in the same pass (they follow the verify slots in the tree) when their unused rows are few (SPARE_HEAD_ROWS)."""
     P, K = tree.pending.shape[1], tree.drafts.shape[1]
-    logits = head(hidden[:, P - 1 : P + K])
+    if tree.groups and hidden.shape[0] * (len(tree.groups) - 1) * g <= SPARE_HEAD_ROWS:
+        logits = head(hidden[:, P - 1 :])
+        return logits[:, : K + 1], logits[:, K + 1 :]
+    return head(hidden[:, P - 1 : P + K]), None
+
+
+def verify(logits: torch.Tensor, tree: Tree, ctl, generator: torch.Generator | None
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(m, tokens [b, K+1], confidences) from the verify slots' logits: slot P-1+a predicts position n+a, so greedy
+    m is the leading run of d_a == argmax at slot P-2+a; tokens[m] is the bonus. Sampling: the speculative rule
+    instead of equality."""
+    K = tree.drafts.shape[1]
     p = distribution(logits, ctl)
     if ctl.temperature == 0:
         tokens = logits.float().argmax(-1)
@@ -257,10 +276,11 @@ def commit(answer: Answer, tokens: torch.Tensor, m: torch.Tensor, spec: DecodeSp
     return end
 
 
-def mask_chain(head: torch.nn.Module, hidden: torch.Tensor, tree: Tree, m: torch.Tensor, done: torch.Tensor,
-               ctl, spec: DecodeSpec, depth: int) -> Chain:
+def mask_chain(head: torch.nn.Module, hidden: torch.Tensor, group_logits: torch.Tensor | None, tree: Tree,
+               m: torch.Tensor, done: torch.Tensor, ctl, spec: DecodeSpec, depth: int) -> Chain:
     """The next drafts from G_m, the group each sample goes on with (mask t predicts position n+m+1+t): the
-    argmax, or a draw when sampling, with the argmax's confidence; confidence 0 where G_m was not fed."""
+    argmax, or a draw when sampling, with the argmax's confidence; confidence 0 where G_m was not fed. G_m's
+    logits are read from group_logits where read_logits computed them, else from its hidden rows."""
     b, g, dev = hidden.shape[0], spec.block_size - 1, hidden.device
     tokens = torch.full((b, depth), spec.pad_id, dtype=torch.long, device=dev)
     if not tree.groups:
@@ -269,8 +289,12 @@ def mask_chain(head: torch.nn.Module, hidden: torch.Tensor, tree: Tree, m: torch
     index[list(tree.groups)] = torch.arange(len(tree.groups), device=dev)
     at = index[m]
     has = (at >= 0) & tree.group_fed.gather(1, m[:, None]).squeeze(1) & ~done
-    rows = tree.pending.shape[1] + tree.drafts.shape[1] + at.clamp_min(0)[:, None] * g + torch.arange(g, device=dev)
-    logits = head(hidden.gather(1, rows[..., None].expand(-1, -1, hidden.shape[-1])))
+    rows = at.clamp_min(0)[:, None] * g + torch.arange(g, device=dev)  # G_m's masks among the groups' slots
+    if group_logits is not None:
+        logits = group_logits.gather(1, rows[..., None].expand(-1, -1, group_logits.shape[-1]))
+    else:
+        rows = rows + tree.pending.shape[1] + tree.drafts.shape[1]
+        logits = head(hidden.gather(1, rows[..., None].expand(-1, -1, hidden.shape[-1])))
     q, top = distribution(logits, ctl), logits.float().argmax(-1)
     greedy = ctl.temperature == 0
     conf = torch.where(has[:, None], confidence_of(q, top, ctl.confidence), 0.0)
@@ -428,11 +452,12 @@ def verified_decode(
     while not control.stopped:
         ids, positions, mask = tree_inputs(answer, tree, g, spec.mask_id if g > 0 else spec.pad_id)
         hidden = feed(model, cache, ids, positions, mask)
-        m, tokens, conf = verify(head, hidden, tree, ctl, spec.generator)
+        logits, group_logits = read_logits(head, hidden, tree, g)
+        m, tokens, conf = verify(logits, tree, ctl, spec.generator)
         end = commit(answer, tokens, m, spec)
         track_yield(answer, tree, m)
         track_lookup(answer, tree, m)
-        proposed = mask_chain(head, hidden, tree, m, answer.done, ctl, spec, depth)
+        proposed = mask_chain(head, hidden, group_logits, tree, m, answer.done, ctl, spec, depth)
         ctl = control.snapshot()  # the threshold in force now chooses what the next forward checks
         chain, group_fed = next_chain(proposed, answer, ctl.threshold, spec, seconds)
         if spec.record is not None:  # a caller that asked sees what was fed and decided (no cost otherwise)

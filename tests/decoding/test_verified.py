@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from mars_core import DecodeControl, TreeLayout, generate, stream
+from mars_core.decoding import verified
 from mars_core.decoding.cost import CostCurve
 from mars_core.decoding.lookup import lookup_drafts
 
@@ -43,6 +44,27 @@ def test_verified_equals_hf_generate(trained, tokenizer, block_size, threshold):
         assert drafts_matched(trained, tokenizer, prompts, block_size=block_size, threshold=threshold,
                               max_new_tokens=40) > 20
         assert batched.tokens_per_forward > 1.3
+
+
+@pytest.mark.parametrize("spare", [-1, 10**6], ids=["second-pass", "one-pass"])
+def test_one_head_pass_or_two_keep_the_answer(trained, tokenizer, monkeypatch, spare):
+    """read_logits reads the groups' masks in the verify slots' pass (few spare rows) or in a second pass: greedy
+    AR's tokens either way, and the count of head passes shows which path ran."""
+    monkeypatch.setattr(verified, "SPARE_HEAD_ROWS", spare)
+    prompts = PROMPTS + NEW_PROMPTS
+    passes = []
+    hook = trained.get_output_embeddings().register_forward_hook(lambda *_: passes.append(1))
+    try:
+        out = generate(trained, tokenizer, prompts, strategy="verified", block_size=4, threshold=0.3,
+                       max_new_tokens=40)
+    finally:
+        hook.remove()
+    assert out.token_ids == hf_greedy(trained, tokenizer, prompts, 40)
+    assert out.tokens_per_forward > 1.3  # groups were fed and used
+    if spare < 0:
+        assert len(passes) > out.forwards + 5  # a second pass wherever a group was fed
+    else:
+        assert len(passes) == out.forwards
 
 
 @pytest.mark.parametrize("lookup", [0, 7])
