@@ -22,20 +22,22 @@ from mars_core import generate, load  # noqa: E402
 from mars_core.evaluation.prompts import prompt_set  # noqa: E402
 
 
-def calibration(forwards: list) -> tuple[dict[str, list[float]], collections.Counter]:
-    """{"mask"|"lookup": [samples with drafts, expected matched, matched]} over consecutive forwards, and widths fed."""
+def calibration(runs: list[list]) -> tuple[dict[str, list[float]], collections.Counter]:
+    """{"mask"|"lookup": [chains checked, expected matched, matched]} over consecutive forwards of each decode in
+    `runs` (its record), and how many forwards fed each width."""
     stats: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0, 0])
     widths: collections.Counter = collections.Counter()
-    for now, after in zip(forwards, forwards[1:]):
-        widths[after.ids.shape[1]] += 1
-        run, count = now.chain.conf.cumprod(-1), now.chain.count
-        for i in range(run.shape[0]):
-            if count[i] == 0 or not bool(after.tree.pending_valid[i, 0]):
-                continue
-            row = stats["lookup" if bool(now.chain.looked[i]) else "mask"]
-            row[0] += 1
-            row[1] += float(run[i, : count[i]].sum())
-            row[2] += int(min(after.m[i], count[i]))
+    for forwards in runs:
+        for now, after in zip(forwards, forwards[1:]):
+            widths[after.ids.shape[1]] += 1
+            run, count = now.chain.conf.cumprod(-1), now.chain.count
+            for i in range(run.shape[0]):
+                if count[i] == 0 or not bool(after.tree.pending_valid[i, 0]):
+                    continue
+                row = stats["lookup" if bool(now.chain.looked[i]) else "mask"]
+                row[0] += 1
+                row[1] += float(run[i, : count[i]].sum())
+                row[2] += int(min(after.m[i], count[i]))
     return stats, widths
 
 
@@ -53,16 +55,12 @@ def main(argv: list[str] | None = None) -> None:
     model, tokenizer = load(args.model, dtype=args.dtype)
     prompts = [r["prompt"] for r in prompt_set(args.limit)]
     for b in (int(x) for x in args.batch_sizes.split(",")):
-        stats: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0, 0])
-        widths: collections.Counter = collections.Counter()
+        runs: list[list] = []
         for i in range(0, len(prompts), b):
-            forwards: list = []
+            runs.append([])
             generate(model, tokenizer, prompts[i : i + b], max_new_tokens=64, block_size=4, strategy="verified",
-                     threshold=0.3, record=forwards.append)
-            s, w = calibration(forwards)
-            widths.update(w)
-            for kind, row in s.items():
-                stats[kind] = [x + y for x, y in zip(stats[kind], row)]
+                     threshold=0.3, record=runs[-1].append)
+        stats, widths = calibration(runs)
         print(f"batch {b}: forwards by tokens fed per sample {dict(sorted(widths.items()))}")
         for kind, (n, expected, matched) in stats.items():
             print(f"  {kind:6s} chains checked {n:4d}: drafts matched each, expected {expected / n:.2f}, "
