@@ -28,12 +28,19 @@ BATCH_HINT = 16  # rows oneDNN packs the weight for; measured as good as 1 or 4 
 DTYPES = (torch.float32, torch.bfloat16)  # bf16 F.linear runs oneDNN already, but reorders W each call: 36 -> 30 ms
 
 
+def packed_dtypes() -> tuple[torch.dtype, ...]:
+    """The dtypes oneDNN packs on this CPU: fp32 on any x86 CPU, bf16 only with its bf16 kernels (AVX-512 or
+    AVX-NE-CONVERT; on an AVX2-only CPU oneDNN refuses to reorder a bf16 weight)."""
+    bf16 = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    return tuple(d for d in DTYPES if d is not torch.bfloat16 or (bf16 is not None and bf16()))
+
+
 def packing_pays(model: nn.Module) -> bool:
-    """Whether pack_linears has work: an x86 CPU with oneDNN, a model on the CPU in a packed dtype."""
+    """Whether pack_linears has work: an x86 CPU with oneDNN, a model on the CPU in a dtype it packs there."""
     x86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
     param = next(model.parameters(), None)
     return (x86 and torch.backends.mkldnn.is_available() and param is not None and param.device.type == "cpu"
-            and param.dtype in DTYPES)
+            and param.dtype in packed_dtypes())
 
 
 def _packed_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
@@ -49,10 +56,10 @@ def pack_linears(model: nn.Module) -> int:
     the dense one). Returns how many; 0 where packing does not apply (packing_pays)."""
     if not packing_pays(model):
         return 0
-    count = 0
+    count, dtypes = 0, packed_dtypes()
     with torch.no_grad():
         for module in model.modules():
-            if type(module) is not nn.Linear or module.weight.device.type != "cpu" or module.weight.dtype not in DTYPES:
+            if type(module) is not nn.Linear or module.weight.device.type != "cpu" or module.weight.dtype not in dtypes:
                 continue
             try:
                 module.packed_weight = torch.ops.mkldnn._reorder_linear_weight(module.weight.detach(), BATCH_HINT)

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mars_core.cpu_linear import is_packed, pack_linears, packing_pays, unpack_linears
+from mars_core.cpu_linear import is_packed, pack_linears, packed_dtypes, packing_pays, unpack_linears
 from mars_core.load import merge_adapter
 
 from tiny import tiny_qwen2
@@ -30,12 +30,25 @@ def test_packed_layer_computes_f_linear(dtype, tol):
     layer = torch.nn.Linear(96, 40).to(dtype)
     x = torch.randn(3, 7, 96, dtype=dtype).transpose(0, 1)  # 3D and not contiguous, as attention hands it on
     want = F.linear(x, layer.weight, layer.bias)
-    assert pack_linears(layer) == 1 and is_packed(layer)
+    packs = dtype in packed_dtypes()  # bf16 needs oneDNN's bf16 kernels: not on an AVX2-only CPU
+    assert pack_linears(layer) == packs and is_packed(layer) == packs
     with torch.inference_mode():
         got = layer(x)
-        assert packed_ops(lambda: layer(x)) == 1
+        assert packed_ops(lambda: layer(x)) == packs  # where it does not pack, F.linear answers as before
     assert got.shape == want.shape
     torch.testing.assert_close(got.float(), want.float(), atol=tol, rtol=tol)
+
+
+def test_bf16_packs_exactly_where_onednn_has_bf16_kernels():
+    """On a CPU without them (AVX2 only) oneDNN refuses to reorder a bf16 weight: bf16 is then not a packed dtype,
+    and a bf16 model is left as it was rather than half packed."""
+    bf16 = torch.nn.Linear(16, 8).to(torch.bfloat16)
+    supported = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert (torch.bfloat16 in packed_dtypes()) == supported and torch.float32 in packed_dtypes()
+    assert packing_pays(bf16) == supported
+    if not supported:
+        with pytest.raises(RuntimeError):
+            torch.ops.mkldnn._reorder_linear_weight(bf16.weight.detach(), 16)
 
 
 def test_training_and_in_place_updates_fall_back_to_f_linear():
