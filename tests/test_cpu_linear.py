@@ -41,11 +41,12 @@ def test_packed_layer_computes_f_linear(dtype, tol):
 
 def test_bf16_packs_exactly_where_onednn_has_bf16_kernels():
     """On a CPU without them (AVX2 only) oneDNN refuses to reorder a bf16 weight: bf16 is then not a packed dtype,
-    and a bf16 model is left as it was rather than half packed."""
+    and pack_linears leaves a bf16 layer as it was."""
     bf16 = torch.nn.Linear(16, 8).to(torch.bfloat16)
     supported = torch.ops.mkldnn._is_mkldnn_bf16_supported()
     assert (torch.bfloat16 in packed_dtypes()) == supported and torch.float32 in packed_dtypes()
     assert packing_pays(bf16) == supported
+    assert pack_linears(bf16) == supported and is_packed(bf16) == supported
     if not supported:
         with pytest.raises(RuntimeError):
             torch.ops.mkldnn._reorder_linear_weight(bf16.weight.detach(), 16)
