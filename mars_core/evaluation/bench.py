@@ -374,6 +374,7 @@ def main(argv: list[str] | None = None) -> None:
                 "model": args.model or "default", "split": args.split, "prompts": len(records),
                 "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "layout": args.layout,
                 "cost_curve": json.loads(curve.to_json()) if curve is not None else None}
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)  # a new folder: the run must not be lost to it
         with open(args.json, "w") as f:
             table = [{k: v for k, v in asdict(r).items() if k != "answers"} for r in rows]
             json.dump({**info, "rows": table}, f, indent=2)

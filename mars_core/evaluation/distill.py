@@ -4,6 +4,11 @@ by the base model's own greedy decoding.
     python -m mars_core.distill --out data/ [--model NAME] [--train 1200] [--heldout 117] [--batch-size 24]
                                 [--seed 0] [--exclude earlier/train.jsonl earlier/heldout.jsonl]
     python -m mars_core.distill --out data/ --never-trained      # data/never_trained.jsonl (never trained on)
+    python -m mars_core.distill --out runs/p --train 5000 --heldout 0 --write-prompts   # runs/p/prompts.jsonl, no model
+    python -m mars_core.distill --out runs/p --prompts runs/p/prompts.jsonl [--shard 0/4] [--dtype fp32]
+
+The last two split a build in two: the prompts are drawn where their optional sources (reasoning-gym,
+chatterbot-corpus) are installed, and answered where the compute is (a GPU, several processes one shard each).
 
 Writes out/train.jsonl and out/heldout.jsonl, one record a line:
     {"messages": [{"role": "user", ...}, {"role": "assistant", ...}], "category": ..., "gold": ..., "task": ...}
@@ -118,6 +123,16 @@ def write_jsonl(rows: list[dict[str, Any]], path: Path) -> None:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
+def unseen(records: list[dict[str, Any]], exclude: Sequence[str | Path]) -> list[dict[str, Any]]:
+    """The prompt records whose prompt is in none of the `exclude` chat JSONL files."""
+    if not exclude:
+        return records
+    from ..training.data import read_jsonl
+
+    seen = {r["messages"][0]["content"] for path in exclude for r in read_jsonl(path)}
+    return [r for r in records if r["prompt"] not in seen]
+
+
 def build(
     out: str | Path, model=None, tokenizer=None, *, model_name: str | None = "smollm2-135m-instruct",
     train_counts: dict[str, int] | None = None, heldout_per_category: int = DEFAULT_HELDOUT_PER_CATEGORY,
@@ -134,12 +149,7 @@ def build(
 
         model, tokenizer = load(model_name, measure_cost=False)  # one-token answers: no tree to size
     train_p, held_p = split_prompts(train_counts or DEFAULT_TRAIN, heldout_per_category, seed)
-    if exclude:
-        from ..training.data import read_jsonl
-
-        seen = {r["messages"][0]["content"] for path in exclude for r in read_jsonl(path)}
-        train_p = [r for r in train_p if r["prompt"] not in seen]
-        held_p = [r for r in held_p if r["prompt"] not in seen]
+    train_p, held_p = unseen(train_p, exclude), unseen(held_p, exclude)
     rows = distill(model, tokenizer, held_p + train_p, batch_size=batch_size, max_new_tokens=max_new_tokens,
                    partial=out / PARTIAL, progress=progress)
     heldout, train = rows[: len(held_p)], rows[len(held_p):]
@@ -147,6 +157,42 @@ def build(
     write_jsonl(heldout, out / "heldout.jsonl")
     (out / PARTIAL).unlink(missing_ok=True)
     return train, heldout
+
+
+def training_prompts(
+    train_counts: dict[str, int] | None = None, heldout_per_category: int = DEFAULT_HELDOUT_PER_CATEGORY,
+    seed: int = 0, exclude: Sequence[str | Path] = (),
+) -> list[dict[str, Any]]:
+    """The training prompt records `build` would answer (its held-out draw is made, then left out, so the same seed
+    gives the same training prompts either way); prompts already in an `exclude` JSONL are dropped."""
+    train_p, _ = split_prompts(train_counts or DEFAULT_TRAIN, heldout_per_category, seed)
+    return unseen(train_p, exclude)
+
+
+def shard(records: list[dict[str, Any]], spec: str | None) -> tuple[list[dict[str, Any]], str]:
+    """('K/N') -> every N-th record from the K-th, and the output name 'train.K-of-N'; None -> all, 'train'."""
+    if not spec:
+        return records, "train"
+    k, _, n = spec.partition("/")
+    if not (k.isdigit() and n.isdigit() and 0 <= int(k) < int(n)):
+        raise ValueError(f"--shard must be K/N with 0 <= K < N, got {spec!r}")
+    return records[int(k) :: int(n)], f"train.{k}-of-{n}"
+
+
+def answer_prompts(
+    out: str | Path, records: list[dict[str, Any]], model, tokenizer, *, name: str = "train", batch_size: int = 24,
+    max_new_tokens: int = 128, progress: bool = True,
+) -> list[dict[str, Any]]:
+    """Answer prompt records (as `training_prompts` writes them) and write out/<name>.jsonl; resumable through
+    out/.<name>_partial.jsonl like `build`."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    partial = out / f".{name}_partial.jsonl"
+    rows = distill(model, tokenizer, records, batch_size=batch_size, max_new_tokens=max_new_tokens,
+                   partial=partial, progress=progress)
+    write_jsonl(rows, out / f"{name}.jsonl")
+    partial.unlink(missing_ok=True)
+    return rows
 
 
 def build_never_trained(
@@ -201,10 +247,33 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--exclude", nargs="*", default=(),
                         help="JSONL files whose prompts to leave out (e.g. data/train.jsonl data/heldout.jsonl)")
+    parser.add_argument("--write-prompts", action="store_true",
+                        help="write the training prompts to out/prompts.jsonl and stop (no model is loaded)")
+    parser.add_argument("--prompts", default=None,
+                        help="answer the prompt records of this JSONL (from --write-prompts) into out/train.jsonl")
+    parser.add_argument("--shard", default=None, help="with --prompts: K/N answers every N-th record from the K-th "
+                        "into out/train.K-of-N.jsonl (N processes, one shard each)")
+    parser.add_argument("--dtype", default=None, help="the answering model's dtype: auto (default), bf16 or fp32")
     parser.add_argument("--never-trained", action="store_true",
                         help="build out/never_trained.jsonl instead: the evaluation split from sources training "
                              "never uses (hand-written prompts, gsm_symbolic, HumanEval)")
     args = parser.parse_args(argv)
+    if args.write_prompts:
+        records = training_prompts(parse_counts(args.train), args.heldout, args.seed, args.exclude)
+        write_jsonl(records, Path(args.out) / "prompts.jsonl")
+        cats = Counter(r["category"] for r in records)
+        print(f"prompts: {len(records)} records: " + ", ".join(f"{c}={n}" for c, n in sorted(cats.items())))
+        return
+    if args.prompts:
+        from ..load import load
+        from ..training.data import read_jsonl
+
+        records, name = shard(read_jsonl(args.prompts), args.shard)
+        model, tokenizer = load(args.model, dtype=args.dtype, measure_cost=False)  # one-token answers: no tree
+        rows = answer_prompts(args.out, records, model, tokenizer, name=name, batch_size=args.batch_size,
+                              max_new_tokens=args.max_new_tokens)
+        print(f"{name}: {len(rows)} records answered")
+        return
     if args.never_trained:
         rows = build_never_trained(args.out, model_name=args.model, batch_size=args.batch_size,
                                    max_new_tokens=args.max_new_tokens, seed=args.seed)

@@ -72,7 +72,7 @@ def test_cli_help():
 def test_cli_runs_on_a_saved_model(tmp_path, model, tokenizer, capsys):
     model.save_pretrained(tmp_path / "m")
     tokenizer.save_pretrained(tmp_path / "m")
-    out = tmp_path / "bench.json"
+    out = tmp_path / "tables" / "bench.json"  # a folder that does not exist yet: mars-bench makes it
     main(["--model", str(tmp_path / "m"), "--quick", "--dtype", "fp32", "--methods", "hf_generate,ar,mars_sliding",
           "--json", str(out)])
     data = json.loads(out.read_text())
@@ -80,7 +80,7 @@ def test_cli_runs_on_a_saved_model(tmp_path, model, tokenizer, capsys):
     assert {r["threshold"] for r in data["rows"]} == {None, 1.0, 0.9}
     assert {"category", "tokens_per_forward", "seconds", "tokens_per_second", "speedup_vs_hf_generate"} <= set(
         data["rows"][0])
-    assert (tmp_path / "bench.png").stat().st_size > 1000
+    assert (tmp_path / "tables" / "bench.png").stat().st_size > 1000
     assert data["dtype"] == "float32" and "device" in data
     machine = data["machine"]  # the machine is in the JSON: CPU, the ISA features that matter, threads, torch
     assert machine["cpu"] and isinstance(machine["isa"], list) and machine["threads"] >= 1

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from mars_core.evaluation import distill, tasks
 
 from tiny import tiny_qwen2, tiny_tokenizer
@@ -63,3 +65,44 @@ def test_build_excludes_prompts_of_earlier_files(tmp_path):
     kept = {r["messages"][0]["content"] for r in train + held}
     assert len(train) + len(held) == len(train_p) + len(held_p) - len(taken)
     assert not kept & {r["prompt"] for r in taken}
+
+
+def test_prompts_written_then_answered_in_shards_equal_one_build(tmp_path):
+    """--write-prompts draws what build would train on (no model); answering those in shards, one process each,
+    gives build's answers, every prompt once."""
+    tok = tiny_tokenizer(mask_token=True)
+    model = tiny_qwen2(len(tok))
+    train, _ = distill.build(tmp_path / "one", model, tok, train_counts=COUNTS, heldout_per_category=1,
+                             batch_size=4, max_new_tokens=6, progress=False)
+    spec = ",".join(f"{c}={n}" for c, n in COUNTS.items())
+    distill.main(["--out", str(tmp_path / "p"), "--train", spec, "--heldout", "1", "--write-prompts"])
+    records = [json.loads(x) for x in (tmp_path / "p" / "prompts.jsonl").read_text().splitlines()]
+    assert [r["prompt"] for r in records] == [r["messages"][0]["content"] for r in train]
+    answered = []
+    for k in range(3):
+        part, name = distill.shard(records, f"{k}/3")
+        assert name == f"train.{k}-of-3"
+        rows = distill.answer_prompts(tmp_path / "p", part, model, tok, name=name, batch_size=4, max_new_tokens=6,
+                                      progress=False)
+        assert [json.loads(x) for x in (tmp_path / "p" / f"{name}.jsonl").read_text().splitlines()] == rows
+        assert not (tmp_path / "p" / f".{name}_partial.jsonl").exists()
+        answered += rows
+    key = lambda r: r["messages"][0]["content"]  # noqa: E731
+    assert sorted(answered, key=key) == sorted(train, key=key)
+
+
+def test_write_prompts_leaves_out_excluded_files(tmp_path):
+    earlier = tmp_path / "earlier.jsonl"
+    first = distill.training_prompts(COUNTS, 1, 0)
+    distill.write_jsonl([distill.to_record(r, "x") for r in first[:4]], earlier)
+    kept = distill.training_prompts(COUNTS, 1, 0, exclude=[earlier])
+    assert [r["prompt"] for r in kept] == [r["prompt"] for r in first[4:]]
+
+
+def test_shard_spec():
+    records = [{"prompt": str(i)} for i in range(7)]
+    assert distill.shard(records, None) == (records, "train")
+    assert [r["prompt"] for r in distill.shard(records, "1/3")[0]] == ["1", "4"]
+    for bad in ("3/3", "a/2", "1", "-1/2"):
+        with pytest.raises(ValueError, match="--shard"):
+            distill.shard(records, bad)

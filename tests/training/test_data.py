@@ -7,7 +7,16 @@ import json
 import pytest
 import torch
 
-from mars_core.training.data import IGNORE_INDEX, ChatCollator, load_chat_dataset, tokenize_chat
+from mars_core.training.data import (
+    END_OF_TURN_TOKENS,
+    IGNORE_INDEX,
+    ChatCollator,
+    end_of_turn_ids,
+    load_chat_dataset,
+    tokenize_chat,
+)
+
+from tiny import tiny_tokenizer
 
 ONE_TURN = [
     {"role": "system", "content": "Be brief."},
@@ -103,3 +112,19 @@ def test_collator_right_pads(tokenizer) -> None:
     assert batch["attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
     padded = ChatCollator(pad, pad_to_multiple_of=8)(features)
     assert padded["input_ids"].shape == (2, 8) and padded["labels"][0, 4:].eq(-100).all()
+
+
+def test_end_of_turn_ids_are_the_eos_and_the_known_turn_ends_in_the_vocabulary() -> None:
+    """Looked up one token at a time (fast), they equal the ids read off the whole vocabulary; names the
+    vocabulary lacks (<|eot_id|>, ...) add nothing, not even the unknown token's id."""
+    def from_vocab(tok) -> set[int]:
+        vocab = tok.get_vocab()
+        return {tok.eos_token_id} | {vocab[t] for t in END_OF_TURN_TOKENS if t in vocab and t != tok.pad_token}
+
+    tokenizer = tiny_tokenizer(mask_token=True)  # its own: the session's tokenizer is shared
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert end_of_turn_ids(tokenizer) == from_vocab(tokenizer) == {im_end}
+    tokenizer.eos_token = "<|endoftext|>"  # eos and end of turn differ: both end an answer
+    tokenizer.pad_token = "<|reserved_0|>"
+    assert end_of_turn_ids(tokenizer) == from_vocab(tokenizer) == {im_end, tokenizer.eos_token_id}
+    assert len(end_of_turn_ids(tokenizer)) == 2
