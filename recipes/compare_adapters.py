@@ -1,5 +1,6 @@
-"""The shipped adapter against the previous one and the B = 8 candidate on both evaluation splits: a Pareto plot
-per split and one calibration plot, from the mars-eval reports in assets/.
+"""The shipped adapter (xl: round two, 2.7x the answers) against the ones before it (wide, finished) and the B = 8
+candidate on both evaluation splits: a Pareto plot per split and one calibration plot, from the mars-eval reports in
+assets/.
 
     python recipes/compare_adapters.py      # writes assets/adapters_pareto.png and assets/adapters_calibration.png
 """
@@ -17,13 +18,15 @@ from mars_core.evaluation.eval import calibration_plot  # noqa: E402
 
 REPORTS = {  # (adapter, split) -> report
     ("wide", "held-out"): "assets/eval_smollm2_mars_b4_wide.json",
-    ("finished", "held-out"): "assets/eval_smollm2_mars_b4.json",
+    ("finished", "held-out"): "assets/eval_smollm2_mars_b4_finished.json",
     ("B = 8", "held-out"): "assets/eval_smollm2_mars_b8.json",
+    ("xl", "held-out"): "assets/eval_smollm2_mars_b4.json",
     ("wide", "never-trained"): "assets/eval_smollm2_mars_b4_wide_never_trained.json",
-    ("finished", "never-trained"): "assets/eval_smollm2_mars_b4_never_trained.json",
+    ("finished", "never-trained"): "assets/eval_smollm2_mars_b4_finished_never_trained.json",
     ("B = 8", "never-trained"): "assets/eval_smollm2_mars_b8_never_trained.json",
+    ("xl", "never-trained"): "assets/eval_smollm2_mars_b4_never_trained.json",
 }
-COLOURS = {"wide": "tab:gray", "finished": "tab:blue", "B = 8": "tab:orange"}
+COLOURS = {"wide": "tab:gray", "finished": "tab:blue", "B = 8": "tab:orange", "xl": "tab:green"}
 
 
 def rows(report: dict, strategy: str) -> list[dict]:
@@ -52,7 +55,7 @@ def pareto(reports: dict, path: Path) -> None:
             for r in rows(report, "verified"):
                 ax.plot([r["tokens_per_forward"]], [100 * r["accuracy"]], "D", color=COLOURS[adapter],
                         markersize=8, label=f"{adapter}: verified (drafts ≥ {r['threshold']:g})")
-        base = next(r for r in reports[("finished", split)]["base"] if r["category"] == "all")
+        base = next(r for r in reports[("xl", split)]["base"] if r["category"] == "all")
         ax.plot([1.0], [100 * base["accuracy"]], "s", color="black", label="base model (its stored answers)")
         ax.set_ylim(0, max(55, ax.get_ylim()[1]))
         ax.set_title(f"{split}: {base['n_gold']} prompts with a gold answer", fontsize=9)
@@ -69,7 +72,7 @@ def main() -> None:
     reports = {key: json.loads((ROOT / p).read_text()) for key, p in REPORTS.items()}
     pareto(reports, ROOT / "assets" / "adapters_pareto.png")
     calibration_plot({f"{a}, {s}": r for (a, s), r in reports.items()}, ROOT / "assets" / "adapters_calibration.png",
-                     title="draft precision against confidence: wide, finished and B = 8 adapters, both splits")
+                     title="draft precision against confidence: wide, finished, B = 8 and xl adapters, both splits")
     print("wrote assets/adapters_pareto.png and assets/adapters_calibration.png")
 
 

@@ -315,6 +315,16 @@ def parse_list(text: str, cast) -> list:
     return [cast(x) for x in text.split(",") if x.strip()]
 
 
+def read_cost(path: Path) -> CostCurve:
+    """A cost curve from its own JSON or from an earlier mars-bench JSON (the curve that run sized its trees by)."""
+    data = json.loads(path.read_text())
+    if "cost_curve" in data:
+        if data["cost_curve"] is None:
+            raise SystemExit(f"mars-bench: {path} was a --layout fixed run and holds no cost curve")
+        data = data["cost_curve"]
+    return CostCurve.from_json(json.dumps(data))
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="mars-bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default=None, help="name or path for mars_core.load (default: the embedded model)")
@@ -330,8 +340,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeats", type=int, default=3, help="timed runs per configuration; medians are kept")
     p.add_argument("--dtype", default="auto", help="auto, bf16 or fp32")
     p.add_argument("--cost", default=None,
-                   help="a cost curve JSON (CostCurve.to_json) that verified mode sizes its trees by, for a "
-                        "reproducible run (default: the one load() measured on this machine)")
+                   help="a cost curve JSON (CostCurve.to_json, or an earlier mars-bench JSON: its cost_curve) that "
+                        "verified mode sizes its trees by, for a reproducible run (default: the one load() measured "
+                        "on this machine)")
     p.add_argument("--layout", choices=("cost", "fixed"), default="cost",
                    help="verified trees sized by the cost curve (default) or by the fixed rules alone")
     p.add_argument("--no-pack", action="store_true",
@@ -356,7 +367,7 @@ def main(argv: list[str] | None = None) -> None:
     records = prompt_set(args.limit) if args.split == "heldout" else load_split(args.split, args.limit)
     model, tokenizer = load(args.model, dtype=args.dtype, pack=not args.no_pack)
     if args.cost:
-        model.forward_cost = CostCurve.from_json(Path(args.cost).read_text())
+        model.forward_cost = read_cost(Path(args.cost))
     if args.layout == "fixed":
         model.forward_cost = None
     machine = {**machine_info(model.device, model.dtype), "linear": "onednn_packed" if is_packed(model) else "torch"}

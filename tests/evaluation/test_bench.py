@@ -102,9 +102,15 @@ def test_cli_takes_a_cost_curve_for_a_reproducible_layout(tmp_path, model, token
           "--cost", str(tmp_path / "cost.json"), "--json", str(out)])
     data = json.loads(out.read_text())
     assert CostCurve.from_json(json.dumps(data["cost_curve"])) == curve
+    again = tmp_path / "again.json"  # an earlier run's JSON gives its curve to the next run
+    main(["--model", str(tmp_path / "m"), "--quick", "--dtype", "fp32", "--methods", "mars_verified",
+          "--cost", str(out), "--json", str(again)])
+    assert CostCurve.from_json(json.dumps(json.loads(again.read_text())["cost_curve"])) == curve
     main(["--model", str(tmp_path / "m"), "--quick", "--dtype", "fp32", "--methods", "mars_verified",
           "--layout", "fixed", "--json", str(out)])
     assert json.loads(out.read_text())["cost_curve"] is None
+    with pytest.raises(SystemExit, match="holds no cost curve"):
+        main(["--model", str(tmp_path / "m"), "--quick", "--methods", "mars_verified", "--cost", str(out)])
     main(["--model", str(tmp_path / "m"), "--quick", "--dtype", "fp32", "--methods", "hf_generate", "--no-pack",
           "--json", str(out)])
     assert json.loads(out.read_text())["machine"]["linear"] == "torch"  # torch's own kernels, to compare
