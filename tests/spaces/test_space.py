@@ -9,8 +9,9 @@ too, which the Space installs from `sdk_version`), or by one of their transitive
 metadata (`importlib.metadata.requires`, extras left out). What third-party packages import on their own is theirs
 to declare and is not counted. Two steps of a first start on a new machine do not run in the Space here, because the
 test does them first in its own process (into the same cache): dequantizing the embedded GGUF base (transformers
-imports `gguf`) and merging the adapter (`mars_core.load.merge_adapter` imports `peft`); so every import statement in the Space's files is also
-checked statically (AST), and `gguf`, which only transformers imports, is checked by name.
+imports `gguf`) and merging the adapter (`mars_core.load.merge_adapter` imports `peft`); so every import statement
+in the Space's files is also checked statically (AST), and `gguf`, which only transformers imports, is checked by
+name.
 """
 
 from __future__ import annotations
