@@ -33,7 +33,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from mars_core.evaluation.distill import write_jsonl  # noqa: E402
 from mars_core.training.cli import read_config_file  # noqa: E402
+from mars_core.training.data import read_jsonl  # noqa: E402
 
 RUNS = {  # name: recipe (its block_size and output_dir say how to evaluate it and where its checkpoints are)
     "b4_xl": "recipes/smollm2_mars_b4_xl.yaml",
@@ -92,7 +94,8 @@ def run_all(jobs: list[tuple[str, list[str], Path, dict[str, str] | None]], work
 
 
 def read_rows(path: Path) -> list[dict]:
-    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()] if path.is_file() else []
+    """A JSONL file's records; none when it does not exist (a shard stopped before it wrote anything)."""
+    return read_jsonl(path) if path.is_file() else []
 
 
 def distill(args: argparse.Namespace) -> None:
@@ -108,7 +111,7 @@ def distill(args: argparse.Namespace) -> None:
         done = read_rows(XL / f"train.{k}-of-{n}.jsonl") or read_rows(XL / f".train.{k}-of-{n}_partial.jsonl")
         new += done
         say(f"shard {k}: {len(done)} answers")
-    (XL / "new.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in new), encoding="utf-8")
+    write_jsonl(new, XL / "new.jsonl")
     write_data()
 
 
@@ -127,13 +130,18 @@ def checkpoints(output_dir: str) -> list[tuple[int, Path]]:
     return sorted((int(p.name.split("-")[1]), p) for p in Path(output_dir).glob("checkpoint-*"))
 
 
+def read_index() -> dict:
+    """runs/ship/index.json: label -> the shipped checkpoint's run, step, block size and path (empty before any)."""
+    path = SHIP / "index.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def ship_all(names: list[str]) -> dict:
     """Every checkpoint of the runs as a bf16 adapter under runs/ship; index.json says what each one is."""
     sys.path.insert(0, str(ROOT / "recipes"))
     from ship_adapter import ship
 
-    index_path = SHIP / "index.json"
-    index = json.loads(index_path.read_text()) if index_path.is_file() else {}
+    index = read_index()
     for name in names:
         recipe = read_config_file(RUNS[name])
         for step, folder in checkpoints(recipe["output_dir"]):
@@ -142,7 +150,7 @@ def ship_all(names: list[str]) -> dict:
                 ship(str(folder), str(SHIP / label))
                 index[label] = {"run": name, "step": step, "block": recipe["block_size"], "path": str(SHIP / label)}
     SHIP.mkdir(parents=True, exist_ok=True)
-    index_path.write_text(json.dumps(index, indent=1))
+    (SHIP / "index.json").write_text(json.dumps(index, indent=1))
     return index
 
 
@@ -217,7 +225,7 @@ def sweep_points(index: dict) -> dict:
 def evaluate(args: argparse.Namespace) -> None:
     out = Path(args.out)
     sweep_dir, full_dir = out / "sweep", out
-    index = json.loads((SHIP / "index.json").read_text()) if (SHIP / "index.json").is_file() else {}
+    index = read_index()
     candidates = {"finished": {"path": str(START), "block": 4}, **sweep_points(index)}
     jobs = [eval_job(label, c["path"], c["block"], split, SWEEP, sweep_dir, args.limit, args.eval_max_new_tokens)
             for label, c in candidates.items() for split in SPLITS]
@@ -248,8 +256,7 @@ def bench(args: argparse.Namespace) -> None:
     out = Path(args.out)
     chosen = out / "chosen.txt"
     label, adapter = chosen.read_text().split("\n")[0].split("\t") if chosen.is_file() else ("finished", str(START))
-    index = json.loads((SHIP / "index.json").read_text()) if (SHIP / "index.json").is_file() else {}
-    block = index.get(label, {}).get("block", 4)
+    block = read_index().get(label, {}).get("block", 4)
     tables = Path("runs/gpu_tables")
     common = [sys.executable, "-m", "mars_core.bench", "--block-sizes", str(block), "--verified-thresholds", "0.3",
               "--max-new-tokens", "64", "--dtype", "bf16"]
