@@ -72,14 +72,20 @@ class CostCurve:
         """A curve from a formula seconds(batch, width): for tests and for reproducible benchmarks."""
         return cls(batch_sizes, widths, tuple(tuple(float(seconds(b, w)) for w in widths) for b in batch_sizes))
 
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1)
+        return json.dumps(self.to_dict(), indent=1)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CostCurve:
+        return cls(tuple(d["batch_sizes"]), tuple(d["widths"]), tuple(tuple(r) for r in d["seconds"]),
+                   d.get("machine", {}))
 
     @classmethod
     def from_json(cls, text: str) -> CostCurve:
-        d = json.loads(text)
-        return cls(tuple(d["batch_sizes"]), tuple(d["widths"]), tuple(tuple(r) for r in d["seconds"]),
-                   d.get("machine", {}))
+        return cls.from_dict(json.loads(text))
 
 
 @torch.inference_mode()

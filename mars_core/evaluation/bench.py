@@ -3,8 +3,9 @@
     mars-bench --json bench.json --batch-sizes 1,4,16 --block-sizes 4,8 --thresholds 1.0,0.95,0.9,0.8
 
 Every method decodes the same prompts (the held-out set by default) with the same max_new_tokens and stops
-at EOS, in one process. After a warm-up each configuration runs `--repeats` times; medians are reported,
-over all prompts and per prompt category. Each MARS row also carries the bound
+at EOS, in one process. After a warm-up each configuration runs `--repeats` times, the repeats interleaved
+(every configuration once per round), and medians are reported, over all prompts and per prompt category.
+Each MARS row also carries the bound
     steps_per_forward × t(1-token forward) / t(B-token forward)
 measured on the same model and batch size: the speedup over AR that MARS could reach with zero overhead.
 steps_per_forward is the number of AR forwards each batched forward replaces (per batch, AR takes as many
@@ -194,22 +195,29 @@ def bench(
         (bs, cfg) for bs in batch_sizes for cfg in configurations(methods, block_sizes, thresholds, verified_thresholds)
         if not (cfg[0] == "hf_prompt_lookup" and bs > 1)  # transformers' prompt lookup takes batch 1 only
     ]
-    rows: list[Row] = []
     prompts = [r["prompt"] for r in records]
-    for bs, (method, b, t, runner) in tqdm(jobs, desc="mars-bench", disable=not progress):
-        runner(model, tokenizer, [records[0]["prompt"]], 4)  # warm-up
-        # A category with fewer prompts than the batch: batch across categories, and report "all" only.
-        parts = categories if bs <= min(len(ps) for ps in categories.values()) else {"all": prompts}
-        passes = [
-            {c: time_pass(runner, model, tokenizer, [ps[i : i + bs] for i in range(0, len(ps), bs)], max_new_tokens)
-             for c, ps in parts.items()}
-            for _ in range(repeats)
-        ]
-        for c in parts:
-            runs = [p[c] for p in passes]
+    # A category with fewer prompts than the batch: batch across categories, and report "all" only.
+    parts = {bs: categories if bs <= min(len(ps) for ps in categories.values()) else {"all": prompts}
+             for bs in batch_sizes}
+    for bs, (method, b, t, runner) in jobs:
+        runner(model, tokenizer, [records[0]["prompt"]], 4)  # warm-up (and any first-use setup)
+    # Repeats interleaved: round r times every configuration once before round r+1 starts, so a machine that
+    # drifts (a noisy neighbour, clocks) slows every method alike instead of the one that happened to run then.
+    passes: list[list[dict]] = [[] for _ in jobs]
+    with tqdm(total=repeats * len(jobs), desc="mars-bench", disable=not progress) as bar:
+        for _ in range(repeats):
+            for k, (bs, (method, b, t, runner)) in enumerate(jobs):
+                batched = {c: [ps[i : i + bs] for i in range(0, len(ps), bs)] for c, ps in parts[bs].items()}
+                passes[k].append({c: time_pass(runner, model, tokenizer, bb, max_new_tokens)
+                                  for c, bb in batched.items()})
+                bar.update()
+    rows: list[Row] = []
+    for (bs, (method, b, t, runner)), done in zip(jobs, passes):
+        for c in parts[bs]:
+            runs = [p[c] for p in done]
             rows.append(_row(method, c, bs, b, t, statistics.median(r[0] for r in runs), runs[0][1]))
-        for group, members in groups(parts).items():
-            totals = [total(p[c] for c in members) for p in passes]
+        for group, members in groups(parts[bs]).items():
+            totals = [total(p[c] for c in members) for p in done]
             rows.append(_row(method, group, bs, b, t, statistics.median(x[0] for x in totals), totals[0][1]))
     add_speedups(rows)
     add_agreement(rows)
@@ -322,7 +330,7 @@ def read_cost(path: Path) -> CostCurve:
         if data["cost_curve"] is None:
             raise SystemExit(f"mars-bench: {path} was a --layout fixed run and holds no cost curve")
         data = data["cost_curve"]
-    return CostCurve.from_json(json.dumps(data))
+    return CostCurve.from_dict(data)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -384,7 +392,7 @@ def main(argv: list[str] | None = None) -> None:
         info = {"machine": machine, "device": machine_line(machine), "dtype": machine["dtype"],
                 "model": args.model or "default", "split": args.split, "prompts": len(records),
                 "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "layout": args.layout,
-                "cost_curve": json.loads(curve.to_json()) if curve is not None else None}
+                "cost_curve": curve.to_dict() if curve is not None else None}
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)  # a new folder: the run must not be lost to it
         with open(args.json, "w") as f:
             table = [{k: v for k, v in asdict(r).items() if k != "answers"} for r in rows]

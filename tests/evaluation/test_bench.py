@@ -64,6 +64,21 @@ def test_bench_rows_cover_every_configuration(model, tokenizer):
     assert "mars_sliding" in format_table(rows)
 
 
+def test_bench_interleaves_repeats_across_configurations(model, tokenizer, monkeypatch):
+    """Round r runs every configuration once before round r+1: drift on a shared machine hits every method alike."""
+    import mars_core.evaluation.bench as bench_module
+
+    order, real = [], bench_module.time_pass
+    monkeypatch.setattr(bench_module, "time_pass", lambda runner, *a: order.append(runner) or real(runner, *a))
+    rows = bench(model, tokenizer, [{"prompt": p} for p in PROMPTS], methods=("hf_generate", "mars_verified"),
+                 batch_sizes=(1, 2), thresholds=(1.0,), max_new_tokens=4, repeats=3, progress=False)
+    jobs = len(rows)  # one "all" row per configuration and batch size: 2 x 2
+    assert jobs == 4 and len(order) == 3 * jobs
+    rounds = [order[r * jobs : (r + 1) * jobs] for r in range(3)]
+    assert len(set(map(id, rounds[0]))) == jobs  # every configuration once in a round
+    assert rounds[0] == rounds[1] == rounds[2]
+
+
 def test_cli_help():
     out = subprocess.run([sys.executable, "-m", "mars_core.bench", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "--batch-sizes" in out.stdout and "--quick" in out.stdout
@@ -101,11 +116,11 @@ def test_cli_takes_a_cost_curve_for_a_reproducible_layout(tmp_path, model, token
     main(["--model", str(tmp_path / "m"), "--quick", "--dtype", "fp32", "--methods", "hf_generate,mars_verified",
           "--cost", str(tmp_path / "cost.json"), "--json", str(out)])
     data = json.loads(out.read_text())
-    assert CostCurve.from_json(json.dumps(data["cost_curve"])) == curve
+    assert CostCurve.from_dict(data["cost_curve"]) == curve
     again = tmp_path / "again.json"  # an earlier run's JSON gives its curve to the next run
     main(["--model", str(tmp_path / "m"), "--quick", "--dtype", "fp32", "--methods", "mars_verified",
           "--cost", str(out), "--json", str(again)])
-    assert CostCurve.from_json(json.dumps(json.loads(again.read_text())["cost_curve"])) == curve
+    assert CostCurve.from_dict(json.loads(again.read_text())["cost_curve"]) == curve
     main(["--model", str(tmp_path / "m"), "--quick", "--dtype", "fp32", "--methods", "mars_verified",
           "--layout", "fixed", "--json", str(out)])
     assert json.loads(out.read_text())["cost_curve"] is None
