@@ -199,6 +199,8 @@ def bench(
     # A category with fewer prompts than the batch: batch across categories, and report "all" only.
     parts = {bs: categories if bs <= min(len(ps) for ps in categories.values()) else {"all": prompts}
              for bs in batch_sizes}
+    batched = {bs: {c: [ps[i : i + bs] for i in range(0, len(ps), bs)] for c, ps in parts[bs].items()}
+               for bs in batch_sizes}
     for bs, (method, b, t, runner) in jobs:
         runner(model, tokenizer, [records[0]["prompt"]], 4)  # warm-up (and any first-use setup)
     # Repeats interleaved: round r times every configuration once before round r+1 starts, so a machine that
@@ -207,9 +209,8 @@ def bench(
     with tqdm(total=repeats * len(jobs), desc="mars-bench", disable=not progress) as bar:
         for _ in range(repeats):
             for k, (bs, (method, b, t, runner)) in enumerate(jobs):
-                batched = {c: [ps[i : i + bs] for i in range(0, len(ps), bs)] for c, ps in parts[bs].items()}
-                passes[k].append({c: time_pass(runner, model, tokenizer, bb, max_new_tokens)
-                                  for c, bb in batched.items()})
+                passes[k].append({c: time_pass(runner, model, tokenizer, batches, max_new_tokens)
+                                  for c, batches in batched[bs].items()})
                 bar.update()
     rows: list[Row] = []
     for (bs, (method, b, t, runner)), done in zip(jobs, passes):
