@@ -11,7 +11,7 @@ import torch
 
 from mars_core import TreeLayout, stream, training_attention_mask
 from mars_core.decoding.lookup import expected_run
-from mars_core.decoding.verified import FLOORS, leading
+from mars_core.decoding.verified import FLOORS, leading, sibling_odds
 from mars_core.generate import encode_prompt
 
 from . import models
@@ -222,23 +222,33 @@ TREE_NAMES = ("hidden", "the cache (committed before)", "pending → pending (ca
               "draft → pending (its committed prefix)", "draft → earlier drafts (the chain)",
               "G<sub>j</sub> mask → pending + d<sub>1</sub>…d<sub>j</sub> (its prefix)",
               "G<sub>j</sub> mask → earlier masks of G<sub>j</sub> (causal)",
-              "itself only (a slot not fed for this sample)")
-TREE_COLOURS = ("#f1f5f9", "#94a3b8", "#475569", "#93c5fd", "#2563eb", "#fcd34d", "#f59e0b", "#e2e8f0")
-SLOT_COLOURS = {"pending": "#e2e8f0", "draft": "#bfdbfe", "mask": "#fde68a"}
+              "itself only (a slot not fed for this sample)",
+              "sibling e<sub>a</sub> or H<sub>a</sub> mask → pending + d<sub>1</sub>…d<sub>a−1</sub> (its prefix)",
+              "H<sub>a</sub> mask → e<sub>a</sub> and earlier masks of H<sub>a</sub> (causal)")
+TREE_COLOURS = ("#f1f5f9", "#94a3b8", "#475569", "#93c5fd", "#2563eb", "#fcd34d", "#f59e0b", "#e2e8f0", "#86efac",
+                "#16a34a")
+SLOT_COLOURS = {"pending": "#e2e8f0", "draft": "#bfdbfe", "mask": "#fde68a", "sibling": "#bbf7d0"}
 
 
-def tree_categories(pending: int, drafts: int, groups: list[int], g: int, fed: list[bool]) -> torch.Tensor:
+def tree_categories(pending: int, drafts: int, groups: list[int], g: int, fed: list[bool],
+                    siblings: list[int] = ()) -> torch.Tensor:
     """Per pair of fed slots [query, key], which rule of the tree lets the query see the key (0 = none), from the
     rule text (MARS_METHOD.md, "Verified decoding"): pending tokens see each other causally; d_a sees the pending
-    tokens and d_1..d_a; a mask of G_j sees the pending tokens, d_1..d_j and the earlier masks of its own group. A
-    slot that is not fed for the sample is seen by none but itself."""
-    width = pending + drafts + len(groups) * g
+    tokens and d_1..d_a; a mask of G_j sees the pending tokens, d_1..d_j and the earlier masks of its own group; the
+    sibling e_a and its group H_a see the pending tokens and d_1..d_{a-1}, then e_a and H_a causally. A slot that
+    is not fed for the sample is seen by none but itself."""
+    branched = pending + drafts + len(groups) * g
+    width = branched + len(siblings) * (1 + g)
     cats = torch.zeros(width, width, dtype=torch.long)
     for q in range(width):
         if q < pending:
             cats[q, : q + 1] = 2
         elif q < pending + drafts:
             cats[q, :pending], cats[q, pending : q + 1] = 3, 4
+        elif q >= branched:
+            c = (q - branched) // (1 + g)
+            start = branched + c * (1 + g)
+            cats[q, : pending + siblings[c] - 1], cats[q, start : q + 1] = 8, 9
         else:
             c, t = divmod(q - pending - drafts, g)
             start = pending + drafts + c * g
@@ -253,19 +263,28 @@ def verified_step(tok, record, before, event, context: str, g: int) -> dict:
     """One verified forward as the walkthrough shows it, from the decoder's own record of it (and the record of the
     forward before, whose choices made this tree): plain lists, nothing redrawn by hand."""
     tree, width = record.tree, record.ids.shape[1]
-    P, K, groups = tree.pending.shape[1], tree.drafts.shape[1], list(tree.groups)
+    P, K, groups, siblings = tree.pending.shape[1], tree.drafts.shape[1], list(tree.groups), list(tree.siblings)
     cache = record.mask.shape[2] - width
-    fed = torch.cat([tree.pending_valid[0], tree.fed[0], tree.group_fed[0, groups].repeat_interleave(g)])
-    kinds = ["pending"] * P + ["draft"] * K + ["mask"] * (len(groups) * g)
-    group_of = [None] * (P + K) + [j for j in groups for _ in range(g)]
+    beside = (tree.sibling_fed[0, [a - 1 for a in siblings]].repeat_interleave(1 + g) if siblings
+              else tree.fed[0, :0])
+    fed = torch.cat([tree.pending_valid[0], tree.fed[0], tree.group_fed[0, groups].repeat_interleave(g), beside])
+    kinds = (["pending"] * P + ["draft"] * K + ["mask"] * (len(groups) * g)
+             + [k for _ in siblings for k in ["sibling"] + ["mask"] * g])
+    group_of = ([(None, 0)] * (P + K) + [(f"G{j}", t + 1) for j in groups for t in range(g)]
+                + [(f"H{a}", t) for a in siblings for t in range(1 + g)])
     text = [tok.decode([i]) if kind != "mask" else "[MASK]" for i, kind in zip(record.ids[0].tolist(), kinds)]
     m, threshold = int(record.m[0]), event.threshold
+    by_sibling = record.by_sibling is not None and bool(record.by_sibling[0])
     mask_count = int(leading(record.proposed.conf >= threshold)[0])
+    next_siblings = ([a + 1 for a, f in enumerate(record.sibling_fed[0].tolist()) if f]
+                     if record.sibling_fed is not None else [])
+    next_odds = sibling_odds(record.chain, record.chain.count, torch.tensor(event.done[:1]))[0]
     return {
         "forward": event.forward, "threshold": threshold, "context": context, "done": event.done[0], "g": g,
-        "pending": P, "drafts": K, "groups": groups, "cache": cache,
-        "slots": [{"kind": k, "text": t, "position": p, "group": j}
-                  for k, t, p, j in zip(kinds, text, record.positions[0].tolist(), group_of)],
+        "pending": P, "drafts": K, "groups": groups, "siblings": siblings, "by_sibling": by_sibling,
+        "chosen_sibling_odds": before_sibling_odds(before), "cache": cache,
+        "slots": [{"kind": k, "text": t, "position": p, "group": j, "t": n}
+                  for k, t, p, (j, n) in zip(kinds, text, record.positions[0].tolist(), group_of)],
         "fed": fed.tolist(), "mask": record.mask[0, :, cache:].tolist(),
         "cache_seen": record.mask[0, :, :cache].sum(-1).tolist(), "width": width,
         "source": "lookup" if bool(tree.looked[0]) else "mask",
@@ -276,14 +295,24 @@ def verified_step(tok, record, before, event, context: str, g: int) -> dict:
         "predicted_conf": record.confidence[0].tolist(), "committed": [tok.decode([i]) for i in event.token_ids[0]],
         "proposed": [tok.decode([i]) for i in record.proposed.tokens[0, :g].tolist()],
         "proposed_conf": record.proposed.conf[0, :g].tolist(),
-        "proposed_fed": m in groups and bool(tree.group_fed[0, m]),  # G_m was fed: its masks propose the next drafts
+        # G_m (H_m where the sibling e_m matched) was fed: its masks propose the next drafts
+        "proposed_fed": by_sibling or (m in groups and bool(tree.group_fed[0, m])),
         "mask_run": float(expected_run(record.proposed.conf, torch.tensor([mask_count]))[0]),
         "next": [tok.decode([i]) for i in record.chain.tokens[0, : int(record.chain.count[0])].tolist()],
         "next_conf": record.chain.conf[0, : int(record.chain.count[0])].tolist(),
         "next_source": "lookup" if bool(record.chain.looked[0]) else "mask", "mask_count": mask_count,
         "next_run": float(expected_run(record.chain.conf, record.chain.count)[0]),
         "next_odds": record.odds[0].tolist(), "next_groups": [j for j, f in enumerate(record.group_fed[0]) if f],
+        "next_siblings": [(a, tok.decode([int(record.chain.second[0, a - 1])]), float(next_odds[a - 1]))
+                          for a in next_siblings],
     }
+
+
+def before_sibling_odds(before) -> list[float]:
+    """P(e_a is used) for each draft of this forward, as the forward before computed it (sibling_odds)."""
+    if before is None:
+        return []
+    return sibling_odds(before.chain, before.chain.count, torch.zeros(1, dtype=torch.bool))[0].tolist()
 
 
 def verified_steps(prompt: str, threshold: float, block_size: int, max_new_tokens: int
@@ -321,16 +350,18 @@ def verified_failure(message: str) -> tuple[str, object, dict]:
 
 
 def axis_labels(step: dict) -> list[str]:
-    """Every fed slot's label: pending tokens by text, drafts d_a, masks G_j·t."""
-    labels, P, K, g = [], step["pending"], step["drafts"], step["g"]
+    """Every fed slot's label: pending tokens by text, drafts d_a, siblings e_a, masks G_j·t and H_a·t."""
+    labels, P = [], step["pending"]
     for i, slot in enumerate(step["slots"]):
         shown = slot["text"].replace("\n", "↵").replace(" ", "␣")[:10] or "∅"
         if slot["kind"] == "pending":
             labels.append(f"{shown} @{slot['position']}")
         elif slot["kind"] == "draft":
             labels.append(f"d{i - P + 1} {shown}")
+        elif slot["kind"] == "sibling":
+            labels.append(f"e{slot['group'][1:]} {shown}")
         else:
-            labels.append(f"G{slot['group']}·m{(i - P - K) % g + 1}")
+            labels.append(f"{slot['group']}·m{slot['t']}")
     return labels
 
 
@@ -345,7 +376,7 @@ def tree_figure(walk: dict) -> go.Figure:
                           xaxis=dict(visible=False), yaxis=dict(visible=False))
         return fig
     s = steps[walk.get("index", 0)]
-    cats = tree_categories(s["pending"], s["drafts"], s["groups"], s["g"], s["fed"])
+    cats = tree_categories(s["pending"], s["drafts"], s["groups"], s["g"], s["fed"], s["siblings"])
     assert torch.equal(cats > 0, torch.tensor(s["mask"], dtype=torch.bool)), \
         "the rule colours disagree with the mask the decoder fed"
     labels = axis_labels(s)
@@ -364,8 +395,10 @@ def tree_figure(walk: dict) -> go.Figure:
         fig.add_scatter(x=[None], y=[None], mode="markers", name=TREE_NAMES[v], showlegend=True,
                         marker=dict(size=12, symbol="square", color=TREE_COLOURS[v]))
     offset = 1 if s["cache"] else 0
-    edges = [s["pending"], s["pending"] + s["drafts"]] + [s["pending"] + s["drafts"] + c * s["g"]
-                                                          for c in range(1, len(s["groups"]))]
+    branched = s["pending"] + s["drafts"] + len(s["groups"]) * s["g"]
+    edges = ([s["pending"], s["pending"] + s["drafts"], branched]
+             + [s["pending"] + s["drafts"] + c * s["g"] for c in range(1, len(s["groups"]))]
+             + [branched + c * (1 + s["g"]) for c in range(1, len(s["siblings"]))])
     for e in sorted(set(edges)):
         if 0 < e < len(labels):
             fig.add_shape(type="line", x0=e + offset - 0.5, x1=e + offset - 0.5, y0=-0.5, y1=len(labels) - 0.5,
@@ -425,6 +458,13 @@ def why_this_tree(s: dict) -> str:
                 f"{t[min(s['width'], len(t) - 1)] / t[1]:.2f}× a one-token forward here"
                 + ("; no group was worth its width, so this forward's masks propose nothing." if not s["groups"] else
                    "; the groups left out were the least likely." if len(s["groups"]) < K + 1 else "."))
+    if s["siblings"]:
+        odds = s["chosen_sibling_odds"]
+        rule += (" Beside d<sub>a</sub> it fed the sibling e<sub>a</sub>, the second choice of the same mask slot, "
+                 "with a group H<sub>a</sub> after it; e<sub>a</sub> is used when d<sub>1</sub>…d<sub>a−1</sub> "
+                 "match and it is the model's token, P ≈ c<sub>1</sub>⋯c<sub>a−1</sub>·q<sub>2</sub>: "
+                 + ", ".join(f"e<sub>{a}</sub> {percent(odds[a - 1])}" for a in s["siblings"] if a <= len(odds))
+                 + ".")
     return (f"<p><b>Why this tree.</b> The forward before proposed {K} draft{'s' * (K != 1)} (from "
             f"{'prompt lookup' if s['source'] == 'lookup' else 'its mask slots'}) and computed, reading their "
             f"confidences c<sub>1</sub>…c<sub>{K}</sub> as independent odds, P(exactly j match) = "
@@ -436,13 +476,22 @@ def why_this_tree(s: dict) -> str:
 def verify_rows(s: dict) -> str:
     """Each draft checked against the model's own prediction, left to right, and the bonus."""
     P, K, m = s["pending"], s["drafts"], s["m"]
+    chained = m - s["by_sibling"]  # drafts matched on the chain; a matched sibling is the m-th token
+    sibling = next((slot for slot in s["slots"] if slot["kind"] == "sibling" and slot["group"] == f"H{m}"), None)
     rows = []
     for a in range(K + 1):
         read = (f"last pending {token_chip(s['slots'][P - 1]['text'], SLOT_COLOURS['pending'])}" if a == 0 else
                 f"d<sub>{a}</sub> {token_chip(s['slots'][P + a - 1]['text'], SLOT_COLOURS['draft'])}")
         draft = (f"d<sub>{a + 1}</sub> {token_chip(s['slots'][P + a]['text'], SLOT_COLOURS['draft'])} "
                  f"(c = {s['draft_conf'][a]:.2f})" if a < K else "—")
-        if a < m:
+        if s["by_sibling"] and a == chained:
+            verdict, colour = (f"✗ d<sub>{a + 1}</sub> differs, but its sibling e<sub>{a + 1}</sub> "
+                               f"{token_chip(sibling['text'], SLOT_COLOURS['sibling'])} is the model's token: "
+                               "committed", "#dcfce7")
+        elif s["by_sibling"] and a == m:
+            read = f"e<sub>{m}</sub> {token_chip(sibling['text'], SLOT_COLOURS['sibling'])}"
+            draft, verdict, colour = "—", f"the bonus: the model's token after e<sub>{m}</sub>", "#fef9c3"
+        elif a < m:
             verdict, colour = f"✓ d<sub>{a + 1}</sub> matches: committed", "#dcfce7"
         elif a == m:
             verdict = (f"✗ d<sub>{a + 1}</sub> differs: the model's token is committed instead (the bonus)" if a < K
@@ -472,7 +521,9 @@ def next_drafts(s: dict) -> str:
     if s["proposed_fed"]:
         proposed = "".join(token_chip(t, SLOT_COLOURS["mask"]) + f"<small>{c:.2f}</small> "
                            for t, c in zip(s["proposed"], s["proposed_conf"]))
-        text = (f"<p><b>The next drafts.</b> m = {m}, so G<sub>{m}</sub>, hung after exactly the drafts that matched, "
+        name = f"H<sub>{m}</sub>, hung after the sibling e<sub>{m}</sub>" if s["by_sibling"] else (
+            f"G<sub>{m}</sub>, hung after exactly the drafts that matched")
+        text = (f"<p><b>The next drafts.</b> m = {m}, so {name}, "
                 f"proposes them (its mask t predicts the token after the bonus and onwards): {proposed}kept left to "
                 f"right while confidence ≥ {tau:.2f}: {s['mask_count']}.{dropped}</p>")
     else:
@@ -491,7 +542,10 @@ def next_drafts(s: dict) -> str:
                 else "hangs no group: a plain one-token forward")
         text += f"<p>The next forward carries no drafts: it feeds the bonus token and {hung}.</p>"
     groups = ", ".join(f"G<sub>{j}</sub> ({percent(s['next_odds'][j])})" for j in s["next_groups"]) or "none"
-    return text + f"<p>Groups hung after them in the next forward (P(exactly j match)): {groups}.</p>"
+    beside = ", ".join(f"e<sub>{a}</sub> {token_chip(t, SLOT_COLOURS['sibling'])} ({percent(p)})"
+                       for a, t, p in s["next_siblings"]) or "none"
+    return text + (f"<p>Groups hung after them in the next forward (P(exactly j match)): {groups}. Siblings beside "
+                   f"them (P(used)): {beside}.</p>")
 
 
 def verified_html(walk: dict) -> str:
@@ -507,6 +561,13 @@ def verified_html(walk: dict) -> str:
     groups = " ".join(
         f"G<sub>{j}</sub> " + "".join(token_chip("[MASK]", SLOT_COLOURS["mask"]) for _ in range(g))
         + f"<small> at positions {s['slots'][P + K + c * g]['position']}…</small>" for c, j in enumerate(s["groups"]))
+    siblings = " ".join(
+        f"e<sub>{slot['group'][1:]}</sub> {token_chip(slot['text'], SLOT_COLOURS['sibling'])}"
+        + "".join(token_chip("[MASK]", SLOT_COLOURS["mask"]) for _ in range(g))
+        + f"<small> at position {slot['position']}…</small>" for slot in s["slots"] if slot["kind"] == "sibling")
+    kept = (f"the {s['m'] - 1} matched draft{'s' * (s['m'] != 2)} on the chain; the matched sibling is fed again, "
+            "with the bonus, as a pending token of the next forward" if s["by_sibling"] else
+            f"the {s['m']} matched draft{'s' * (s['m'] != 1)}")
     committed = "".join(token_chip(t, "#dcfce7") for t in s["committed"])
     cut = " (cut: the end of the text or the token limit)" if len(s["committed"]) < s["m"] + 1 else ""
     context = html.escape(s["context"]) or '<span style="color:#94a3b8">(nothing yet)</span>'
@@ -519,13 +580,15 @@ fed · committed {len(s['committed'])} ({s['m']} draft{'s' * (s['m'] != 1)} + th
 <p><b>Fed</b> after the cache ({s['cache']} tokens):<br>
 pending ({P} token{'s' * (P != 1)}{', last 16 shown' if shown else ''}): {pending}<br>
 {f"drafts d<sub>1</sub>…d<sub>{K}</sub> from {source}: {drafts}" if K else "drafts: none"}<br>
-groups: {groups or 'none'}</p>
+groups: {groups or 'none'}<br>
+siblings (each beside its draft, the second choice of its mask slot, with its group H<sub>a</sub>):
+{siblings or 'none'}</p>
 {why_this_tree(s)}
 <p><b>Verify, left to right.</b> The prediction read at the last pending token is exactly AR's next token; it is
 compared with d<sub>1</sub>, the prediction read at d<sub>1</sub> with d<sub>2</sub>, and so on.</p>
 {verify_rows(s)}
 <p><b>Committed:</b> {committed}{cut} — exactly what one-token decoding produces. The cache keeps the pending
-tokens and the {s['m']} matched draft{'s' * (s['m'] != 1)}; everything else fed is cropped.</p>
+tokens and {kept}; everything else fed is cropped.</p>
 {next_drafts(s)}
 </div>"""
 

@@ -26,6 +26,14 @@ def _predict(model, seq: list[int], from_slots: list[int], threshold):
     return toks, [float(probs[s, t]) for s, t in zip(from_slots, toks)]
 
 
+def _predict_two(model, seq: list[int], from_slots: list[int]):
+    """Like _predict, plus the second choice and its probability at each slot."""
+    probs = model(torch.tensor([seq])).logits[0].float().softmax(-1)
+    top = [probs[s].topk(2) for s in from_slots]
+    return ([int(t.indices[0]) for t in top], [float(t.values[0]) for t in top],
+            [int(t.indices[1]) for t in top], [float(t.values[1]) for t in top])
+
+
 @torch.no_grad()
 def reference_sliding(model, prompt: list[int], block_size: int, threshold, max_new: int, mask_id: int,
                       stop_ids: set[int]) -> tuple[list[int], int]:
@@ -95,13 +103,15 @@ def _lookup(text: list[int], start: int, ngrams: tuple[int, ...], width: int) ->
 @torch.no_grad()
 def reference_verified(model, prompt: list[int], block_size: int, threshold: float, max_new: int, mask_id: int,
                        stop_ids: set[int], group_floor: float, lookup: int = 0, ngrams: tuple[int, ...] = (3, 2),
-                       lookup_odds: float = 0.6) -> tuple[list[int], int]:
-    """Verify the drafts with one plain causal forward over prompt + out + drafts; propose the next drafts from
-    masks after the committed prefix (the group the decoder would use, if it would feed it), or from prompt lookup
-    when its chain promises more. Returns (tokens, forwards): one forward per step, as the decoder takes."""
+                       lookup_odds: float = 0.6, sibling_floor: float | None = None) -> tuple[list[int], int]:
+    """Verify the drafts with one plain causal forward over prompt + out + drafts; where d_{m+1} missed and its
+    sibling (the mask slot's second choice, fed when c_1..c_m q2 >= sibling_floor) is AR's token, take it and the
+    token after it; propose the next drafts from masks after the committed prefix (the group the decoder would
+    use, if it would feed it: a matched sibling's always), or from prompt lookup when its chain promises more.
+    Returns (tokens, forwards): one forward per step, as the decoder takes."""
     g = block_size - 1
     out, forwards = [], 0
-    drafts, conf, looked = [], [], False
+    drafts, conf, second, second_p, looked = [], [], [], [], False
     hits = tries = 0  # lookup drafts matched, and reached (matched or a chain's first miss)
     while len(out) < max_new:
         seq = prompt + out
@@ -114,13 +124,21 @@ def reference_verified(model, prompt: list[int], block_size: int, threshold: flo
             m += 1
         if looked and k:
             hits, tries = hits + m, tries + min(m + 1, k)
-        fed = (threshold < 1 and g > 0 and _odds(conf[:k], m) >= group_floor) if forwards else threshold < 1 and g > 0
+        sibling = (m < k and not looked and sibling_floor is not None and second_p[m] > 0
+                   and math.prod(conf[:m]) * second_p[m] >= sibling_floor and second[m] == ar[m])
+        if sibling:  # the token after e_{m+1}, read at its own place
+            prefix = drafts[:m] + [second[m]]
+            ar = prefix + _predict(model, seq + prefix, [len(seq) + m], threshold)[0]
+            m += 1
+        fed = sibling or ((threshold < 1 and g > 0 and _odds(conf[:k], m) >= group_floor) if forwards
+                          else threshold < 1 and g > 0)
         forwards += 1
         if fed:
             base = len(seq) + m
-            drafts, conf = _predict(model, seq + drafts[:m] + [mask_id] * g, [base + t for t in range(g)], threshold)
+            drafts, conf, second, second_p = _predict_two(model, seq + ar[:m] + [mask_id] * g,
+                                                          [base + t for t in range(g)])
         else:
-            drafts, conf = [], []
+            drafts, conf, second, second_p = [], [], [], []
         looked = False
         for t in ar[: m + 1]:
             if len(out) < max_new:

@@ -15,13 +15,16 @@ from .cost import CostCurve
 class TreeLayout:
     """How verified decoding shapes each forward's tree: what is worth its width. It never changes the answer.
 
-    With a cost curve, each forward feeds the drafts and groups that maximise expected committed tokens per second
-    of forward (verified.plan_by_cost); without one, the fixed rules below (drafts while confident, G_j while
-    P(exactly j match) >= group_floor)."""
+    With a cost curve, each forward feeds the drafts, groups and siblings that maximise expected committed tokens per
+    second of forward (verified.plan_by_cost); without one, the fixed rules below (drafts while confident, G_j while
+    P(exactly j match) >= group_floor, the sibling e_a while P(it is used) >= sibling_floor)."""
 
     cost: CostCurve | None = None  # seconds per forward by batch and width; None: the model's own (load() measures it)
     use_cost: bool = True  # False: the fixed rules alone, whatever curve there is
     group_floor: float = 0.1  # fixed rule: feed G_j when P(exactly j drafts match) >= this
+    # fixed rule: feed the sibling e_a (d_a's second choice, with its group) when P(it is used) >= this; by cost,
+    # siblings are priced like groups; None: no siblings (a chain, as before)
+    sibling_floor: float | None = 0.1
     lookup_drafts: int = 7  # longest prompt-lookup chain checked in one forward (0: mask drafts only)
     lookup_ngrams: tuple[int, ...] = (3, 2)  # n-gram sizes prompt lookup matches, the longest that matches wins
     lookup_odds: float = 0.6  # a lookup draft's assumed chance of matching (it has no confidence of its own)
@@ -29,6 +32,8 @@ class TreeLayout:
     def __post_init__(self) -> None:
         if not 0.0 <= self.group_floor <= 1.0:
             raise ValueError(f"group_floor must be in [0, 1], got {self.group_floor!r}")
+        if self.sibling_floor is not None and not 0.0 <= self.sibling_floor <= 1.0:
+            raise ValueError(f"sibling_floor must be in [0, 1] or None (no siblings), got {self.sibling_floor!r}")
         if self.lookup_drafts < 0:
             raise ValueError(f"lookup_drafts must be >= 0 (0: no prompt lookup), got {self.lookup_drafts!r}")
         if not self.lookup_ngrams or min(self.lookup_ngrams) < 1:

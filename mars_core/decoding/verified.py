@@ -47,7 +47,7 @@ mask, and what was decided; the app's walkthrough draws verified decoding from t
 from __future__ import annotations
 
 from collections.abc import Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from itertools import accumulate
 
@@ -90,6 +90,9 @@ class Tree:
     groups: tuple[int, ...]  # the j of each G_j hung in this forward, the union over samples
     group_fed: torch.Tensor  # [b, D+1] G_j is real for sample i
     threshold: float  # the threshold that chose these drafts
+    siblings: tuple[int, ...] = ()  # the a of each sibling e_a (with its group H_a) fed, the union over samples
+    sibling_ids: torch.Tensor | None = None  # [b, K] e_a: the second choice of d_a's mask slot
+    sibling_fed: torch.Tensor | None = None  # [b, K] e_a (and H_a) is real for sample i
 
 
 @dataclass
@@ -101,6 +104,8 @@ class Chain:
     q: torch.Tensor | None  # [b, D, V] their distributions when sampling (None: greedy)
     count: torch.Tensor  # [b] leading drafts kept: confidence >= threshold (set by next_chain)
     looked: torch.Tensor  # [b] prompt lookup's chain won over the mask slots'
+    second: torch.Tensor | None = None  # [b, D] each mask slot's second choice (greedy mask chains only)
+    second_p: torch.Tensor | None = None  # [b, D] its probability (0 where there is none)
 
 
 @dataclass
@@ -120,13 +125,17 @@ class Forward:
     group_fed: torch.Tensor  # [b, D+1] the groups G_j hung after them in the next forward
     odds: torch.Tensor  # [b, D+1] P(exactly j of those drafts match), the odds the groups were chosen by
     seconds: torch.Tensor | None  # seconds of a forward by tokens fed, the trees were sized by (None: fixed rules)
+    by_sibling: torch.Tensor | None = None  # [b] the m-th matched token was the sibling e_m, not d_m
+    sibling_fed: torch.Tensor | None = None  # [b, D] the siblings e_a (with H_a) fed beside the next drafts
 
 
 @lru_cache(maxsize=64)
-def tree_template(pending: int, drafts: int, groups: tuple[int, ...], g: int) -> torch.Tensor:
+def tree_template(pending: int, drafts: int, groups: tuple[int, ...], g: int, siblings: tuple[int, ...] = ()
+                  ) -> torch.Tensor:
     """Boolean [W, W] visibility among the fed slots: pending causal, drafts a chain after them, group G_j after
-    the pending tokens and d_1..d_j, causal inside itself."""
-    width = pending + drafts + len(groups) * g
+    the pending tokens and d_1..d_j, causal inside itself; sibling e_a beside d_a (after the pending tokens and
+    d_1..d_{a-1}), its group H_a after e_a."""
+    width = pending + drafts + len(groups) * g + len(siblings) * (1 + g)
     seen = torch.zeros(width, width, dtype=torch.bool)
     seen[:pending, :pending] = torch.ones(pending, pending, dtype=torch.bool).tril()
     d = slice(pending, pending + drafts)
@@ -136,6 +145,11 @@ def tree_template(pending: int, drafts: int, groups: tuple[int, ...], g: int) ->
         s = slice(pending + drafts + c * g, pending + drafts + (c + 1) * g)
         seen[s, : pending + j] = True
         seen[s, s] = torch.ones(g, g, dtype=torch.bool).tril()
+    for c, a in enumerate(siblings):
+        e = pending + drafts + len(groups) * g + c * (1 + g)
+        s = slice(e, e + 1 + g)  # e_a, then H_a's masks: a causal run after c + d_1..d_{a-1}
+        seen[s, : pending + a - 1] = True
+        seen[s, s] = torch.ones(1 + g, 1 + g, dtype=torch.bool).tril()
     return seen
 
 
@@ -214,14 +228,24 @@ def start(prompts: list[list[int]], spec: DecodeSpec, threshold: float, dev: tor
 
 def tree_inputs(answer: Answer, tree: Tree, g: int, mask_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """What the forward over the tree feeds: ids [b, W], positions [b, W] and the boolean mask [b, W, T+W] (True =
-    attend; the cache's T slots, then the W fed). Positions: pending n-P .. n-1, d_a n+a-1, mask t of G_j n+j+t."""
+    attend; the cache's T slots, then the W fed). Positions: pending n-P .. n-1, d_a n+a-1, mask t of G_j n+j+t,
+    e_a n+a-1 and mask t of H_a n+a+t."""
     (b, P), K, dev = tree.pending.shape, tree.drafts.shape[1], tree.pending.device
     cols = torch.tensor(tree.groups, dtype=torch.long, device=dev)
     offsets = (cols[:, None] + torch.arange(g, device=dev)).reshape(-1)
-    ids = torch.cat([tree.pending, tree.drafts, torch.full((b, len(cols) * g), mask_id, device=dev)], 1)
-    positions = answer.length[:, None] + torch.cat([torch.arange(-P, K, device=dev), offsets])
-    fed_valid = torch.cat([tree.pending_valid, tree.fed, tree.group_fed[:, cols].repeat_interleave(g, 1)], 1)
-    return ids, positions, tree_mask(answer.valid, fed_valid, tree_template(P, K, tree.groups, g))
+    parts = [tree.pending, tree.drafts, torch.full((b, len(cols) * g), mask_id, device=dev)]
+    places = [torch.arange(-P, K, device=dev), offsets]
+    fed = [tree.pending_valid, tree.fed, tree.group_fed[:, cols].repeat_interleave(g, 1)]
+    if tree.siblings:
+        at = torch.tensor(tree.siblings, dtype=torch.long, device=dev) - 1  # e_a's column among the drafts
+        masks = torch.full((b, len(at), g), mask_id, device=dev)
+        parts.append(torch.cat([tree.sibling_ids[:, at, None], masks], 2).reshape(b, -1))
+        places.append((at[:, None] + torch.arange(1 + g, device=dev)).reshape(-1))
+        fed.append(tree.sibling_fed[:, at].repeat_interleave(1 + g, 1))
+    ids = torch.cat(parts, 1)
+    positions = answer.length[:, None] + torch.cat(places)
+    template = tree_template(P, K, tree.groups, g, tree.siblings)
+    return ids, positions, tree_mask(answer.valid, torch.cat(fed, 1), template)
 
 
 def feed(model: torch.nn.Module, cache, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor
@@ -239,30 +263,55 @@ def feed(model: torch.nn.Module, cache, ids: torch.Tensor, positions: torch.Tens
 SPARE_HEAD_ROWS = 16
 
 
+def sibling_columns(tree: Tree, g: int) -> torch.Tensor:
+    """[S] the column of each fed sibling e_a in the tree (its group H_a's g masks follow it)."""
+    start = tree.pending.shape[1] + tree.drafts.shape[1] + len(tree.groups) * g
+    return start + torch.arange(len(tree.siblings), device=tree.pending.device) * (1 + g)
+
+
 def read_logits(head: torch.nn.Module, hidden: torch.Tensor, tree: Tree, g: int
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(logits of the verify slots [b, K+1, V], of every fed group's masks [b, |groups| g, V] or None): the groups'
-    in the same pass (they follow the verify slots in the tree) when their unused rows are few (SPARE_HEAD_ROWS)."""
+    """(logits of the verify slots [b, K+1+S, V]: the last pending token's, the drafts', then each sibling's; of
+    every slot from the last pending token on [b, W-P+1, V], or None): the groups' masks in the same pass when the
+    rows no sample goes on with are few (SPARE_HEAD_ROWS), else mask_chain reads the group it needs."""
     P, K = tree.pending.shape[1], tree.drafts.shape[1]
-    if tree.groups and hidden.shape[0] * (len(tree.groups) - 1) * g <= SPARE_HEAD_ROWS:
+    verify_cols = torch.cat([torch.arange(P - 1, P + K, device=hidden.device), sibling_columns(tree, g)])
+    spare = (len(tree.groups) - 1 + len(tree.siblings)) * g  # rows past the verify slots and one group
+    if (tree.groups or tree.siblings) and hidden.shape[0] * spare <= SPARE_HEAD_ROWS:
         logits = head(hidden[:, P - 1 :])
-        return logits[:, : K + 1], logits[:, K + 1 :]
-    return head(hidden[:, P - 1 : P + K]), None
+        return logits[:, verify_cols - (P - 1)], logits
+    return head(hidden[:, verify_cols]), None
 
 
 def verify(logits: torch.Tensor, tree: Tree, ctl, generator: torch.Generator | None
-           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(m, tokens [b, K+1], confidences) from the verify slots' logits: slot P-1+a predicts position n+a, so greedy
-    m is the leading run of d_a == argmax at slot P-2+a; tokens[m] is the bonus. Sampling: the speculative rule
-    instead of equality."""
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(m, tokens [b, K+1], confidences, by_sibling [b]) from the verify slots' logits: slot P-1+a predicts
+    position n+a, so greedy m is the leading run of d_a == argmax at slot P-2+a; tokens[m] is the bonus. Where
+    d_{m+1} missed and its sibling e_{m+1} is that argmax, e_{m+1} counts as matched and the bonus is read at
+    e_{m+1}'s slot (m+2 tokens). Sampling: the speculative rule instead of equality (no siblings are fed)."""
     K = tree.drafts.shape[1]
     p = distribution(logits, ctl)
     if ctl.temperature == 0:
-        tokens = logits.float().argmax(-1)
+        tokens = logits[:, : K + 1].float().argmax(-1)
         m = leading((tokens[:, :K] == tree.drafts) & tree.fed)
     else:
-        m, tokens = speculative(p, tree.drafts, tree.q, tree.fed, generator)
-    return m, tokens, confidence_of(p, tokens, ctl.confidence)
+        m, tokens = speculative(p[:, : K + 1], tree.drafts, tree.q, tree.fed, generator)
+    conf = confidence_of(p[:, : K + 1], tokens, ctl.confidence)
+    by_sibling = torch.zeros_like(m, dtype=torch.bool)
+    if tree.siblings and ctl.temperature == 0:
+        column = torch.full((K + 2,), -1, dtype=torch.long, device=m.device)  # depth a -> e_a's verify row
+        column[list(tree.siblings)] = torch.arange(len(tree.siblings), device=m.device) + K + 1
+        c, at = column[m + 1], m.clamp_max(K - 1)[:, None]
+        by_sibling = ((m < K) & (c >= 0) & tree.sibling_fed.gather(1, at).squeeze(1)
+                      & (tree.sibling_ids.gather(1, at) == tokens.gather(1, m[:, None])).squeeze(1))
+        row = c.clamp_min(0)[:, None, None].expand(-1, 1, p.shape[-1])
+        after = logits.gather(1, row).float().argmax(-1)  # [b, 1] the AR token after e_{m+1}
+        after_conf = confidence_of(p.gather(1, row), after, ctl.confidence)
+        slot = (m + 1).clamp_max(K)[:, None]
+        tokens = tokens.scatter(1, slot, torch.where(by_sibling[:, None], after, tokens.gather(1, slot)))
+        conf = conf.scatter(1, slot, torch.where(by_sibling[:, None], after_conf, conf.gather(1, slot)))
+        m = m + by_sibling
+    return m, tokens, conf, by_sibling
 
 
 def commit(answer: Answer, tokens: torch.Tensor, m: torch.Tensor, spec: DecodeSpec) -> torch.Tensor:
@@ -276,30 +325,43 @@ def commit(answer: Answer, tokens: torch.Tensor, m: torch.Tensor, spec: DecodeSp
     return end
 
 
-def mask_chain(head: torch.nn.Module, hidden: torch.Tensor, group_logits: torch.Tensor | None, tree: Tree,
-               m: torch.Tensor, done: torch.Tensor, ctl, spec: DecodeSpec, depth: int) -> Chain:
-    """The next drafts from G_m, the group each sample goes on with (mask t predicts position n+m+1+t): the
-    argmax, or a draw when sampling, with the argmax's confidence; confidence 0 where G_m was not fed. G_m's
-    logits are read from group_logits where read_logits computed them, else from its hidden rows."""
+def mask_chain(head: torch.nn.Module, hidden: torch.Tensor, all_logits: torch.Tensor | None, tree: Tree,
+               m: torch.Tensor, by_sibling: torch.Tensor, done: torch.Tensor, ctl, spec: DecodeSpec, depth: int
+               ) -> Chain:
+    """The next drafts from the group each sample goes on with, G_m (or H_m where e_m matched): mask t predicts
+    position n+m+1+t. The argmax, or a draw when sampling, with the argmax's confidence; confidence 0 where that
+    group was not fed. Greedy chains also carry each slot's second choice and its probability (the siblings the
+    next forward may feed). The group's logits are read from all_logits where read_logits computed them, else
+    from its hidden rows."""
     b, g, dev = hidden.shape[0], spec.block_size - 1, hidden.device
     tokens = torch.full((b, depth), spec.pad_id, dtype=torch.long, device=dev)
-    if not tree.groups:
+    if not tree.groups and not tree.siblings:
         return Chain(tokens, torch.zeros((b, depth), device=dev), None, torch.zeros_like(m), torch.zeros_like(done))
+    P, K = tree.pending.shape[1], tree.drafts.shape[1]
     index = torch.full((depth + 1,), -1, dtype=torch.long, device=dev)  # G_j -> its place among the fed groups
-    index[list(tree.groups)] = torch.arange(len(tree.groups), device=dev)
-    at = index[m]
-    has = (at >= 0) & tree.group_fed.gather(1, m[:, None]).squeeze(1) & ~done
-    rows = at.clamp_min(0)[:, None] * g + torch.arange(g, device=dev)  # G_m's masks among the groups' slots
-    if group_logits is not None:
-        logits = group_logits.gather(1, rows[..., None].expand(-1, -1, group_logits.shape[-1]))
+    if tree.groups:
+        index[list(tree.groups)] = torch.arange(len(tree.groups), device=dev)
+    start = P + K + index[m].clamp_min(0) * g  # the first mask of G_m among the fed slots
+    has = (index[m] >= 0) & tree.group_fed.gather(1, m[:, None]).squeeze(1)
+    if tree.siblings:  # H_m's masks follow e_m
+        place = torch.zeros((depth + 1,), dtype=torch.long, device=dev)
+        place[list(tree.siblings)] = sibling_columns(tree, g) + 1
+        start, has = torch.where(by_sibling, place[m], start), has | by_sibling
+    has = has & ~done
+    rows = start[:, None] + torch.arange(g, device=dev)
+    if all_logits is not None:
+        logits = all_logits.gather(1, (rows - (P - 1))[..., None].expand(-1, -1, all_logits.shape[-1]))
     else:
-        rows = rows + tree.pending.shape[1] + tree.drafts.shape[1]
         logits = head(hidden.gather(1, rows[..., None].expand(-1, -1, hidden.shape[-1])))
-    q, top = distribution(logits, ctl), logits.float().argmax(-1)
+    q = distribution(logits, ctl)
     greedy = ctl.temperature == 0
+    top, top2 = logits.float().argmax(-1), q.topk(2, -1)
     conf = torch.where(has[:, None], confidence_of(q, top, ctl.confidence), 0.0)
+    second = widen(top2.indices[..., 1], depth, spec.pad_id) if greedy else None
+    second_p = widen(torch.where(has[:, None], top2.values[..., 1], 0.0), depth, 0.0) if greedy else None
     return Chain(widen(top if greedy else draw(q, spec.generator), depth, spec.pad_id), widen(conf, depth, 0.0),
-                 None if greedy else widen(q, depth, 0.0), torch.zeros_like(m), torch.zeros_like(done))
+                 None if greedy else widen(q, depth, 0.0), torch.zeros_like(m), torch.zeros_like(done), second,
+                 second_p)
 
 
 def with_lookup(chain: Chain, answer: Answer, threshold: float, layout: TreeLayout, pad_id: int) -> Chain:
@@ -308,7 +370,7 @@ def with_lookup(chain: Chain, answer: Answer, threshold: float, layout: TreeLayo
     b, depth = chain.tokens.shape
     count = leading(chain.conf >= threshold)
     if layout.lookup_drafts == 0:
-        return Chain(chain.tokens, chain.conf, chain.q, count, chain.looked)
+        return Chain(chain.tokens, chain.conf, chain.q, count, chain.looked, chain.second, chain.second_p)
     text = torch.cat([answer.prompt, answer.out], 1)
     found, found_count = lookup_drafts(text, answer.text_start, answer.prompt.shape[1] + answer.generated,
                                        layout.lookup_ngrams, layout.lookup_drafts)
@@ -321,8 +383,9 @@ def with_lookup(chain: Chain, answer: Answer, threshold: float, layout: TreeLayo
         point = torch.zeros_like(q).scatter_(-1, found[..., None], 1.0)
         q = torch.where(looked[:, None, None], point, q)
     pick = looked[:, None]
+    second_p = None if chain.second_p is None else torch.where(pick, 0.0, chain.second_p)  # lookup has no second
     return Chain(torch.where(pick, found, chain.tokens), torch.where(pick, found_conf, chain.conf), q,
-                 torch.where(looked, found_count, count), looked)
+                 torch.where(looked, found_count, count), looked, chain.second, second_p)
 
 
 LOOKUP_PRIOR = 4.0  # pseudo-drafts at layout.lookup_odds that a sample's own lookup record is added to
@@ -359,53 +422,79 @@ def seconds_by_width(spec: DecodeSpec, b: int, depth: int, dev: torch.device) ->
     curve = spec.layout.cost if spec.layout.use_cost else None
     if curve is None or spec.block_size == 1:
         return None
-    widest = 1 + depth + (depth + 1) * (spec.block_size - 1)
+    g = spec.block_size - 1
+    widest = 2 + depth + (depth + 1) * g + depth * (1 + g)  # two pending, the drafts, every group and sibling
     return torch.tensor(curve.at(b, range(widest + 1)), dtype=torch.float32, device=dev)
 
 
+def sibling_odds(chain: Chain, count: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+    """[b, D]: P(e_a is used) = P(d_1..d_{a-1} match and the token at d_a's place is e_a) ~ c_1 ... c_{a-1} q2_a,
+    for a <= count (0 elsewhere, and for lookup chains and sampling, which have no second choice)."""
+    b, depth = chain.conf.shape
+    if chain.second_p is None:
+        return torch.zeros_like(chain.conf)
+    reach = torch.cat([torch.ones_like(chain.conf[:, :1]), chain.conf[:, :-1].cumprod(-1)], 1)
+    drafted = torch.arange(depth, device=count.device) < count[:, None]
+    return torch.where(drafted & ~done[:, None], reach * chain.second_p, 0.0)
+
+
 def plan_by_cost(conf: torch.Tensor, count: torch.Tensor, done: torch.Tensor, seconds: torch.Tensor,
-                 draft_yield: torch.Tensor, g: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(count [b], group_fed [b, D+1]) for the draft cap K and group floor f that maximise
-        (sum_i [1 + sum_{a <= K_i} c_1 ... c_a] + w y r sum_i sum_{j fed} P_i(m = j)) / t(1 + K + |groups| g)
-    over K = 0..D and f in FLOORS, with K_i = min(K, count_i), y the drafts a fed group's proposals are expected to
-    get matched (draft_yield), w = GROUP_YIELD_WEIGHT and t the cost curve at this batch size; r = t(1) / t(1 + g)
-    prices those drafts in the forwards that will check them (about 1 at batch 1 on a CPU, 0.5 at batch 8). K = 0
-    with no group is a plain one-token forward, so a tree is fed only where it is expected to commit more tokens per
-    second than that."""
+                 draft_yield: torch.Tensor, g: int, sib: torch.Tensor | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(count [b], group_fed [b, D+1], sibling_fed [b, D]) for the draft cap K and floor f that maximise
+        (sum_i [1 + sum_{a <= K_i} c_1 ... c_a] + sum_i sum_{a fed} s_ia (1 + w y r)
+         + w y r sum_i sum_{j fed} P_i(m = j)) / t(1 + K + |groups| g + |siblings| (1 + g))
+    over K = 0..D and f in FLOORS, with K_i = min(K, count_i), s_ia = P(sibling e_a is used) (sibling_odds; it
+    commits one token more and its group proposes the next drafts), G_j fed when P_i(m = j) >= f and e_a when
+    s_ia >= f, y the drafts a fed group's proposals are expected to get matched (draft_yield), w =
+    GROUP_YIELD_WEIGHT and t the cost curve at this batch size; r = t(1) / t(1 + g) prices those drafts in the
+    forwards that will check them (about 1 at batch 1 on a CPU, 0.5 at batch 8). K = 0 with no group is a plain
+    one-token forward, so a tree is fed only where it is expected to commit more tokens per second than that."""
     b, depth = conf.shape
     live = ~done
-    capped = torch.minimum(count[None, :], torch.arange(depth + 1, device=conf.device)[:, None])  # [K, b]
+    steps = torch.arange(depth + 1, device=conf.device)
+    capped = torch.minimum(count[None, :], steps[:, None])  # [K, b]
     run = torch.cat([torch.zeros_like(conf[:, :1]), conf.cumprod(-1)], 1).cumsum(-1)  # run[i, a] = sum_{l<=a} c_1..c_l
     tokens = ((1 + run.gather(1, capped.T)).T * live).sum(-1)  # [K] expected commits, over live samples
     odds = group_odds(conf.repeat(depth + 1, 1), capped.reshape(-1)).view(depth + 1, b, depth + 1)  # [K, b, j]
-    eligible = (torch.arange(depth + 1, device=conf.device) <= capped[..., None]) & live[:, None]
+    eligible = (steps <= capped[..., None]) & live[:, None]
     floors = torch.tensor(FLOORS, device=conf.device)
     fed = eligible[:, None] & (odds[:, None] >= floors[None, :, None, None])  # [K, f, b, j]
-    width = 1 + (capped * live).amax(-1)[:, None] + fed.any(2).sum(-1) * g  # [K, f]
+    sib = torch.zeros_like(conf) if sib is None else sib
+    sib_fed = ((steps[:-1] < capped[..., None])[:, None] & (sib[None, None] >= floors[None, :, None, None])
+               & (sib > 0))  # [K, f, b, a]
+    width = 1 + (capped * live).amax(-1)[:, None] + fed.any(2).sum(-1) * g + sib_fed.any(2).sum(-1) * (1 + g)
     checking = seconds[1] / seconds[min(1 + g, len(seconds) - 1)]  # a group's drafts are checked at that width
-    gain = tokens[:, None] + GROUP_YIELD_WEIGHT * checking * draft_yield * (odds[:, None] * fed).sum((-2, -1))
-    best = (gain / seconds[width]).flatten().argmax()  # the first of equals: fewer drafts, fewer groups
+    proposals = GROUP_YIELD_WEIGHT * checking * draft_yield
+    gain = (tokens[:, None] + proposals * (odds[:, None] * fed).sum((-2, -1))
+            + (1 + proposals) * (sib * sib_fed).sum((-2, -1)))
+    best = (gain / seconds[width]).flatten().argmax()  # the first of equals: fewer drafts, fewer branches
     k, f = best // len(FLOORS), best % len(FLOORS)
-    return capped[k], fed[k, f]
+    return capped[k], fed[k, f], sib_fed[k, f]
 
 
 def next_chain(chain: Chain, answer: Answer, threshold: float, spec: DecodeSpec, seconds: torch.Tensor | None
-               ) -> tuple[Chain, torch.Tensor]:
-    """The drafts the next forward checks, and [b, D+1] which groups hang after them: by cost where there is a
-    cost curve (plan_by_cost), else G_j is fed when j <= count and P(exactly j drafts match) >= the group floor.
-    At threshold 1 no draft is worth checking: a plain one-token forward."""
+               ) -> tuple[Chain, torch.Tensor, torch.Tensor]:
+    """The drafts the next forward checks, [b, D+1] which groups hang after them and [b, D] which siblings beside
+    them: by cost where there is a cost curve (plan_by_cost), else G_j is fed when j <= count and P(exactly j
+    drafts match) >= the group floor, e_a when P(it is used) >= the sibling floor. At threshold 1 no draft is
+    worth checking: a plain one-token forward."""
     b, depth = chain.tokens.shape
     if threshold >= 1.0 or spec.block_size == 1:
         none = torch.zeros(b, dtype=torch.bool, device=chain.tokens.device)
-        return Chain(chain.tokens, chain.conf, chain.q, none.long(), none), none[:, None].expand(b, depth + 1)
+        return (Chain(chain.tokens, chain.conf, chain.q, none.long(), none), none[:, None].expand(b, depth + 1),
+                none[:, None].expand(b, depth))
     chain = with_lookup(chain, answer, threshold, spec.layout, spec.pad_id)
+    floor = spec.layout.sibling_floor
+    sib = sibling_odds(chain, chain.count, answer.done) if floor is not None else torch.zeros_like(chain.conf)
     if seconds is not None:
-        count, group_fed = plan_by_cost(chain.conf, chain.count, answer.done, seconds, answer.draft_yield,
-                                        spec.block_size - 1)
-        return Chain(chain.tokens, chain.conf, chain.q, count, chain.looked), group_fed
+        count, group_fed, sibling_fed = plan_by_cost(chain.conf, chain.count, answer.done, seconds,
+                                                     answer.draft_yield, spec.block_size - 1, sib)
+        return replace(chain, count=count), group_fed, sibling_fed
     likely = group_odds(chain.conf, chain.count) >= spec.layout.group_floor
     steps = torch.arange(depth + 1, device=chain.tokens.device)
-    return chain, (steps <= chain.count[:, None]) & likely & ~answer.done[:, None]
+    sibling_fed = (sib > 0) & (sib >= (floor if floor is not None else 2.0))
+    return chain, (steps <= chain.count[:, None]) & likely & ~answer.done[:, None], sibling_fed
 
 
 def track_yield(answer: Answer, tree: Tree, m: torch.Tensor) -> None:
@@ -417,26 +506,45 @@ def track_yield(answer: Answer, tree: Tree, m: torch.Tensor) -> None:
                                      answer.draft_yield)
 
 
-def crop(cache, answer: Answer, tree: Tree, m: torch.Tensor, kept: int, g: int) -> None:
-    """The cache keeps the pending tokens and the first `kept` drafts (the most any sample matched; the others'
-    unmatched ones stay as holes) and drops the rest; the answer's sequence grows by m+1."""
+def crop(cache, answer: Answer, tree: Tree, m: torch.Tensor, by_sibling: torch.Tensor, kept: int, g: int) -> None:
+    """The cache keeps the pending tokens and the first `kept` drafts (the most any sample matched on the chain;
+    the others' unmatched ones stay as holes) and drops the rest, siblings included (a matched sibling is fed again
+    as a pending token); the answer's sequence grows by m+1."""
     P, K = tree.pending.shape[1], tree.drafts.shape[1]
-    width = P + K + len(tree.groups) * g
+    width = P + K + len(tree.groups) * g + len(tree.siblings) * (1 + g)
     if width > P + kept:
         cache.crop(-(width - P - kept))
-    matched = tree.fed & (torch.arange(K, device=m.device) < m[:, None])
+    matched = tree.fed & (torch.arange(K, device=m.device) < (m - by_sibling.long())[:, None])
     answer.valid = torch.cat([answer.valid, tree.pending_valid, matched[:, :kept]], 1)
     answer.length = answer.length + m + 1
 
 
-def grow(tokens: torch.Tensor, m: torch.Tensor, chain: Chain, groups: tuple[int, ...], group_fed: torch.Tensor,
+def grow(tokens: torch.Tensor, m: torch.Tensor, by_sibling: torch.Tensor, any_sibling: bool, chain: Chain,
+         groups: tuple[int, ...], group_fed: torch.Tensor, siblings: tuple[int, ...], sibling_fed: torch.Tensor,
          done: torch.Tensor, drafts: int, threshold: float) -> Tree:
-    """The next tree: the bonus token pending, the chain's first `drafts` tokens (the longest count), its groups."""
+    """The next tree: the bonus token pending (after the matched sibling, where one matched: it was not cached),
+    the chain's first `drafts` tokens (the longest count), its groups and siblings."""
     live = ~done
-    return Tree(pending=tokens.gather(1, m[:, None]), pending_valid=live[:, None], drafts=chain.tokens[:, :drafts],
+    pending, pending_valid = tokens.gather(1, m[:, None]), live[:, None]
+    if any_sibling:
+        pending = torch.cat([tokens.gather(1, (m - 1).clamp_min(0)[:, None]), pending], 1)
+        pending_valid = torch.cat([(by_sibling & live)[:, None], pending_valid], 1)
+    second = None if chain.second is None else chain.second[:, :drafts]
+    return Tree(pending=pending, pending_valid=pending_valid, drafts=chain.tokens[:, :drafts],
                 fed=(torch.arange(drafts, device=m.device) < chain.count[:, None]) & live[:, None],
                 q=None if chain.q is None else chain.q[:, :drafts], looked=chain.looked, groups=groups,
-                group_fed=group_fed & live[:, None], threshold=threshold)
+                group_fed=group_fed & live[:, None], threshold=threshold, siblings=siblings,
+                sibling_ids=second, sibling_fed=sibling_fed[:, :drafts] & live[:, None] if siblings else None)
+
+
+def checked_path(tree: Tree, m: torch.Tensor, by_sibling: torch.Tensor) -> torch.Tensor:
+    """[b, K] the drafts checked along the branch each sample took: d_1..d_K, with e_m in d_m's place where the
+    sibling matched (what the stream reports as this forward's drafts)."""
+    if not tree.siblings:
+        return tree.drafts
+    at = (m - 1).clamp(0, tree.drafts.shape[1] - 1)[:, None]
+    took = by_sibling[:, None] & (torch.arange(tree.drafts.shape[1], device=m.device) == at)
+    return torch.where(took, tree.sibling_ids.gather(1, at), tree.drafts)
 
 
 @torch.inference_mode()
@@ -452,25 +560,28 @@ def verified_decode(
     while not control.stopped:
         ids, positions, mask = tree_inputs(answer, tree, g, spec.mask_id if g > 0 else spec.pad_id)
         hidden = feed(model, cache, ids, positions, mask)
-        logits, group_logits = read_logits(head, hidden, tree, g)
-        m, tokens, conf = verify(logits, tree, ctl, spec.generator)
+        logits, all_logits = read_logits(head, hidden, tree, g)
+        m, tokens, conf, by_sibling = verify(logits, tree, ctl, spec.generator)
         end = commit(answer, tokens, m, spec)
         track_yield(answer, tree, m)
         track_lookup(answer, tree, m)
-        proposed = mask_chain(head, hidden, group_logits, tree, m, answer.done, ctl, spec, depth)
+        proposed = mask_chain(head, hidden, all_logits, tree, m, by_sibling, answer.done, ctl, spec, depth)
         ctl = control.snapshot()  # the threshold in force now chooses what the next forward checks
-        chain, group_fed = next_chain(proposed, answer, ctl.threshold, spec, seconds)
+        chain, group_fed, sibling_fed = next_chain(proposed, answer, ctl.threshold, spec, seconds)
         if spec.record is not None:  # a caller that asked sees what was fed and decided (no cost otherwise)
             spec.record(Forward(tree, ids, positions, mask, m, tokens, conf, proposed, chain, group_fed,
-                                group_odds(chain.conf, chain.count), seconds))
-        done, ms, counts, hung = to_host(answer.done, m, chain.count, group_fed.any(0))  # the one host sync
+                                group_odds(chain.conf, chain.count), seconds, by_sibling, sibling_fed))
+        done, chained, counts, hung, beside, took = to_host(  # the one host sync
+            answer.done, m - by_sibling.long(), chain.count, group_fed.any(0), sibling_fed.any(0), by_sibling.any())
         stop = yield Step(tokens, conf, torch.zeros_like(m), end, [bool(d) for d in done], tree.threshold,
-                          answer.out, answer.generated, drafts=tree.drafts, drafted=tree.fed.sum(1),
-                          matched=torch.minimum(m, end), looked_up=tree.looked)
+                          answer.out, answer.generated, drafts=checked_path(tree, m, by_sibling),
+                          drafted=tree.fed.sum(1), matched=torch.minimum(m, end), looked_up=tree.looked)
         if stop is not None:
             answer.done = answer.done | stop.to(answer.done.device)
         if bool(answer.done.all()):
             return
-        crop(cache, answer, tree, m, max(ms), g)
+        crop(cache, answer, tree, m, by_sibling, max(chained), g)
         groups = tuple(j for j, any_fed in enumerate(hung) if any_fed)
-        tree = grow(tokens, m, chain, groups, group_fed, answer.done, max(counts), ctl.threshold)
+        siblings = tuple(a + 1 for a, any_fed in enumerate(beside) if any_fed)
+        tree = grow(tokens, m, by_sibling, bool(took[0]), chain, groups, group_fed, siblings, sibling_fed, answer.done,
+                    max(counts), ctl.threshold)

@@ -30,12 +30,15 @@ from ..attention import as_model_mask
 from ..cpu_linear import is_packed
 from ..decoding.cache import cache_mask, new_cache
 from ..decoding.cost import CostCurve
+from ..decoding.spec import TreeLayout
 from ..generate import DEFAULT_THRESHOLDS, encode_prompt, generate, stop_token_ids
 from ..machine import machine_info, machine_line
 from .prompts import load_split, prompt_set
 from .tasks import OPEN, PREDICTABLE
 
-METHODS = ("hf_generate", "hf_prompt_lookup", "ar", "mars_sliding", "mars_block", "mars_verified")
+# mars_verified_chain: verified mode with its drafts as a chain alone (no siblings), the layout before siblings
+METHODS = ("hf_generate", "hf_prompt_lookup", "ar", "mars_sliding", "mars_block", "mars_verified",
+           "mars_verified_chain")
 
 
 @dataclass
@@ -94,10 +97,10 @@ def _hf(model, tokenizer, prompts: list[str], max_new: int, lookup: bool) -> Cou
     return Counts(sum(lengths), None if lookup else sum(lengths), forwards, max(lengths), dict(zip(prompts, ids)))
 
 
-def _ours(strategy: str, block_size: int, threshold: float) -> Runner:
+def _ours(strategy: str, block_size: int, threshold: float, layout: TreeLayout | None = None) -> Runner:
     def run(model, tokenizer, prompts, max_new):
         r = generate(model, tokenizer, prompts, strategy=strategy, block_size=block_size, threshold=threshold,
-                     max_new_tokens=max_new)
+                     max_new_tokens=max_new, **({} if layout is None else {"layout": layout}))
         return Counts(r.generated_tokens, sum(r.sample_forwards), r.forwards, max(map(len, r.token_ids)),
                       dict(zip(prompts, r.token_ids)))
 
@@ -113,9 +116,11 @@ def configurations(methods, block_sizes, thresholds, verified_thresholds=(DEFAUL
         elif m == "ar":
             yield m, None, None, _ours("ar", 1, 1.0)
         else:
+            verified = m.startswith("mars_verified")
+            layout = TreeLayout(sibling_floor=None) if m == "mars_verified_chain" else None
             for b in block_sizes:
-                for t in verified_thresholds if m == "mars_verified" else thresholds:
-                    yield m, b, t, _ours(m.removeprefix("mars_"), b, t)
+                for t in verified_thresholds if verified else thresholds:
+                    yield m, b, t, _ours("verified" if verified else m.removeprefix("mars_"), b, t, layout)
 
 
 @torch.inference_mode()
@@ -257,7 +262,7 @@ def add_bounds(rows: list[Row], model, tokenizer, prompts: list[str]) -> None:
     At τ >= 1 our decoders feed no masks (one token per forward), so there the bound is steps_per_forward = 1."""
     cost: dict[tuple[int, int], float] = {}
     for r in rows:
-        if r.block_size is None or r.steps_per_forward is None or r.method == "mars_verified":
+        if r.block_size is None or r.steps_per_forward is None or r.method.startswith("mars_verified"):
             continue  # verified forwards have no fixed width
         width = 1 if r.threshold is not None and r.threshold >= 1.0 else r.block_size
         for k in {1, width}:
@@ -271,7 +276,7 @@ def add_bounds(rows: list[Row], model, tokenizer, prompts: list[str]) -> None:
 
 def format_table(rows: list[Row], category: str | None = "all") -> str:
     """A fixed-width table of the rows of one category (None: every row)."""
-    head = (f"{'method':<14}{'category':>13}{'batch':>6}{'B':>3}{'τ':>6}{'tok/fwd':>8}{'stp/fwd':>8}{'tokens':>7}"
+    head = (f"{'method':<20}{'category':>13}{'batch':>6}{'B':>3}{'τ':>6}{'tok/fwd':>8}{'stp/fwd':>8}{'tokens':>7}"
             f"{'sec':>8}{'tok/s':>8}{'speedup':>8}{'bound':>7}{'/bound':>7}{'same':>6}")
     lines = [head, "-" * len(head)]
     fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
@@ -279,7 +284,7 @@ def format_table(rows: list[Row], category: str | None = "all") -> str:
         if category is not None and r.category != category:
             continue
         lines.append(
-            f"{r.method:<14}{r.category:>13}{r.batch_size:>6}{fmt(r.block_size, 'd'):>3}{fmt(r.threshold, '.2f'):>6}"
+            f"{r.method:<20}{r.category:>13}{r.batch_size:>6}{fmt(r.block_size, 'd'):>3}{fmt(r.threshold, '.2f'):>6}"
             f"{fmt(r.tokens_per_forward, '.2f'):>8}{fmt(r.steps_per_forward, '.2f'):>8}{r.generated_tokens:>7}"
             f"{r.seconds:>8.2f}{r.tokens_per_second:>8.1f}"
             f"{fmt(r.speedup_vs_hf_generate, '.2f'):>8}{fmt(r.bound, '.2f'):>7}{fmt(r.speedup_over_bound, '.2f'):>7}"

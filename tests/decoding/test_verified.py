@@ -73,14 +73,41 @@ def test_one_head_pass_or_two_keep_the_answer(trained, tokenizer, monkeypatch, s
 def test_cached_equals_no_cache_reference(trained, tokenizer, floor, threshold, lookup):
     """Same tokens and the same number of forwards as recomputing everything each step (the cache holds real
     tokens only), whichever groups the floor lets through, with and without prompt-lookup drafts."""
-    layout = TreeLayout(group_floor=floor, lookup_drafts=lookup)
+    check_against_reference(trained, tokenizer, TreeLayout(group_floor=floor, lookup_drafts=lookup), threshold)
+
+
+@pytest.mark.parametrize("sibling_floor", [None, 0.0, 0.3])
+@pytest.mark.parametrize("threshold", [0.5, 0.1])
+def test_siblings_match_the_reference(trained, tokenizer, sibling_floor, threshold):
+    """Siblings (each draft's second choice, fed with its group) or none: the reference's tokens and forwards."""
+    check_against_reference(trained, tokenizer, TreeLayout(sibling_floor=sibling_floor), threshold)
+
+
+def test_siblings_commit_more_per_forward_and_keep_the_answer(trained, tokenizer):
+    """Feeding every sibling: some are AR's token where the draft beside them missed (a token more each), the
+    answers are generate's, batched (pending tokens of different lengths) and one by one, and forwards are fewer."""
+    prompts = PROMPTS + NEW_PROMPTS + list(ANSWERS)
+    want = hf_greedy(trained, tokenizer, prompts, 40)
+    kw = dict(strategy="verified", threshold=0.3, max_new_tokens=40)
+    records = []
+    every = generate(trained, tokenizer, prompts, layout=TreeLayout(sibling_floor=0.0), record=records.append, **kw)
+    chain = generate(trained, tokenizer, prompts, layout=TreeLayout(sibling_floor=None), **kw)
+    alone = [generate(trained, tokenizer, p, layout=TreeLayout(sibling_floor=0.0), **kw).token_ids[0]
+             for p in prompts]
+    assert every.token_ids == chain.token_ids == alone == want
+    assert sum(int(r.by_sibling.sum()) for r in records) >= 3
+    assert any(r.tree.pending.shape[1] == 2 for r in records[1:])  # a matched sibling is fed again as pending
+    assert every.tokens_per_forward > chain.tokens_per_forward
+
+
+def check_against_reference(model, tokenizer, layout: TreeLayout, threshold: float) -> None:
     stop = {tokenizer.eos_token_id}
     for text in PROMPTS + NEW_PROMPTS + list(ANSWERS)[3:]:
-        got = generate(trained, tokenizer, text, strategy="verified", threshold=threshold, max_new_tokens=30,
+        got = generate(model, tokenizer, text, strategy="verified", threshold=threshold, max_new_tokens=30,
                        layout=layout)
-        want, forwards = reference_verified(trained, encode(tokenizer, text), 4, threshold, 30,
-                                            tokenizer.mask_token_id, stop, floor, lookup, layout.lookup_ngrams,
-                                            layout.lookup_odds)
+        want, forwards = reference_verified(model, encode(tokenizer, text), 4, threshold, 30,
+                                            tokenizer.mask_token_id, stop, layout.group_floor, layout.lookup_drafts,
+                                            layout.lookup_ngrams, layout.lookup_odds, layout.sibling_floor)
         assert got.token_ids[0] == want
         assert got.forwards == forwards
 
@@ -113,7 +140,8 @@ def test_pruning_narrows_the_tree(trained, tokenizer):
             lambda m, a, kw: widths.append(kw["input_ids"].shape[1]), with_kwargs=True)
         try:
             return widths, generate(trained, tokenizer, list(ANSWERS), strategy="verified", threshold=0.3,
-                                    max_new_tokens=40, layout=TreeLayout(group_floor=floor, lookup_drafts=0))
+                                    max_new_tokens=40,
+                                    layout=TreeLayout(group_floor=floor, lookup_drafts=0, sibling_floor=None))
         finally:
             hook.remove()
 
@@ -300,6 +328,21 @@ def test_expensive_width_feeds_narrower_trees(trained, tokenizer):
     assert max(max(w) for w, _ in runs["flat"]) >= 1 + 3 + 2 * 3  # free width: drafts and several groups
     tpf = {name: sum(r.generated_tokens for _, r in rs) / sum(r.forwards for _, r in rs) for name, rs in runs.items()}
     assert tpf["flat"] > 1.5 and tpf["steep"] > 1.2  # narrower, yet still drafting
+
+
+def test_siblings_are_priced_by_cost(trained, tokenizer):
+    """By cost, a sibling is fed where its odds pay for its width (1 + g tokens): some where width is free, fewer
+    where each token fed costs 30% of a forward; with siblings off, none at all."""
+    def siblings_fed(curve, floor=0.1):
+        records = []
+        for p in list(ANSWERS) + NEW_PROMPTS:
+            generate(trained, tokenizer, p, strategy="verified", threshold=0.05, max_new_tokens=40,
+                     layout=TreeLayout(cost=curve, sibling_floor=floor), record=records.append)
+        return sum(int(r.tree.sibling_fed.sum()) for r in records if r.tree.siblings)
+
+    flat, steep = siblings_fed(FLAT), siblings_fed(STEEP)
+    assert flat > steep and flat > 0
+    assert siblings_fed(FLAT, None) == 0
 
 
 def test_where_no_tree_pays_every_forward_is_one_token(trained, tokenizer):

@@ -35,7 +35,8 @@ def test_bench_rows_cover_every_configuration(model, tokenizer):
     assert not any(m == "hf_prompt_lookup" and b == 2 for m, b, _, _ in keys)  # batch 1 only in transformers
     assert ("mars_block", 2, 4, 0.3) in keys and ("mars_sliding", 1, 2, 1.0) in keys
     assert ("mars_verified", 2, 4, 0.3) in keys  # verified rows use their own draft thresholds
-    assert len(rows) == 2 * (1 + 1 + 2 * 2 * 2 + 2) + 1
+    assert ("mars_verified_chain", 2, 4, 0.3) in keys  # verified without siblings, to compare
+    assert len(rows) == 2 * (1 + 1 + 2 * 2 * 2 + 2 + 2) + 1
     for r in rows:
         assert r.generated_tokens == 3 * 8  # every method decodes every prompt to max_new_tokens (no EOS here)
         assert r.seconds > 0 and r.tokens_per_second > 0 and r.speedup_vs_hf_generate > 0
@@ -44,7 +45,7 @@ def test_bench_rows_cover_every_configuration(model, tokenizer):
         if r.method.startswith("mars_"):  # within a batch, a forward lasts until its slowest sample, so
             # steps/forward <= tokens/forward per batch; summed over a ragged last batch (3 prompts at 2) it need not be
             deepest = max(r.block_size - 1, TreeLayout().lookup_drafts) + 1  # verified: a lookup chain + bonus
-            most = deepest if r.method == "mars_verified" else r.block_size
+            most = deepest if r.method.startswith("mars_verified") else r.block_size
             assert 1.0 <= r.steps_per_forward <= most
             if r.batch_size == 1:
                 assert r.steps_per_forward == pytest.approx(r.tokens_per_forward)

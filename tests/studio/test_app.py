@@ -318,21 +318,26 @@ def test_walkthrough_at_tau_one_commits_one_token_per_forward():
     assert "no mask tokens" in page and "[MASK]" not in page
 
 
-@pytest.mark.parametrize("pending, drafts, groups, fed", [
-    (5, 0, (0,), [True] * 8), (1, 3, (0, 1), [True] * 10), (1, 4, (0, 1, 2, 4), [True] * 17),
-    (2, 3, (0, 2, 3), [False, True, True, True, False] + [True] * 6 + [False] * 3), (1, 0, (), [True])])
-def test_tree_colours_follow_the_rules_and_agree_with_the_decoders_template(pending, drafts, groups, fed):
+@pytest.mark.parametrize("pending, drafts, groups, fed, siblings", [
+    (5, 0, (0,), [True] * 8, ()), (1, 3, (0, 1), [True] * 10, ()), (1, 4, (0, 1, 2, 4), [True] * 17, ()),
+    (2, 3, (0, 2, 3), [False, True, True, True, False] + [True] * 6 + [False] * 3, ()), (1, 0, (), [True], ()),
+    (1, 3, (0, 1), [True] * 18, (1, 3)), (2, 3, (0,), [False] + [True] * 7 + [False] * 4 + [True] * 4, (1, 2))])
+def test_tree_colours_follow_the_rules_and_agree_with_the_decoders_template(pending, drafts, groups, fed, siblings):
     """The walkthrough's rule colours, written from the rule text, against the decoder's own tree_template and
-    tree_mask (a slot not fed is seen by none but itself)."""
+    tree_mask (a slot not fed is seen by none but itself), siblings and their groups included."""
     from mars_core.decoding.verified import tree_mask, tree_template
 
-    cats = walkthrough.tree_categories(pending, drafts, list(groups), 3, fed)
-    template = tree_template(pending, drafts, groups, 3)
+    cats = walkthrough.tree_categories(pending, drafts, list(groups), 3, fed, list(siblings))
+    template = tree_template(pending, drafts, groups, 3, siblings)
     mask = tree_mask(torch.zeros(1, 0, dtype=torch.bool), torch.tensor([fed]), template)
     assert torch.equal(cats > 0, mask[0])
     if drafts and len(groups) > 1:  # G_j's first mask sees the pending tokens and d_1..d_j, nothing after
         row = pending + drafts + 3
         assert cats[row, pending + groups[1] - 1] == 5 and cats[row, pending + groups[1] : pending + drafts].sum() == 0
+    if siblings and fed[-4]:  # the last sibling e_a sees d_1..d_{a-1}, not d_a, and its group's masks see e_a
+        e, a = len(fed) - 4, siblings[-1]
+        assert cats[e, pending + a - 2] == (8 if a > 1 else 0) and cats[e, pending + a - 1] == 0
+        assert cats[e + 3, e] == 9 and cats[e + 3, pending + a - 1] == 0
 
 
 def test_verified_walkthrough_draws_the_mask_the_decoder_fed(tiny):
@@ -374,8 +379,10 @@ def test_verified_walkthrough_explains_checks_groups_and_lookup():
     assert "The prefill" in pages[0] and "G<sub>0</sub>" in pages[0]
     for s, view in zip(steps, pages):
         if s["drafts"]:
-            assert view.count("✓ d<sub>") == s["m"]  # one ✓ per matched draft
-            assert ("✗ d<sub>" in view) == (s["m"] < s["drafts"])  # the first mismatch, when there was one
+            assert view.count("✓ d<sub>") == s["m"] - s["by_sibling"]  # one ✓ per matched draft on the chain
+            # the first mismatch, when there was one (where a sibling matched, there it is)
+            assert ("✗ d<sub>" in view) == (s["m"] - s["by_sibling"] < s["drafts"])
+            assert ("but its sibling e<sub>" in view) == s["by_sibling"]
         assert "the bonus" in view or "one token" in view
     unfed = [(s, v) for s, v in zip(steps, pages) if s["drafts"] and len(s["groups"]) < s["drafts"] + 1]
     assert unfed and all("✗ not fed" in v for _, v in unfed)  # why: P(exactly j match), the decoder's own odds
@@ -385,6 +392,32 @@ def test_verified_walkthrough_explains_checks_groups_and_lookup():
     assert any("Prompt lookup instead" in v for v in pages)
     assert any(s["source"] == "lookup" and "from prompt lookup" in v for s, v in zip(steps, pages))
     assert "G<sub>" in walkthrough.verified_move(walk, 1)[0]
+
+
+def test_verified_walkthrough_draws_and_explains_siblings(tokenizer):
+    """A model whose mask slots really draft, every sibling fed: the forwards where a sibling matched say so (the
+    draft that missed, the sibling that matched, the bonus read after it, H_m proposing the next drafts), and the
+    drawn mask, siblings and their groups included, is the mask the decoder fed."""
+    from mars_core import TreeLayout
+
+    from trained import ANSWERS, mars_trained
+
+    model = mars_trained("qwen2", tokenizer)
+    records, steps = [], []
+    for text in ["Count from one to ten, please", "List three colours and a fruit", *ANSWERS]:
+        first = len(records)
+        for event in stream(model, tokenizer, text, strategy="verified", threshold=0.3, max_new_tokens=40,
+                            layout=TreeLayout(sibling_floor=0.0), record=records.append):
+            before = records[-2] if len(records) - first > 1 else None
+            steps.append(walkthrough.verified_step(tokenizer, records[-1], before, event, "", 3))
+    took = [i for i, s in enumerate(steps) if s["by_sibling"]]
+    assert took and any(s["siblings"] for s in steps)
+    for i in took:
+        view, figure, _ = walkthrough.verified_move({"steps": steps, "index": i}, 0)
+        assert "but its sibling e<sub>" in view and "the bonus: the model's token after e<sub>" in view
+        assert f"H<sub>{steps[i]['m']}</sub>, hung after the sibling" in view or steps[i]["done"]
+        assert torch.equal(torch.tensor(figure.data[0].z)[:, 1:] > 0, records[i].mask[0, :, -records[i].ids.shape[1]:])
+    assert any(f"e{a}" in " ".join(walkthrough.axis_labels(s)) for s in steps for a in s["siblings"])
 
 
 def test_verified_walkthrough_bad_input():
