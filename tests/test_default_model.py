@@ -73,6 +73,7 @@ def test_threshold_09_commits_more_than_one_token_per_forward(default):
 def test_verified_equals_generate_on_held_out_prompts(default):
     """fp32: the verified decoder's answers are transformers' greedy generate's, token for token, on held-out
     prompts of every kind (one by one and as one batch), while committing several tokens per forward."""
+    from mars_core import TreeLayout
     from mars_core.evaluation.prompts import load_split, split_path
     from mars_core.generate import encode_prompt, generate
 
@@ -88,5 +89,9 @@ def test_verified_equals_generate_on_held_out_prompts(default):
     alone = [generate(model, tok, p, strategy="verified", max_new_tokens=40) for p in prompts]
     assert [r.token_ids[0] for r in alone] == want
     assert generate(model, tok, prompts, strategy="verified", max_new_tokens=40).token_ids == want
+    records = []  # every sibling fed (each draft's second choice): still generate's answers
+    wide = generate(model, tok, prompts, strategy="verified", max_new_tokens=40, record=records.append,
+                    layout=TreeLayout(use_cost=False, sibling_floor=0.0))
+    assert wide.token_ids == want and any(r.by_sibling.any() for r in records)
     forwards = sum(r.forwards for r in alone)
     assert sum(map(len, want)) / forwards > 1.5  # the drafts really were accepted

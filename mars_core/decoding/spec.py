@@ -23,7 +23,7 @@ class TreeLayout:
     use_cost: bool = True  # False: the fixed rules alone, whatever curve there is
     group_floor: float = 0.1  # fixed rule: feed G_j when P(exactly j drafts match) >= this
     # fixed rule: feed the sibling e_a (d_a's second choice, with its group) when P(it is used) >= this; by cost,
-    # siblings are priced like groups; None: no siblings (a chain, as before)
+    # those at or above this floor are priced like groups; None: no siblings (a chain, as before)
     sibling_floor: float | None = 0.1
     lookup_drafts: int = 7  # longest prompt-lookup chain checked in one forward (0: mask drafts only)
     lookup_ngrams: tuple[int, ...] = (3, 2)  # n-gram sizes prompt lookup matches, the longest that matches wins

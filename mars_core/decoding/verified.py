@@ -2,7 +2,7 @@
 
 Committed tokens c[0..n); drafts d_1..d_k for positions n..n+k-1, proposed by the previous forward's mask slots.
 One forward feeds, under one explicit 4D mask (a tree):
-    slots    [ pending | d_1 .. d_k | G_j | G_j' | ... ]
+    slots    [ pending | d_1 .. d_k | G_j | G_j' | ... | e_a H_a | e_a' H_a' | ... ]
     pending  the committed tokens not yet cached (the last step's bonus token; the prompt at prefill)
     d_a      position n+a-1: sees the cache, the pending tokens and d_1 .. d_{a-1}
     G_j      g = B-1 mask tokens at positions n+j .. n+j+g-1 hanging after c + d_1..d_j: they see that prefix
@@ -17,11 +17,19 @@ with crop(-r). If G_m was not fed, the next forward carries no drafts and hangs 
 where they are read: the k+1 verify positions and the g masks of the group each sample goes on with, in one pass
 over the head's weights when the other groups' rows cost less than a second pass (read_logits).
 
+Siblings: beside d_a, the tree may feed e_a, the second choice of the mask slot that proposed d_a (same position,
+after c + d_1..d_{a-1}), with its own group H_a of g masks after it. Where d_{m+1} misses and e_{m+1} is AR's
+token there, e_{m+1} counts as matched, the bonus is read at e_{m+1}'s slot (m+2 tokens committed) and H_{m+1}
+proposes the next drafts. e_a is used with probability about c_1 ... c_{a-1} q2_a (q2_a: its probability at the
+slot); the cache keeps the chain only, and a matched sibling is fed again next forward as a pending token beside
+the bonus. Greedy mask chains only: lookup chains have no second choice, and sampling checks a chain.
+
 Which groups to feed: with draft confidences c_1..c_k, exactly j drafts match with probability about
     P(m = j) = c_1 ... c_j (1 - c_{j+1})        P(m = k) = c_1 ... c_k
 With the machine's cost curve t(batch, width) (layout.cost; load() measures it), plan_by_cost picks the draft cap
-and the group floor that maximise expected committed tokens per second of forward, and a forward where no tree
-pays is a plain one-token forward; without one, G_j is fed when P(m = j) >= layout.group_floor.
+and the floor that maximise expected committed tokens per second of forward (a sibling at or above layout.sibling_floor
+is priced like a group: fed where its odds pass the floor), and a forward where no tree pays is a plain one-token forward; without one, G_j is
+fed when P(m = j) >= layout.group_floor and e_a when P(e_a is used) >= layout.sibling_floor.
 
 A second draft source, prompt lookup (lookup.py): the tokens that followed the latest earlier occurrence of the
 text's last 3 (else 2) tokens in the prompt and the answer so far, up to layout.lookup_drafts of them. Per sample,
@@ -487,6 +495,7 @@ def next_chain(chain: Chain, answer: Answer, threshold: float, spec: DecodeSpec,
     chain = with_lookup(chain, answer, threshold, spec.layout, spec.pad_id)
     floor = spec.layout.sibling_floor
     sib = sibling_odds(chain, chain.count, answer.done) if floor is not None else torch.zeros_like(chain.conf)
+    sib = torch.where(sib >= (floor or 0.0), sib, 0.0)  # below the sibling floor not even the cost plan feeds one
     if seconds is not None:
         count, group_fed, sibling_fed = plan_by_cost(chain.conf, chain.count, answer.done, seconds,
                                                      answer.draft_yield, spec.block_size - 1, sib)
