@@ -27,9 +27,10 @@ the bonus. Greedy mask chains only: lookup chains have no second choice, and sam
 Which groups to feed: with draft confidences c_1..c_k, exactly j drafts match with probability about
     P(m = j) = c_1 ... c_j (1 - c_{j+1})        P(m = k) = c_1 ... c_k
 With the machine's cost curve t(batch, width) (layout.cost; load() measures it), plan_by_cost picks the draft cap
-and the floor that maximise expected committed tokens per second of forward (a sibling at or above layout.sibling_floor
-is priced like a group: fed where its odds pass the floor), and a forward where no tree pays is a plain one-token forward; without one, G_j is
-fed when P(m = j) >= layout.group_floor and e_a when P(e_a is used) >= layout.sibling_floor.
+and the floor that maximise expected committed tokens per second of forward (a sibling at or above
+layout.sibling_floor is priced like a group: fed where its odds pass the floor), and a forward where no tree pays
+is a plain one-token forward; without one, G_j is fed when P(m = j) >= layout.group_floor and e_a when
+P(e_a is used) >= layout.sibling_floor.
 
 A second draft source, prompt lookup (lookup.py): the tokens that followed the latest earlier occurrence of the
 text's last 3 (else 2) tokens in the prompt and the answer so far, up to layout.lookup_drafts of them. Per sample,
