@@ -364,10 +364,13 @@ def mask_chain(head: torch.nn.Module, hidden: torch.Tensor, all_logits: torch.Te
         logits = head(hidden.gather(1, rows[..., None].expand(-1, -1, hidden.shape[-1])))
     q = distribution(logits, ctl)
     greedy = ctl.temperature == 0
-    top, top2 = logits.float().argmax(-1), q.topk(2, -1)
+    top = logits.float().argmax(-1)
     conf = torch.where(has[:, None], confidence_of(q, top, ctl.confidence), 0.0)
-    second = widen(top2.indices[..., 1], depth, spec.pad_id) if greedy else None
-    second_p = widen(torch.where(has[:, None], top2.values[..., 1], 0.0), depth, 0.0) if greedy else None
+    second = second_p = None  # the siblings' candidates: greedy chains only
+    if greedy:
+        top2 = q.topk(2, -1)
+        second = widen(top2.indices[..., 1], depth, spec.pad_id)
+        second_p = widen(torch.where(has[:, None], top2.values[..., 1], 0.0), depth, 0.0)
     return Chain(widen(top if greedy else draw(q, spec.generator), depth, spec.pad_id), widen(conf, depth, 0.0),
                  None if greedy else widen(q, depth, 0.0), torch.zeros_like(m), torch.zeros_like(done), second,
                  second_p)
@@ -496,15 +499,14 @@ def next_chain(chain: Chain, answer: Answer, threshold: float, spec: DecodeSpec,
     chain = with_lookup(chain, answer, threshold, spec.layout, spec.pad_id)
     floor = spec.layout.sibling_floor
     sib = sibling_odds(chain, chain.count, answer.done) if floor is not None else torch.zeros_like(chain.conf)
-    sib = torch.where(sib >= (floor or 0.0), sib, 0.0)  # below the sibling floor not even the cost plan feeds one
+    sib = torch.where(sib >= (floor or 0.0), sib, 0.0)  # below the sibling floor neither rule feeds one
     if seconds is not None:
         count, group_fed, sibling_fed = plan_by_cost(chain.conf, chain.count, answer.done, seconds,
                                                      answer.draft_yield, spec.block_size - 1, sib)
         return replace(chain, count=count), group_fed, sibling_fed
     likely = group_odds(chain.conf, chain.count) >= spec.layout.group_floor
     steps = torch.arange(depth + 1, device=chain.tokens.device)
-    sibling_fed = (sib > 0) & (sib >= (floor if floor is not None else 2.0))
-    return chain, (steps <= chain.count[:, None]) & likely & ~answer.done[:, None], sibling_fed
+    return chain, (steps <= chain.count[:, None]) & likely & ~answer.done[:, None], sib > 0
 
 
 def track_yield(answer: Answer, tree: Tree, m: torch.Tensor) -> None:

@@ -97,10 +97,10 @@ def _hf(model, tokenizer, prompts: list[str], max_new: int, lookup: bool) -> Cou
     return Counts(sum(lengths), None if lookup else sum(lengths), forwards, max(lengths), dict(zip(prompts, ids)))
 
 
-def _ours(strategy: str, block_size: int, threshold: float, layout: TreeLayout | None = None) -> Runner:
+def _ours(strategy: str, block_size: int, threshold: float, layout: TreeLayout = TreeLayout()) -> Runner:
     def run(model, tokenizer, prompts, max_new):
         r = generate(model, tokenizer, prompts, strategy=strategy, block_size=block_size, threshold=threshold,
-                     max_new_tokens=max_new, **({} if layout is None else {"layout": layout}))
+                     max_new_tokens=max_new, layout=layout)
         return Counts(r.generated_tokens, sum(r.sample_forwards), r.forwards, max(map(len, r.token_ids)),
                       dict(zip(prompts, r.token_ids)))
 
@@ -117,7 +117,7 @@ def configurations(methods, block_sizes, thresholds, verified_thresholds=(DEFAUL
             yield m, None, None, _ours("ar", 1, 1.0)
         else:
             verified = m.startswith("mars_verified")
-            layout = TreeLayout(sibling_floor=None) if m == "mars_verified_chain" else None
+            layout = TreeLayout(sibling_floor=None) if m == "mars_verified_chain" else TreeLayout()
             for b in block_sizes:
                 for t in verified_thresholds if verified else thresholds:
                     yield m, b, t, _ours("verified" if verified else m.removeprefix("mars_"), b, t, layout)
