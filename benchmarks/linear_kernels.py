@@ -5,7 +5,8 @@
 Two tables. By shape: every distinct linear layer of the model, all its copies fed `w` rows as one forward feeds
 them (so the weights stream from memory as they do there), with torch's own kernel (F.linear: MKL's sgemm in fp32)
 and with the weight packed once for oneDNN; milliseconds, medians of interleaved runs. Whole forward: the cost
-curve (a cached forward of w new tokens after 128 of context) with plain and with packed layers.
+curve (a cached forward of w new tokens after 128 of context) with plain and with packed layers, and with the
+kernels load() chooses by rows on this machine (cpu_linear.narrow_rows).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mars_core import load  # noqa: E402
-from mars_core.cpu_linear import BATCH_HINT, pack_linears, unpack_linears  # noqa: E402
+from mars_core.cpu_linear import BATCH_HINT, narrow_rows, pack_linears, unpack_linears  # noqa: E402
 from mars_core.decoding.cost import measure_cost  # noqa: E402
 from mars_core.machine import machine_info, machine_line  # noqa: E402
 
@@ -59,10 +60,15 @@ def by_shape(model: torch.nn.Module, widths: list[int], runs: int) -> None:
 
 
 def whole_forward(model: torch.nn.Module, widths: list[int]) -> None:
-    """The cost curve at batch 1 with torch's kernels, then with packed layers (the fastest of 3 rounds each)."""
+    """The cost curve at batch 1 with torch's kernels, with packed layers, and with what load() chooses (packed from
+    narrow_rows' row count, torch's kernel below it): the fastest of 3 rounds each."""
     rows = {}
-    for name in ("torch", "packed"):
-        unpack_linears(model) if name == "torch" else pack_linears(model)
+    for name in ("torch", "packed", "chosen"):
+        unpack_linears(model)
+        if name != "torch":
+            pack_linears(model)
+        if name == "chosen":
+            name = f"chosen (packed from {narrow_rows(model)} rows)"
         curve = measure_cost(model, batch_sizes=(1,), widths=tuple(widths))
         rows[name] = [s * 1e3 for s in curve.seconds[0]]
     print("\n| whole forward, batch 1 | " + " | ".join(f"w={w}" for w in widths) + " |")

@@ -5,7 +5,9 @@ AMD EPYC without AMX, a cached forward of the 135M model costs 57-61 ms for one 
 (2 and 3 rows are the slowest). oneDNN with each weight reordered once for it (as inductor's freezing pass does
 for bf16; its fp32 path packs for MKL instead, measured no faster than sgemm here) costs 41-45 ms for one token
 and 43-47 ms for 2 to 6: faster at every width, and width nearly free, which is what verified decoding's trees
-need. bf16 runs oneDNN already but reorders the weight on every call: 36-40 -> 29-31 ms.
+need. bf16 runs oneDNN already but reorders the weight on every call: 36-40 -> 29-31 ms. On an Intel Xeon in fp32
+MKL's one- and two-row kernels beat the packed weight (34 against 43 ms for one token), so inputs of fewer rows
+than the measured crossover keep torch's kernel (narrow_rows; load() times it once per machine).
 (`python benchmarks/linear_kernels.py` prints both by layer shape and width.)
 
     pack_linears(model)    # every nn.Linear on the CPU answers from its packed weight under no_grad
@@ -18,6 +20,7 @@ counter moved, as an optimizer step does), a packed layer computes F.linear as b
 from __future__ import annotations
 
 import platform
+import time
 import types
 
 import torch
@@ -44,9 +47,10 @@ def packing_pays(model: nn.Module) -> bool:
 
 
 def _packed_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """y = x W^T + b from the packed W, unless training, elsewhere, or W changed since packing."""
+    """y = x W^T + b from the packed W, unless training, elsewhere, W changed since packing, or fewer rows than
+    packed_from (where torch's own kernel measured faster on this machine: narrow_rows)."""
     if (torch.is_grad_enabled() or x.device.type != "cpu" or x.dtype != self.packed_dtype
-            or self.weight._version != self.packed_version):
+            or self.weight._version != self.packed_version or x.numel() < self.packed_from * x.shape[-1]):
         return F.linear(x, self.weight, self.bias)
     return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
 
@@ -67,6 +71,7 @@ def pack_linears(model: nn.Module) -> int:
                 unpack_linears(model)
                 return 0
             module.packed_dtype, module.packed_version = module.weight.dtype, module.weight._version
+            module.packed_from = 1
             module.forward = types.MethodType(_packed_forward, module)
             count += 1
     return count
@@ -77,7 +82,7 @@ def unpack_linears(model: nn.Module) -> int:
     count = 0
     for module in model.modules():
         if "packed_weight" in module.__dict__:
-            for name in ("packed_weight", "packed_dtype", "packed_version", "forward"):
+            for name in ("packed_weight", "packed_dtype", "packed_version", "packed_from", "forward"):
                 module.__dict__.pop(name, None)
             count += 1
     return count
@@ -85,3 +90,57 @@ def unpack_linears(model: nn.Module) -> int:
 
 def is_packed(model: nn.Module) -> bool:
     return any("packed_weight" in m.__dict__ for m in model.modules())
+
+
+def packed_from(model: nn.Module) -> int:
+    """The fewest rows a packed layer answers from its packed weight (fewer go to F.linear); 0: nothing packed."""
+    return next((m.packed_from for m in _linears(model)), 0)
+
+
+def set_packed_from(model: nn.Module, rows: int) -> None:
+    for m in _linears(model):
+        m.packed_from = rows
+
+
+ROWS = (1, 2, 3, 4, 6, 8)  # row counts narrow_rows times both kernels at
+ROUNDS = 5  # interleaved timing rounds; the fastest is kept (other work only ever adds time)
+
+
+def _linears(model: nn.Module) -> list[nn.Linear]:
+    return [m for m in model.modules() if "packed_weight" in m.__dict__]
+
+
+@torch.inference_mode()
+def kernel_seconds(model: nn.Module, rows: tuple[int, ...] = ROWS, rounds: int = ROUNDS) -> dict[str, list[float]]:
+    """Seconds of one pass over every packed layer, each fed r rows as a forward feeds them (so the weights stream
+    from memory as they do there), with torch's F.linear and with the packed weight, by r in rows."""
+    layers = _linears(model)
+    gen = torch.Generator().manual_seed(0)
+    inputs = {r: [torch.randn(r, m.in_features, generator=gen).to(m.packed_dtype) for m in layers] for r in rows}
+    kernels = {"torch": lambda m, x: F.linear(x, m.weight, m.bias),
+               "packed": lambda m, x: torch.ops.mkldnn._linear_pointwise(x, m.packed_weight, m.bias, "none", [], "")}
+    times = {name: {r: [] for r in rows} for name in kernels}
+    for _ in range(rounds + 1):  # the first round warms up
+        for r in rows:
+            for name, run in kernels.items():
+                t0 = time.perf_counter()
+                for m, x in zip(layers, inputs[r]):
+                    run(m, x)
+                times[name][r].append(time.perf_counter() - t0)
+    return {name: [min(t[r][1:]) for r in rows] for name, t in times.items()}
+
+
+def narrow_rows(model: nn.Module, rows: tuple[int, ...] = ROWS, rounds: int = ROUNDS) -> int:
+    """Time both kernels (kernel_seconds) and send inputs of fewer rows than R to F.linear, with R the fewest rows
+    from which the packed kernel is at least as fast at every count timed. On a 2-core AMD EPYC (fp32, MKL's sgemm
+    slow for few rows) and an AMX Xeon in bf16 packing wins from one row, R = 1; an AMX Xeon in fp32, where MKL's
+    one- and two-row kernels are fast, measured 34 against 43 ms for a one-token forward, R = 4. Returns R."""
+    layers = _linears(model)
+    if not layers:
+        return 1
+    seconds = kernel_seconds(model, rows, rounds)
+    wins = [p <= t for p, t in zip(seconds["packed"], seconds["torch"])]
+    first = next((i for i in range(len(rows)) if all(wins[i:])), len(rows))
+    fewest = rows[first] if first < len(rows) else rows[-1] + 1
+    set_packed_from(model, fewest)
+    return fewest

@@ -29,8 +29,8 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-from .cpu_linear import pack_linears, unpack_linears
-from .decoding.cost import forward_cost
+from .cpu_linear import pack_linears, packed_from, set_packed_from, unpack_linears
+from .decoding.cost import choose_kernels, forward_cost
 from .machine import cpu_flags
 
 __all__ = [
@@ -104,10 +104,12 @@ def merge_adapter(model: PreTrainedModel, adapter: str | os.PathLike) -> PreTrai
     layers are unpacked for the merge, which writes the weights in place, and packed again after it)."""
     from peft import PeftModel
 
+    rows = packed_from(model)
     packed = unpack_linears(model) > 0
     merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     if packed:
         pack_linears(merged)
+        set_packed_from(merged, rows)
     return merged
 
 
@@ -361,8 +363,9 @@ def load(
     """Load (model, tokenizer) in eval mode, with mask/pad tokens, a chat template and left padding.
 
     pack: on an x86 CPU, run fp32 and bf16 linear layers through oneDNN with weights packed once (cpu_linear: 1.4x
-    faster forwards, and width nearly free up to 8 tokens), for inference; training passes False (it would fall
-    back to F.linear anyway, keeping the packed copies for nothing).
+    faster forwards, and width nearly free up to 8 tokens), for inference, except for inputs of so few rows that
+    torch's own kernel measured faster on this machine (cost.choose_kernels, timed once and cached); training
+    passes False (it would fall back to F.linear anyway, keeping the packed copies for nothing).
     measure_cost: give the model its forward cost curve on this machine (`model.forward_cost`, measured in seconds
     on first load and cached under cache_root()/forward_cost), by which verified decoding sizes its trees."""
     device = resolve_device(device)
@@ -370,8 +373,8 @@ def load(
     model, tokenizer = _open(resolve_source(name_or_path), torch_dtype, attn_implementation, trust_remote_code)
     prepare_tokenizer(model, tokenizer, mask_token=mask_token)
     model = model.to(device).eval()
-    if pack:
-        pack_linears(model)
+    if pack and pack_linears(model):
+        choose_kernels(model, cache_root() / "forward_cost")
     if measure_cost:
         model.forward_cost = forward_cost(model, cache_root() / "forward_cost")
     return model, tokenizer

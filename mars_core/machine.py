@@ -61,4 +61,6 @@ def machine_line(info: dict[str, Any]) -> str:
     isa = f" ({', '.join(info['isa'])})" if info.get("isa") and "gpu" not in info else ""
     dtype = f", {info['dtype']}" if info.get("dtype") else ""
     linear = ", oneDNN-packed linear" if info.get("linear") == "onednn_packed" else ""
+    if linear and info.get("packed_from_rows", 1) > 1:
+        linear += f" from {info['packed_from_rows']} rows (torch's below)"
     return f"{where}{isa}, {info['threads']} threads, torch {info['torch']}{dtype}{linear}"

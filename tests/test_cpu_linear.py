@@ -9,7 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mars_core.cpu_linear import is_packed, pack_linears, packed_dtypes, packing_pays, unpack_linears
+from mars_core import cpu_linear
+from mars_core.cpu_linear import (is_packed, kernel_seconds, narrow_rows, pack_linears, packed_dtypes, packed_from,
+                                  packing_pays, set_packed_from, unpack_linears)
 from mars_core.load import merge_adapter
 
 from tiny import tiny_qwen2
@@ -97,8 +99,60 @@ def test_merging_an_adapter_into_a_packed_model(tmp_path):
         want = merge_adapter(copy.deepcopy(base), tmp_path)(ids).logits
         packed = copy.deepcopy(base)
         pack_linears(packed)
+        set_packed_from(packed, 2)
         merged = merge_adapter(packed, tmp_path)
-        assert is_packed(merged) and packed_ops(lambda: merged(ids)) > 0
+        assert is_packed(merged) and packed_ops(lambda: merged(ids)) > 0 and packed_from(merged) == 2
         got = merged(ids).logits
         assert not torch.allclose(base(ids).logits, want, atol=1e-3)  # the adapter changes the answer
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_packed_from_sends_narrow_inputs_to_f_linear():
+    """Below packed_from rows a packed layer runs torch's own kernel (faster there on some machines), from it the
+    packed one; the numbers are F.linear's either way."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(48, 24)
+    pack_linears(layer)
+    set_packed_from(layer, 3)
+    assert packed_from(layer) == 3
+    with torch.inference_mode():
+        for rows, packs in ((1, 0), (2, 0), (3, 1), (5, 1)):
+            x = torch.randn(1, rows, 48)
+            assert packed_ops(lambda: layer(x)) == packs, rows
+            torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))
+
+
+@pytest.mark.parametrize("torch_ms,packed_ms,want", [
+    ([1, 2, 3, 4, 6, 8], [2, 3, 2, 5, 5, 7], 6),   # torch wins at 1, 2 and again at 4: packed from 6
+    ([3, 3, 3, 3, 3, 3], [1, 1, 1, 1, 1, 1], 1),   # packed wins everywhere (the EPYC, AMX in bf16)
+    ([1, 1, 1, 1, 1, 1], [2, 2, 2, 2, 2, 2], 9),   # torch wins everywhere timed: packed past the widest
+])
+def test_narrow_rows_picks_the_fewest_rows_from_which_packing_always_wins(monkeypatch, torch_ms, packed_ms, want):
+    model = tiny_qwen2(64)
+    pack_linears(model)
+    monkeypatch.setattr(cpu_linear, "kernel_seconds", lambda *a, **k: {"torch": torch_ms, "packed": packed_ms})
+    assert narrow_rows(model) == want
+    assert {m.packed_from for m in model.modules() if "packed_weight" in m.__dict__} == {want}
+
+
+def test_kernel_seconds_times_both_kernels_at_each_row_count():
+    model = tiny_qwen2(64)
+    pack_linears(model)
+    seconds = kernel_seconds(model, rows=(1, 4), rounds=1)
+    assert set(seconds) == {"torch", "packed"} and all(len(v) == 2 and min(v) > 0 for v in seconds.values())
+
+
+def test_choose_kernels_is_timed_once_and_kept(monkeypatch, tmp_path):
+    from mars_core.decoding import cost
+
+    calls = []
+    monkeypatch.setattr(cost, "narrow_rows", lambda model: calls.append(1) or set_packed_from(model, 3) or 3)
+    monkeypatch.setattr(cost, "busy", lambda: False)
+    model = tiny_qwen2(64)
+    assert cost.choose_kernels(model, tmp_path) == 0 and not calls  # nothing packed: nothing to choose
+    pack_linears(model)
+    assert cost.choose_kernels(model, tmp_path) == 3 and packed_from(model) == 3
+    again = tiny_qwen2(64)
+    pack_linears(again)
+    assert cost.choose_kernels(again, tmp_path) == 3 and packed_from(again) == 3 and len(calls) == 1  # read back
+    assert cost.cost_key(again) != cost.cost_key(tiny_qwen2(64))  # curves are kept apart by the kernels used

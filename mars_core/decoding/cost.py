@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ..cpu_linear import is_packed
+from ..cpu_linear import narrow_rows, packed_from, set_packed_from
 from ..machine import machine_info
 from .cache import cache_mask, forward, new_cache
 
@@ -93,7 +93,7 @@ def measure_cost(model: torch.nn.Module, batch_sizes: tuple[int, ...] = BATCH_SI
                  context: int = 128, rounds: int = ROUNDS, budget: int = TOKEN_BUDGET) -> CostCurve:
     """Time cached forwards (explicit mask, logits for up to 8 slots, as verified decoding reads them) after a
     `context`-token prefix, the fastest of interleaved rounds (other work only ever adds time, so the minimum is
-    the forward's own cost); widths past the token budget are extrapolated."""
+    the forward's own cost), made non-decreasing in width; widths past the token budget are extrapolated."""
     dev, vocab = model.device, model.get_input_embeddings().weight.shape[0]
     gen = torch.Generator().manual_seed(0)
     rows = []
@@ -108,6 +108,9 @@ def measure_cost(model: torch.nn.Module, batch_sizes: tuple[int, ...] = BATCH_SI
             for w in timed:
                 times[w].append(_timed_forward(model, cache, prefix[:, context : context + w], context))
         measured = [min(times[w][1:]) for w in timed]
+        for j in reversed(range(len(measured) - 1)):  # a narrower forward never costs more than a wider one timed:
+            measured[j] = min(measured[j], measured[j + 1])  # (on an Intel Xeon in fp32, MKL's one-row kernel read
+            # 45 ms after a run of wide forwards, 35 alone, while two rows read 37)
         rows.append(tuple(interpolate(w, tuple(timed), measured) for w in widths))
     return CostCurve(tuple(batch_sizes), tuple(widths), tuple(rows), machine_info(dev, model.dtype))
 
@@ -135,7 +138,7 @@ def cost_key(model: torch.nn.Module) -> str:
                                                           "num_hidden_layers", "num_attention_heads",
                                                           "num_key_value_heads", "vocab_size")}
     shape["attn"] = getattr(model.config, "_attn_implementation", None)
-    shape["packed_linear"] = is_packed(model)  # oneDNN-packed layers cost a different curve (cpu_linear)
+    shape["packed_linear"] = packed_from(model)  # oneDNN-packed layers (from how many rows) cost another curve
     return hashlib.sha256(json.dumps([info, shape], sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -188,3 +191,26 @@ def forward_cost(model: torch.nn.Module, cache_dir: str | Path | None = None, re
         tmp.write_text(curve.to_json())
         tmp.replace(path)
     return curve
+
+
+def choose_kernels(model: torch.nn.Module, cache_dir: str | Path | None = None, refresh: bool = False) -> int:
+    """Which kernel a packed model's linear layers use by rows on this machine (cpu_linear.narrow_rows: F.linear
+    below the returned row count, the packed weight from it): timed once (a second or two) and kept in
+    cache_dir/kernels-<key>.json beside the cost curves, unless the machine was busy while timing."""
+    if not packed_from(model):
+        return 0
+    set_packed_from(model, 1)
+    path = Path(cache_dir) / f"kernels-{cost_key(model)}.json" if cache_dir is not None else None
+    if path is not None and path.is_file() and not refresh:
+        try:
+            rows = int(json.loads(path.read_text())["packed_from"])
+            set_packed_from(model, rows)
+            return rows
+        except (ValueError, KeyError, TypeError):
+            pass  # a damaged file is timed again
+    crowded = busy()
+    rows = narrow_rows(model)
+    if path is not None and not crowded:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"packed_from": rows, "machine": machine_info(model.device, model.dtype)}))
+    return rows

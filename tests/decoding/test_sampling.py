@@ -3,7 +3,7 @@ import math
 import torch
 
 from mars_core.decoding.control import DecodeControl
-from mars_core.decoding.sampling import accept_prefix, cap_at_stop, confidence_of, select, top_p_filter
+from mars_core.decoding.sampling import accept_prefix, cap_at_stop, confidence_of, greedy, select, top_p_filter
 
 
 def test_accept_prefix_stops_at_first_miss():
@@ -60,3 +60,20 @@ def test_select_greedy_and_sampled():
     tok, _ = select(many, DecodeControl(temperature=1.0), g)
     share = (tok == 0).float().mean().item()
     assert 0.35 < share < 0.7  # e/(e+2) = 0.58: sampled, not argmax
+
+
+def test_greedy_breaks_ties_as_argmax_does_and_reads_the_softmax():
+    """greedy() takes max(-1) for speed; it must pick argmax's token (the first of equal maxima: transformers'
+    generate breaks ties with argmax) in bf16 and fp32, at a vocabulary's width, with softmax's confidence."""
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 5, 49152, generator=gen) * 4
+    logits[0, 0, [7, 9000, 40000]] = 30.0  # a three-way tie
+    logits[1, 2, [3, 4]] = 25.0
+    logits[2, 4, -2:] = 40.0  # tied at the end of the row
+    for dtype in (torch.float32, torch.bfloat16):
+        x = logits.to(dtype)
+        tokens, conf = greedy(x, "prob")
+        want = x.float().argmax(-1)
+        assert torch.equal(tokens, want) and tokens[0, 0] == 7 and tokens[2, 4] == 49150
+        torch.testing.assert_close(conf, x.float().softmax(-1).gather(-1, want[..., None]).squeeze(-1))
+        assert torch.equal(select(x, DecodeControl(temperature=0.0))[0], want)
