@@ -10,8 +10,17 @@ import torch
 import torch.nn.functional as F
 
 from mars_core import cpu_linear
-from mars_core.cpu_linear import (is_packed, kernel_seconds, narrow_rows, pack_linears, packed_dtypes, packed_from,
-                                  packing_pays, set_packed_from, unpack_linears)
+from mars_core.cpu_linear import (
+    is_packed,
+    kernel_seconds,
+    narrow_rows,
+    pack_linears,
+    packed_dtypes,
+    packed_from,
+    packing_pays,
+    set_packed_from,
+    unpack_linears,
+)
 from mars_core.load import merge_adapter
 
 from tiny import tiny_qwen2
