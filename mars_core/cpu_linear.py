@@ -98,6 +98,7 @@ def packed_from(model: nn.Module) -> int:
 
 
 def set_packed_from(model: nn.Module, rows: int) -> None:
+    """Every packed layer answers inputs of at least `rows` rows from its packed weight, fewer with F.linear."""
     for m in _linears(model):
         m.packed_from = rows
 

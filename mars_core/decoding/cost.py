@@ -195,7 +195,7 @@ def forward_cost(model: torch.nn.Module, cache_dir: str | Path | None = None, re
 
 def choose_kernels(model: torch.nn.Module, cache_dir: str | Path | None = None, refresh: bool = False) -> int:
     """Which kernel a packed model's linear layers use by rows on this machine (cpu_linear.narrow_rows: F.linear
-    below the returned row count, the packed weight from it): timed once (a second or two) and kept in
+    below the returned row count, the packed weight from it): timed once (2-3 s for the 135M model) and kept in
     cache_dir/kernels-<key>.json beside the cost curves, unless the machine was busy while timing."""
     if not packed_from(model):
         return 0
