@@ -89,7 +89,7 @@ def unpack_linears(model: nn.Module) -> int:
 
 
 def is_packed(model: nn.Module) -> bool:
-    return any("packed_weight" in m.__dict__ for m in model.modules())
+    return bool(_linears(model))
 
 
 def packed_from(model: nn.Module) -> int:

@@ -108,9 +108,10 @@ def measure_cost(model: torch.nn.Module, batch_sizes: tuple[int, ...] = BATCH_SI
             for w in timed:
                 times[w].append(_timed_forward(model, cache, prefix[:, context : context + w], context))
         measured = [min(times[w][1:]) for w in timed]
-        for j in reversed(range(len(measured) - 1)):  # a narrower forward never costs more than a wider one timed:
-            measured[j] = min(measured[j], measured[j + 1])  # (on an Intel Xeon in fp32, MKL's one-row kernel read
-            # 45 ms after a run of wide forwards, 35 alone, while two rows read 37)
+        # A narrower forward never costs more than a wider one timed (on an Intel Xeon in fp32, MKL's one-row
+        # kernel read 45 ms after a run of wide oneDNN forwards, 35 alone, while two rows read 37).
+        for j in reversed(range(len(measured) - 1)):
+            measured[j] = min(measured[j], measured[j + 1])
         rows.append(tuple(interpolate(w, tuple(timed), measured) for w in widths))
     return CostCurve(tuple(batch_sizes), tuple(widths), tuple(rows), machine_info(dev, model.dtype))
 
