@@ -29,19 +29,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..decoding.control import CONFIDENCES
 from ..decoding.spec import TreeLayout
 from ..generate import DEFAULT_THRESHOLDS as STRATEGY_THRESHOLDS
 from ..machine import machine_info, machine_line
 from .metrics import agreement
 from .prompts import load_heldout, split_path
-from .tasks import CATEGORIES, PREDICTABLE, score
+from .tasks import CATEGORIES, PREDICTABLE, score, scorer
 
 DEFAULT_THRESHOLDS = (1.0, 0.95, 0.9, 0.8, 0.7, 0.5)
 
 
 def decode_records(
     model, tokenizer, records: list[dict[str, Any]], *, threshold: float, block_size: int, batch_size: int,
-    max_new_tokens: int, strategy: str = "sliding", bar=None,
+    max_new_tokens: int, strategy: str = "sliding", bar=None, confidence: str = "prob",
 ) -> tuple[list[dict[str, Any]], list[int], list[int]]:
     """Decode every record (batched; batched sliding decoding equals one-by-one). Verified trees follow the fixed
     rules, never a measured cost curve: tokens per forward then says what the model does, not how busy the
@@ -63,7 +64,8 @@ def decode_records(
         fwd = [0] * len(idx)
         t0 = time.perf_counter()
         for ev in stream(model, tokenizer, prompts, strategy=strategy, block_size=block_size,
-                         max_new_tokens=max_new_tokens, threshold=threshold, layout=TreeLayout(use_cost=False)):
+                         max_new_tokens=max_new_tokens, threshold=threshold, layout=TreeLayout(use_cost=False),
+                         confidence=confidence):
             for k, toks in enumerate(ev.token_ids):
                 if toks:
                     ids[k].extend(toks)
@@ -137,10 +139,24 @@ def draft_stats(results: list[dict[str, Any]], block_size: int) -> dict[str, Any
     }
 
 
+def in_category(record: dict[str, Any], category: str) -> bool:
+    """Whether a record counts in a report row's category: "all", "predictable", "open" or one category."""
+    own = record.get("category")
+    return (category == "all" or own == category or (category == "predictable" and own in PREDICTABLE)
+            or (category == "open" and own not in PREDICTABLE))
+
+
+def report_categories(records: list[dict[str, Any]]) -> list[str]:
+    """A report's row categories that hold records: all, predictable, open, then each category in CATEGORIES order
+    and any others alphabetically."""
+    own = {r.get("category") for r in records}
+    cats = ["all", "predictable", "open", *(c for c in CATEGORIES if c in own), *sorted(own - set(CATEGORIES) - {None})]
+    return [c for c in cats if any(in_category(r, c) for r in records)]
+
+
 def _summary(records, results, threshold: float, category: str, strategy: str = "sliding",
              one_token: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    chosen = [i for i, r in enumerate(records) if category == "all" or r.get("category") == category
-              or (category == "predictable" and r.get("category") in PREDICTABLE)]
+    chosen = [i for i, r in enumerate(records) if in_category(r, category)]
     pairs = [(records[i], results[i]) for i in chosen]
     same = None
     if one_token is not None:  # answers token for token equal to one-token decoding's in the same run
@@ -169,10 +185,8 @@ def _summary(records, results, threshold: float, category: str, strategy: str = 
 def base_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The base model's accuracy per category, scored on the held-out answers (its own greedy output)."""
     rows = []
-    cats = ["all", "predictable"] + [c for c in CATEGORIES if any(r.get("category") == c for r in records)]
-    for cat in cats:
-        sel = [r for r in records if cat == "all" or r.get("category") == cat
-               or (cat == "predictable" and r.get("category") in PREDICTABLE)]
+    for cat in report_categories(records):
+        sel = [r for r in records if in_category(r, cat)]
         scores = [s for s in (score(r, r["reference"]) for r in sel) if s is not None]
         rows.append({"threshold": None, "category": cat, "tokens_per_forward": 1.0,
                      "accuracy": round(sum(scores) / len(scores), 4) if scores else None,
@@ -188,16 +202,14 @@ def run_key(strategy: str, threshold: float) -> str:
 def evaluate(
     model, tokenizer, records: list[dict[str, Any]], *, thresholds=DEFAULT_THRESHOLDS, block_size: int = 4,
     batch_size: int = 16, max_new_tokens: int = 128, progress: bool = True, samples: bool = False,
-    verified_thresholds=(),
+    verified_thresholds=(), confidence: str = "prob",
 ) -> dict[str, Any]:
     """Decode records at every threshold (threshold mode), then in verified mode at every draft threshold; return
     {"block_size", "rows", "base", "slot_acceptance", ...}. Rows say how many answers equal the one-token answers
     of the same run (same_as_one_token) when the thresholds include 1.0."""
     from tqdm.auto import tqdm
 
-    known = [c for c in CATEGORIES if any(r.get("category") == c for r in records)]
-    extra = sorted({r.get("category", "other") for r in records} - set(CATEGORIES))
-    cats = ["all", "predictable", "open"] + known + extra
+    cats = report_categories(records)
     runs = [("sliding", t) for t in thresholds] + [("verified", t) for t in verified_thresholds]
     runs.sort(key=lambda run: run != ("sliding", 1.0))  # one-token mode first: the others are compared with it
     rows, slots, drafts, outputs, timing = [], {}, {}, {}, {}
@@ -207,31 +219,20 @@ def evaluate(
         t0 = time.perf_counter()
         results, hits, totals = decode_records(model, tokenizer, records, threshold=t, block_size=block_size,
                                                batch_size=batch_size, max_new_tokens=max_new_tokens, bar=bar,
-                                               strategy=strategy)
+                                               strategy=strategy, confidence=confidence)
         key = run_key(strategy, t)
         timing[key] = round(time.perf_counter() - t0, 2)
         if (strategy, t) == ("sliding", 1.0):
             one_token = results
-        for cat in cats:
-            if cat == "open":
-                sub = [(r, x) for r, x in zip(records, results) if r.get("category") not in PREDICTABLE]
-                if sub:
-                    ones = None if one_token is None else [o for r, o in zip(records, one_token)
-                                                           if r.get("category") not in PREDICTABLE]
-                    row = _summary([r for r, _ in sub], [x for _, x in sub], t, "all", strategy, ones)
-                    rows.append(row | {"category": "open"})
-                continue
-            if cat == "predictable" and not any(r.get("category") in PREDICTABLE for r in records):
-                continue
-            rows.append(_summary(records, results, t, cat, strategy, one_token))
+        rows += [_summary(records, results, t, cat, strategy, one_token) for cat in cats]
         slots[key] = [round(h / max(n, 1), 4) for h, n in zip(hits, totals)]
         if (stats := draft_stats(results, block_size)) is not None:
             drafts[key] = stats
         if samples:
             outputs[key] = [x["text"] for x in results]
     bar.close()
-    out = {"block_size": block_size, "max_new_tokens": max_new_tokens, "layout": "fixed", "rows": rows,
-           "base": base_rows(records), "slot_acceptance": slots, "drafts": drafts, "seconds": timing}
+    out = {"block_size": block_size, "max_new_tokens": max_new_tokens, "layout": "fixed", "confidence": confidence,
+           "rows": rows, "base": base_rows(records), "slot_acceptance": slots, "drafts": drafts, "seconds": timing}
     if samples:
         out["samples"] = outputs
     return out
@@ -389,9 +390,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--verified-thresholds", default=f"{STRATEGY_THRESHOLDS['verified']:g}",
                         help="verified mode's draft thresholds (empty: no verified rows)")
     parser.add_argument("--block-size", type=int, default=4)
+    parser.add_argument("--confidence", default="prob", choices=CONFIDENCES,
+                        help="what a threshold compares: the chosen token's probability (default), 1 - entropy/log V "
+                             "or the top-1 minus top-2 margin")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--samples", action="store_true", help="also store the decoded texts")
+    parser.add_argument("--rescore", default=None, metavar="REPORT",
+                        help="score a report's stored answers (--samples) again with the scorer installed now, into "
+                             "--json (default: the same file); decodes nothing")
     parser.add_argument("--combine", nargs="+", default=None,
                         help="merge reports of the same model run at different thresholds (e.g. in parallel) "
                              "into --json and the plot; decodes nothing")
@@ -400,18 +407,44 @@ def main(argv: list[str] | None = None) -> None:
         report = combine_reports([json.loads(Path(p).read_text()) for p in args.combine])
         return _finish(report, args)
 
+    if args.rescore:
+        report = json.loads(Path(args.rescore).read_text())
+        n = next(r["n"] for r in report["rows"] if r["category"] == "all")
+        if report.get("split") == "custom" and not args.data:
+            parser.error("this report was run on --data FILE: give the same --data to rescore it")
+        data = args.data or split_path(report.get("split", args.split))
+        args.json = args.json or args.rescore
+        return _finish(rescore(report, load_heldout(n, data)), args)
     records = load_heldout(args.limit, args.data or split_path(args.split))
     thresholds = [float(t) for t in args.thresholds.split(",") if t.strip()]
     checked = [float(t) for t in args.verified_thresholds.split(",") if t.strip()]
     model, tokenizer = load_model(args.model, args.adapter, args.dtype)
     report = evaluate(model, tokenizer, records, thresholds=thresholds, block_size=args.block_size,
                       batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, samples=args.samples,
-                      verified_thresholds=checked)
+                      verified_thresholds=checked, confidence=args.confidence)
     # source: the folder the weights came from (for the default, the merged cache named after its adapter)
     report = {"model": args.model or "default", "adapter": args.adapter, "source": model.name_or_path,
               "split": "custom" if args.data else args.split, "machine": machine_info(model.device, model.dtype),
-              **report}
+              "scorer": scorer(records), **report}
     _finish(report, args)
+
+
+def rescore(report: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The report's accuracies again, from its stored samples and the scorer installed now (a report run without
+    reasoning-gym, rescored once it is installed); nothing else in a row depends on the scorer."""
+    samples = report.get("samples")
+    if not samples:
+        raise ValueError("this report stores no answers: rescoring needs a report written with --samples")
+    rows = []
+    for row in report["rows"]:
+        texts = samples[run_key(row.get("strategy", "sliding"), row["threshold"])]
+        if len(texts) != len(records):
+            raise ValueError(f"the report holds {len(texts)} answers for {len(records)} records: not this split")
+        scores = [s for s in (score(r, t) for r, t in zip(records, texts) if in_category(r, row["category"]))
+                  if s is not None]
+        rows.append(row | {"accuracy": round(sum(scores) / len(scores), 4) if scores else None,
+                           "n_gold": len(scores)})
+    return report | {"rows": rows, "base": base_rows(records), "scorer": scorer(records)}
 
 
 def combine_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
@@ -429,6 +462,8 @@ def _finish(report: dict[str, Any], args: argparse.Namespace) -> None:
     """Print the table, write the JSON and draw the plot."""
     if report.get("machine"):
         print(f"machine: {machine_line(report['machine'])}")
+    if report.get("scorer"):
+        print(f"scorer: {report['scorer']}")
     print(format_table(report))
     print("acceptance by slot (fraction of forwards committing >= j+1 tokens):",
           json.dumps(report["slot_acceptance"]))

@@ -8,6 +8,8 @@ ones ("chat", "explanation", "reasoning", and the prompts that look like use: "c
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import re
 from typing import Any
 
@@ -54,6 +56,19 @@ def _candidates(text: str) -> list[str]:
     if nums:
         cands.append(nums[-1])
     return cands
+
+
+def scorer(records: list[Record]) -> str:
+    """Which scorer a set of records is scored by. Records naming a reasoning-gym task use the task's own scorer
+    where reasoning-gym is installed (the `data` extra) and fall back to matching where it is not, which scores
+    differently: so every accuracy carries this line."""
+    tasks = sum(1 for r in records if r.get("task") and r.get("gold") is not None)
+    if not tasks:
+        return "matching"
+    if importlib.util.find_spec("reasoning_gym") is None:
+        return (f"matching only: reasoning-gym is not installed, so {tasks} records are scored by matching instead "
+                "of their task's scorer (pip install -e \".[data]\")")
+    return f"reasoning-gym {importlib.metadata.version('reasoning_gym')} for {tasks} records, matching for the rest"
 
 
 def score(record: Record, answer: str) -> float | None:

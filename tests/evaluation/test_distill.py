@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import json
 
 import pytest
@@ -26,6 +28,22 @@ def test_scorers():
     assert tasks.score({"gold": "1, 2, 3"}, "1\n2\n3") == 1.0
     assert tasks.score({"gold": "red|blue"}, "- Red\n- Blue") == 1.0
     assert tasks.score({}, "anything") is None
+
+
+def test_scorer_names_what_scores_reasoning_gym_records(monkeypatch):
+    """Without reasoning-gym its tasks' records are scored by matching, which scores differently: the report says so."""
+    records = [{"gold": "42"}, {"gold": "7", "task": "basic_arithmetic"}]
+    assert tasks.scorer(records[:1]) == "matching"
+    found = importlib.util.find_spec
+
+    def installed(present: bool):
+        return lambda name, *a: (object() if present else None) if name == "reasoning_gym" else found(name, *a)
+
+    monkeypatch.setattr(importlib.util, "find_spec", installed(False))
+    assert tasks.scorer(records).startswith("matching only: reasoning-gym is not installed, so 1 records")
+    monkeypatch.setattr(importlib.util, "find_spec", installed(True))
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "9.9")
+    assert tasks.scorer(records) == "reasoning-gym 9.9 for 1 records, matching for the rest"
 
 
 def test_build_writes_records_with_shape_and_split(tmp_path):

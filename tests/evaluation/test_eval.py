@@ -147,3 +147,44 @@ def test_verified_rows_follow_the_fixed_rules_whatever_cost_curve_the_model_carr
     plain = forwards()
     model.forward_cost = CostCurve.from_function(lambda b, w: 0.01 * w**2)  # each token fed costs a forward more
     assert forwards() == plain
+
+
+def test_confidence_kind_reaches_the_decoder(tokenizer):
+    """--confidence changes what a threshold compares: the top-1 minus top-2 margin never exceeds the chosen token's
+    probability, so at the same threshold margin-confidence threshold mode commits no more tokens, and here fewer."""
+    from trained import ANSWERS, mars_trained
+
+    model = mars_trained("qwen2", tokenizer)
+    records = [{"prompt": p, "category": "chat"} for p in ANSWERS]
+
+    def rate(confidence: str) -> float:
+        results, _, _ = mars_eval.decode_records(model, tokenizer, records, threshold=0.6, block_size=4, batch_size=8,
+                                                 max_new_tokens=40, confidence=confidence)
+        return sum(r["tokens"] for r in results) / sum(r["forwards"] for r in results)
+
+    prob, margin = rate("prob"), rate("margin")
+    assert 1.0 <= margin < prob
+
+
+def test_rescore_scores_the_stored_answers_again(heldout, tiny_dir, tmp_path):
+    """--rescore recomputes every row's accuracy from the report's stored answers and leaves the rest of the row."""
+    out = tmp_path / "report.json"
+    mars_eval.main(["--model", str(tiny_dir), "--data", str(heldout), "--thresholds", "1.0,0.5", "--samples",
+                    "--verified-thresholds", "", "--max-new-tokens", "3", "--json", str(out), "--dtype", "fp32"])
+    report = json.loads(out.read_text())
+    records = prompts.load_heldout(path=heldout)
+    for texts in report["samples"].values():  # answer every gold record right, in the report's record order
+        texts[:] = [r.get("gold", "") for r in records]
+    out.write_text(json.dumps(report))
+    fixed = tmp_path / "rescored.json"
+    mars_eval.main(["--rescore", str(out), "--data", str(heldout), "--json", str(fixed)])
+    again = json.loads(fixed.read_text())
+    assert again["scorer"] == "matching"
+    for old, new in zip(report["rows"], again["rows"]):
+        assert new == old | {"accuracy": new["accuracy"]}
+        assert new["accuracy"] == (1.0 if new["n_gold"] else None)
+    assert {r["category"] for r in again["rows"] if r["n_gold"]} >= {"all", "counting", "arithmetic"}
+    del report["samples"]
+    out.write_text(json.dumps(report))
+    with pytest.raises(ValueError, match="--samples"):
+        mars_eval.main(["--rescore", str(out), "--data", str(heldout)])
