@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +155,12 @@ def report_categories(records: list[dict[str, Any]]) -> list[str]:
     return [c for c in cats if any(in_category(r, c) for r in records)]
 
 
+def accuracy(pairs: Iterable[tuple[dict[str, Any], str]]) -> dict[str, Any]:
+    """{"accuracy": the mean task score of the (record, answer) pairs that have a gold answer, "n_gold": how many}."""
+    scores = [s for s in (score(r, text) for r, text in pairs) if s is not None]
+    return {"accuracy": round(sum(scores) / len(scores), 4) if scores else None, "n_gold": len(scores)}
+
+
 def _summary(records, results, threshold: float, category: str, strategy: str = "sliding",
              one_token: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     chosen = [i for i, r in enumerate(records) if in_category(r, category)]
@@ -163,20 +170,18 @@ def _summary(records, results, threshold: float, category: str, strategy: str = 
         same = round(sum(results[i]["ids"] == one_token[i]["ids"] for i in chosen) / max(len(chosen), 1), 4)
     tokens = sum(x["tokens"] for _, x in pairs)
     forwards = sum(x["forwards"] for _, x in pairs)
-    scores = [s for s in (score(r, x["text"]) for r, x in pairs) if s is not None]
     return {
         "strategy": strategy,
         "threshold": threshold,
         "category": category,
         "tokens_per_forward": round(tokens / max(forwards, 1), 4),
-        "accuracy": round(sum(scores) / len(scores), 4) if scores else None,
+        **accuracy((r, x["text"]) for r, x in pairs),
         "agreement": round(sum(x["text"] == r["reference"].strip() for r, x in pairs) / max(len(pairs), 1), 4),
         "shared_prefix": round(sum(agreement(r["reference"].strip(), x["text"]) for r, x in pairs)
                                / max(len(pairs), 1), 4),
         "draft_precision": _precision([c for _, x in pairs for c in x.get("checks", []) if c[0] >= 1]),
         "same_as_one_token": same,
         "n": len(pairs),
-        "n_gold": len(scores),
         "tokens": tokens,
         "forwards": forwards,
     }
@@ -187,10 +192,8 @@ def base_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for cat in report_categories(records):
         sel = [r for r in records if in_category(r, cat)]
-        scores = [s for s in (score(r, r["reference"]) for r in sel) if s is not None]
-        rows.append({"threshold": None, "category": cat, "tokens_per_forward": 1.0,
-                     "accuracy": round(sum(scores) / len(scores), 4) if scores else None,
-                     "agreement": 1.0, "shared_prefix": 1.0, "n": len(sel), "n_gold": len(scores)})
+        rows.append({"threshold": None, "category": cat, "tokens_per_forward": 1.0, "agreement": 1.0,
+                     "shared_prefix": 1.0, "n": len(sel), **accuracy((r, r["reference"]) for r in sel)})
     return rows
 
 
@@ -440,10 +443,7 @@ def rescore(report: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, 
         texts = samples[run_key(row.get("strategy", "sliding"), row["threshold"])]
         if len(texts) != len(records):
             raise ValueError(f"the report holds {len(texts)} answers for {len(records)} records: not this split")
-        scores = [s for s in (score(r, t) for r, t in zip(records, texts) if in_category(r, row["category"]))
-                  if s is not None]
-        rows.append(row | {"accuracy": round(sum(scores) / len(scores), 4) if scores else None,
-                           "n_gold": len(scores)})
+        rows.append(row | accuracy((r, t) for r, t in zip(records, texts) if in_category(r, row["category"])))
     return report | {"rows": rows, "base": base_rows(records), "scorer": scorer(records)}
 
 
