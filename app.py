@@ -18,7 +18,8 @@ from studio.inputs import page_js
 
 log = logging.getLogger("mars_studio")
 
-CSS = ".gradio-container {max-width: 1400px !important; margin: 0 auto}" + lanes.PANE_CSS
+CSS = (".gradio-container {max-width: 1400px !important; margin: 0 auto}"
+       "#tagline h2{margin:0}#model-status p{margin:0}" + lanes.PANE_CSS + race.LANE_CSS)
 THEME = gr.themes.Soft(primary_hue="blue")
 
 
@@ -39,28 +40,50 @@ def default_model_note(report: str = os.path.join(os.path.dirname(os.path.abspat
             f"such as lists and tables){verified}.")
 
 
+TAGLINE = ("## MARS Studio <span style='font-size:0.6em;font-weight:normal'>one prompt, three decoders racing: AR, "
+           "MARS at a threshold τ and MARS verified</span>")
+
+
 def intro_markdown() -> str:
-    """The header: what the app shows and which models it serves."""
+    """What the app shows and which models it serves (folded under the tagline)."""
     config = models.CONFIG
     ar = models.model_label(config.ar_model) if config.ar_model else "the same checkpoint, one token per forward"
     note = default_model_note() if not config.model else ""
     return (
-        "# MARS Studio\n"
         "MARS lets an ordinary causal LM commit several tokens per forward: each forward reads the last real "
         "token plus B−1 mask tokens and keeps the predictions whose confidence reaches the threshold τ "
         "(τ = 1 is exactly one-token decoding). *Verified* MARS checks those predictions with the model's own "
-        "in the next forward: AR's answer, in fewer forwards.  \n"
+        "in the next forward, so its answer is one-token decoding's ("
+        f"{race.verified_guarantee('float32')} in float32, {race.verified_guarantee('bfloat16')} in bfloat16), in "
+        "fewer forwards.  \n"
         f"MARS model: {models.model_label(config.model)} · AR baseline: {ar}.{note}"
     )
 
 
+def model_status(buttons: int) -> tuple:
+    """The page's line on the served models while they are prepared (hidden once ready), the timer that asks again
+    each second (stopped once ready), and each of the `buttons` that run a model, enabled only once it is ready (a
+    failed preparation enables them too: a Run then says why)."""
+    text, ready = models.status_markdown()
+    failed = "could not be prepared" in text or "on the first Run" in text
+    return (gr.Markdown(text, visible=bool(text)), gr.Timer(active=not ready and not failed),
+            *(gr.Button(interactive=ready or failed) for _ in range(buttons)))
+
+
 def build_ui() -> gr.Blocks:
-    """The whole app: the header, then the Race, Batch, Walkthrough and Threshold explorer tabs (each builds its own
-    layout and events), with a queue."""
+    """The whole app: a one-line header (the method folded under it) and the model's preparation, then the Race,
+    Batch, Walkthrough and Explorer tabs (each builds its own layout and events), with a queue. Until the
+    served models are ready the status line says what is being prepared and the Run buttons wait."""
     with gr.Blocks(title="MARS Studio") as demo:
-        gr.Markdown(intro_markdown())
-        for tab in (race, batch, walkthrough, explorer):
-            tab.build(demo)
+        gr.Markdown(TAGLINE, elem_id="tagline")
+        with gr.Accordion("What MARS is, and the model served", open=False, elem_id="intro"):
+            gr.Markdown(intro_markdown())
+        status = gr.Markdown(models.status_markdown()[0], elem_id="model-status")
+        buttons = [button for tab in (race, batch, walkthrough, explorer) for button in tab.build(demo)]
+        timer = gr.Timer(1.0)
+        for event in (demo.load, timer.tick):
+            event(lambda: model_status(len(buttons)), None, [status, timer, *buttons], api_visibility="undocumented",
+                  show_progress="hidden", queue=False)
     demo.queue(default_concurrency_limit=models.CONFIG.concurrency, max_size=64)
     return demo
 

@@ -273,16 +273,23 @@ def trace(block: BatchRun | None, ar: BatchRun | None, status: str, message: str
 
 
 def placeholder(prompts: list[str], block_size: int, status: str, message: str = "", note: str = "") -> tuple:
-    """Outputs before anything was decoded (waiting, loading, stopped, a message): empty cells and chart axes."""
+    """Outputs before anything was decoded (waiting, stopped): empty cells and chart axes, the message line
+    cleared."""
     labels = [row_label(i, p) for i, p in enumerate(prompts)]
     figure = slots_figure([], labels, block_size, [], [None] * len(prompts))
     note = note or message or status
-    return panes_html(prompts, note=note), plotly_data(figure), note, trace(None, None, status, message)
+    return panes_html(prompts, note=note), plotly_data(figure), note, "", trace(None, None, status, message)
+
+
+def notice(status: str, message: str) -> tuple:
+    """One message on the tab's message line (a value refused, preparing the model, a failure), everything else
+    left as it is; the trace says it too (for API clients)."""
+    return gr.skip(), gr.skip(), gr.skip(), message, trace(None, None, status, message)
 
 
 def failure(message: str) -> tuple:
-    """Batch outputs that show one message instead of results (nothing runs)."""
-    return placeholder([], 4, "error", message, note=warn(message))
+    """One message next to the controls instead of a batch (nothing runs, nothing on screen is wiped)."""
+    return notice("error", warn(message))
 
 
 def frame(
@@ -294,7 +301,7 @@ def frame(
                           block.new_blocks(), block.finished_at)
     return (
         panes_html(prompts, block, ar), plotly_data(figure) if chart else gr.skip(),
-        stats_markdown(block, ar, block_size, threshold, status, device),
+        stats_markdown(block, ar, block_size, threshold, status, device), "",
         trace(block, ar, status, prompts=prompts, block_size=block_size, threshold=threshold),
     )
 
@@ -306,7 +313,7 @@ def batch_race(
     try:
         prompts = parse_prompts(prompts_text)
         _, tau, block_size, _, new = check_inputs(prompts[0], threshold, block_size, 0.0, max_new_tokens,
-                                                  cap=MAX_NEW_TOKENS)
+                                                  tab="batch")
     except ValueError as err:  # the user's input: a message, no run, no traceback
         yield failure(str(err))
         return
@@ -325,8 +332,8 @@ def batch_race(
 def decode(prompts: list[str], tau: float, block_size: int, new: int, controls: tuple) -> Iterator[tuple]:
     """The batch race itself, inside a generation slot: load, check, then alternate one forward of each batch. A
     ValueError is a message (a model that did not load, mars_core's checks: prompt too long for the context, …)."""
-    if (models.CONFIG.model or "default") not in models.MODELS:
-        yield placeholder(prompts, block_size, "loading", "Loading the model…")
+    for said in models.preparing([models.CONFIG.model], lambda: any(c.stopped for c in controls)):
+        yield notice("preparing", said)
     model, tokenizer = models.get_model(models.CONFIG.model)
     check_request(model, tokenizer, [encode_prompt(tokenizer, p) for p in prompts], "block", block_size, new)
     block = BatchRun("MARS (block)", stream(model, tokenizer, prompts, strategy="block", block_size=block_size,
@@ -352,8 +359,9 @@ def decode(prompts: list[str], tau: float, block_size: int, new: int, controls: 
         ar.events.close()
 
 
-def build(demo: gr.Blocks) -> None:
-    """The Batch tab: the prompts, settings, the cells, the slot chart, stats and the trace, and their events."""
+def build(demo: gr.Blocks) -> list[gr.Button]:
+    """The Batch tab: the prompts, settings, the message line, the cells, the slot chart, stats and the trace, and
+    their events; returns its Run button (enabled once the model is ready)."""
     session = gr.State(new_session())
     with gr.Tab("Batch"):
         gr.Markdown(
@@ -367,6 +375,7 @@ def build(demo: gr.Blocks) -> None:
             run_button, stop_button = lanes.run_and_stop("batch", "Run batch")
         with gr.Row():
             tau, block, new = (slider(f"batch-{name}") for name in ("threshold", "block", "max-new"))
+        message = gr.Markdown("", elem_id="batch-message")
         panes = gr.HTML(panes_html(EXAMPLES), label="batch", elem_id="batch-panes")
         stats = gr.Markdown("Press **Run batch**.", elem_id="batch-stats")
         labels = [row_label(i, p) for i, p in enumerate(EXAMPLES)]
@@ -374,4 +383,5 @@ def build(demo: gr.Blocks) -> None:
                        elem_id="batch-plot")
         data = lanes.trace_json()
     lanes.wire(run_button, stop_button, batch_race, stop_batch, [prompts, tau, block, new, session],
-               [panes, plot, stats, data], "batch", "stop_batch")
+               [panes, plot, stats, message, data], "batch", "stop_batch")
+    return [run_button]

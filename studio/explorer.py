@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import os
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,7 +19,7 @@ from mars_core.evaluation.sweep import SWEEP_COLUMNS, threshold_sweep
 
 from . import models
 from .charts import MARS_COLOUR, TAU_COLOUR, VERIFIED_COLOUR, chart_layout
-from .inputs import cap, check_inputs, integer, slider, typed_js, warn
+from .inputs import THRESHOLDS, check, check_inputs, slider, typed_js, warn
 from .lanes import guarded
 
 
@@ -30,9 +32,10 @@ def parse_thresholds(text: str) -> list[float]:
         values = [float(p) for p in parts]
     except ValueError:
         raise ValueError(f"Thresholds must be numbers separated by commas, got {text!r}.") from None
-    bad = [v for v in values if not 0.0 < v <= 1.0]
+    low, high = THRESHOLDS
+    bad = [v for v in values if not low <= v <= high]
     if bad:
-        raise ValueError(f"Thresholds must be in (0, 1], got {bad}.")
+        raise ValueError(f"Thresholds must be between {low:g} and {high:g}, got {', '.join(f'{v:g}' for v in bad)}.")
     return values
 
 
@@ -75,15 +78,27 @@ def speed_figure(rows: list[dict], mode: str = "verified") -> go.Figure:
     return fig
 
 
+NOISY = ("Seconds are this shared CPU's, now, and noisy (other work on the machine moves them by tens of "
+         "percent); tokens per forward are the count that carries over to another machine.")
+
+
 def speed_note(rows: list[dict]) -> str:
-    """Verified mode's best threshold by tokens per second, against τ = 1 (when it was swept)."""
+    """Verified mode's fastest threshold by tokens per second, against τ = 1 (when it was swept): said also when
+    τ = 1, no drafts, was the fastest; and that the clock is noisy."""
     one = next((r for r in rows if r["threshold"] == 1.0), None)
+    if one is None or not one["tokens_per_second"]:
+        return f" {NOISY}"
     best = max(rows, key=lambda r: r["tokens_per_second"])
-    if one is None or not one["tokens_per_second"] or best is one:
-        return ""
+    if best is one:
+        drafted = max((r for r in rows if r is not one), key=lambda r: r["tokens_per_second"], default=None)
+        runner = (f"; the fastest draft threshold, {drafted['threshold']:g}, made {drafted['tokens_per_forward']:.2f} "
+                  f"tokens per forward at {drafted['tokens_per_second'] / one['tokens_per_second']:.2f}× its tokens "
+                  "per second" if drafted else "")
+        return (f" Fastest here: τ = 1 (no drafts, one token per forward){runner}: on this run's clock the wider "
+                f"forwards did not pay for their drafts. {NOISY}")
     return (f" Fastest here: draft threshold {best['threshold']:g}, {best['tokens_per_forward']:.2f} tokens per "
             f"forward and {best['tokens_per_second'] / one['tokens_per_second']:.2f}× the tokens per second of "
-            "τ = 1 (seconds are this shared machine's, now: forwards are the count that carries over).")
+            f"τ = 1. {NOISY}")
 
 
 MODES = {"threshold mode": "sliding", "verified": "verified"}  # what the explorer sweeps -> mars_core strategy
@@ -93,10 +108,13 @@ def chosen(thresholds: str, block_size: Any, max_new_tokens: Any, categories: li
            mode: str) -> tuple[list[float], int, int, list[dict], str]:
     """The validated sweep settings: thresholds, B, max new tokens, the prompts, the strategy (a ValueError else)."""
     values = parse_thresholds(thresholds)
-    _, _, block, _, new = check_inputs("sweep", 1.0, block_size, 0.0, max_new_tokens, cap=cap("sweep-max-new"))
+    _, _, block, _, new = check_inputs("sweep", 1.0, block_size, 0.0, max_new_tokens, tab="sweep")
     if mode not in MODES:
         raise ValueError(f"Mode must be one of {', '.join(MODES)}, got {mode!r}.")
-    prompts = prompts_in(list(categories or []), limit=integer(limit, "number of prompts"))
+    if not isinstance(categories, (list, tuple)) or not all(isinstance(c, str) for c in categories):
+        raise ValueError(f"Prompt categories must be a list of names, got {categories!r}.")
+    count = check("sweep-limit", limit, high=len(prompt_set()))
+    prompts = prompts_in(list(categories), limit=count)
     if not prompts:
         raise ValueError("Pick at least one prompt category.")
     return values, block, new, prompts, MODES[mode]
@@ -108,7 +126,10 @@ def plural(n: int, word: str) -> str:
 
 def plan(thresholds: str, block_size: Any, max_new_tokens: Any, categories: list[str] | None, limit: Any,
          mode: str = "threshold mode") -> str:
-    """What a sweep with these settings will decode, and an upper bound on how long it takes, before it starts."""
+    """What a sweep with these settings will decode, before it starts: the answers and the most forwards they can
+    take (the time is estimated while it runs, from this run's own answers: sweep)."""
+    if any(v is None for v in (block_size, max_new_tokens, limit)):
+        return gr.skip()  # a value still being typed (typed_js): nothing to say yet
     try:
         values, block, new, prompts, _ = chosen(thresholds, block_size, max_new_tokens, categories, limit, mode)
     except ValueError as err:
@@ -116,13 +137,10 @@ def plan(thresholds: str, block_size: Any, max_new_tokens: Any, categories: list
     runs = len(set(values) | {1.0})  # the τ = 1 answers are decoded too: quality is agreement with them
     forwards = len(prompts) * runs * new  # at most: every answer to max new tokens, one token per forward
     listing = "\n".join(f"{i + 1}. *{p['category']}*: {p['prompt'][:90]}" for i, p in enumerate(prompts))
-    seconds = models.forward_seconds(models.CONFIG.model)
-    when = (f"one forward takes about {1000 * seconds:.0f} ms here (measured now), so **at most about "
-            f"{forwards * seconds / 60:.1f} min**" if seconds else "the model is not loaded yet (the first "
-            "run loads it, about 25 s for the default model)")
     return (f"**{plural(len(prompts), 'prompt')} × {plural(runs, 'decoding')} (τ = 1 included) = "
-            f"{len(prompts) * runs} answers** of up to {new} tokens: at most {forwards:,} forwards; {when}. "
-            "Answers that end early and forwards that commit several tokens make it shorter.\n\n" + listing)
+            f"{len(prompts) * runs} answers** of up to {new} tokens: at most {forwards:,} forwards. While it runs, "
+            "the status gives the time elapsed and an estimate of the time left, from the answers this run has "
+            "decoded so far (the τ = 1 answers come first and are the slowest).\n\n" + listing)
 
 
 def sweep(
@@ -130,7 +148,8 @@ def sweep(
     mode: str = "threshold mode", progress: Any = gr.Progress(),
 ) -> Iterator[tuple[Any, pd.DataFrame | None, str | None, str]]:
     """The Run sweep button: the settings checked, then the sweep in a generation slot (until one is free, the status
-    says so and the results on screen stay); its one frame is chart, table, CSV and status."""
+    says so and the results on screen stay); while it runs, the status gives the time elapsed and left; its last
+    frame is chart, table, CSV and status."""
     try:
         values, block, new, prompts, strategy = chosen(thresholds, block_size, max_new_tokens, categories, limit,
                                                        mode)
@@ -151,18 +170,64 @@ def run_sweep(
     return last
 
 
-def failure(message: str) -> tuple[None, None, None, str]:
-    """The explorer's outputs for a message instead of a sweep: no chart, table or CSV; the message (and a toast)."""
-    return None, None, None, warn(message)
+def failure(message: str) -> tuple[Any, Any, Any, str]:
+    """The explorer's outputs for a message instead of a sweep: the chart, table and CSV on screen stay; the one
+    message in the status line, under the Run button."""
+    return gr.skip(), gr.skip(), gr.skip(), warn(message)
+
+
+def estimate(elapsed: float, done: int, total: int) -> str:
+    """The running status: time elapsed and, once an answer is done, the time left estimated from this run's answers
+    so far (their mean time, for each answer left)."""
+    if not done:
+        return f"**{elapsed:.0f} s elapsed**, 0 of {total} answers decoded (the estimate comes with the first one)"
+    left = elapsed / done * (total - done)
+    return (f"**{elapsed:.0f} s elapsed, about {left:.0f} s left** (about {elapsed + left:.0f} s in all: "
+            f"{done} of {total} answers decoded, {elapsed / done:.1f} s each so far in this run)")
+
+
+class Stopped(Exception):
+    """The page left while the sweep ran: its thread ends before the next answer."""
 
 
 def decode(values: list[float], block: int, new: int, prompts: list[dict], strategy: str, mode: str,
            progress: Any) -> Iterator[tuple[Any, pd.DataFrame, str, str]]:
-    """The sweep itself, inside a generation slot: one frame once every threshold is decoded."""
+    """The sweep itself, inside a generation slot: decoded in a thread while this generator yields the status each
+    second (time elapsed and left, from this run's answers), then one frame with the results."""
+    for said in models.preparing([models.CONFIG.model]):
+        yield gr.skip(), gr.skip(), gr.skip(), said
     model, tok = models.get_model(models.CONFIG.model)
-    with models.TRACKER:
-        rows = threshold_sweep(model, tok, prompts, values, block_size=block, max_new_tokens=new,
-                               strategy=strategy, progress=progress)
+    runs = len(set(values) | {1.0})
+    total, state = len(prompts) * runs, {"done": 0, "left": False, "rows": None, "error": None}
+
+    def step(fraction: float, description: str | None = None) -> None:
+        if state["left"]:
+            raise Stopped()
+        state["done"] = round(fraction * total)
+        progress(fraction, description)
+
+    def work() -> None:
+        try:
+            with models.TRACKER:
+                state["rows"] = threshold_sweep(model, tok, prompts, values, block_size=block, max_new_tokens=new,
+                                                strategy=strategy, progress=step)
+        except Exception as err:  # noqa: BLE001 - handed to the generator, which says it (guarded)
+            state["error"] = err
+
+    start = time.monotonic()
+    thread = threading.Thread(target=work, name="sweep", daemon=True)
+    thread.start()
+    try:
+        while thread.is_alive():
+            thread.join(timeout=1.0)
+            if thread.is_alive():
+                yield gr.skip(), gr.skip(), gr.skip(), estimate(time.monotonic() - start, state["done"], total)
+    finally:
+        state["left"] = True  # a page that leaves (Gradio closes this generator) ends the thread's sweep too
+    if state["error"] is not None:
+        raise state["error"]
+    seconds = time.monotonic() - start
+    rows = state["rows"]
     path = os.path.join(tempfile.mkdtemp(prefix="mars_sweep_"), "threshold_sweep.csv")
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(SWEEP_COLUMNS))
@@ -170,16 +235,17 @@ def decode(values: list[float], block: int, new: int, prompts: list[dict], strat
         writer.writerows(rows)
     table = pd.DataFrame(rows, columns=list(SWEEP_COLUMNS)).round(3)
     status = (f"Swept {plural(len(rows), 'threshold')} over {plural(len(prompts), 'prompt')} in {mode} (B = {block}, "
-              f"up to {new} new tokens).")
+              f"up to {new} new tokens) in **{seconds:.0f} s**.")
     if strategy == "verified":
         yield speed_figure(rows, mode), table, path, status + speed_note(rows)
     else:
         yield pareto_figure(rows, mode), table, path, status
 
 
-def build(demo: gr.Blocks) -> None:
-    """The Threshold explorer tab: the sweep's settings and plan, its chart, table and CSV, and their events."""
-    with gr.Tab("Threshold explorer"):
+def build(demo: gr.Blocks) -> list[gr.Button]:
+    """The Threshold explorer tab: the sweep's settings and plan, its chart, table and CSV, and their events; returns
+    its Run button (enabled once the model is ready)."""
+    with gr.Tab("Explorer", elem_id="explorer-tab"):  # short: four tab names fit a phone
         gr.Markdown(
             "Decode the held-out prompts (never trained on; the built-in set when the data is absent) at "
             "several thresholds, greedy, one prompt at a time. Quality is agreement with the τ = 1 answer: "
@@ -205,4 +271,5 @@ def build(demo: gr.Blocks) -> None:
     run_button.click(models.gpu(sweep), inputs, [pareto, table, csv_file, status], api_name="sweep",
                      show_progress_on=pareto, js=typed_js(inputs, True))
     gr.on([c.change for c in inputs] + [demo.load], plan, inputs, plan_view, api_visibility="undocumented",
-          show_progress="hidden", queue=False)
+          show_progress="hidden", queue=False, js=typed_js(inputs, False))
+    return [run_button]

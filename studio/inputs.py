@@ -21,41 +21,50 @@ BATCH_MAX_NEW_TOKENS = 256  # per sample: a batch of up to 8 prompts, decoded tw
 
 @dataclass(frozen=True)
 class Input:
-    """One numeric input: its slider (range, step, default, label, info) and which check its value gets (field)."""
+    """One numeric input: its slider (range, step, default, label, info) and the name its check's message gives it.
+    The range is stated here once: the slider shows it, check() enforces it and its message quotes it."""
 
     elem_id: str
-    field: str  # what check_field checks ("threshold", "block size", "temperature", "max new tokens"), or "prompts"
+    name: str  # how a message names it: "Threshold τ", "Block size B", "Max new tokens", …
     low: float
-    high: float | None  # None: known when the tab is built (the prompt pool's size)
+    high: float | None  # None: known when the tab is built (the prompt pool's size): check(..., high=)
     step: float
     value: float
     label: str
     info: str | None = None
 
+    @property
+    def whole(self) -> bool:
+        """Whole numbers only (the step is a whole number)."""
+        return float(self.step).is_integer()
+
 
 TAU = "Threshold τ"
+BLOCK, NEW = "Block size B", "Max new tokens"
 INPUTS = {i.elem_id: i for i in (  # every slider whose typed value the page watches (page_js) and a handler checks
-    Input("race-threshold", "threshold", 0.05, 1.0, 0.01, 0.9, f"{TAU} (MARS τ lane)",
-          "applies from the next forward, even mid-run"),
-    Input("race-block", "block size", 1, MAX_BLOCK_SIZE, 1, 4, "Block size B",
-          "most tokens per forward from the mask slots"),
-    Input("race-temperature", "temperature", 0.0, MAX_TEMPERATURE, 0.05, 0.0, "Temperature", "0 = greedy"),
-    Input("race-max-new", "max new tokens", 8, MAX_NEW_TOKENS, 8, 96, "Max new tokens"),
-    Input("walk-threshold", "threshold", 0.05, 1.0, 0.01, 0.9, TAU),
-    Input("walk-block", "block size", 1, 8, 1, 4, "Block size B"),
-    Input("walk-max-new", "max new tokens", 4, WALK_MAX_NEW_TOKENS, 1, 24, "Max new tokens"),
-    Input("walkv-threshold", "threshold", 0.05, 1.0, 0.01, 0.3, "Draft threshold",
+    Input("race-threshold", TAU, 0.05, 1.0, 0.01, 0.9, f"{TAU} (MARS τ lane)",
+          "acts from the next forward, even mid-run"),
+    Input("race-block", BLOCK, 1, MAX_BLOCK_SIZE, 1, 4, BLOCK, "most tokens per forward from the mask slots"),
+    Input("race-temperature", "Temperature", 0.0, MAX_TEMPERATURE, 0.05, 0.0, "Temperature", "0 = greedy"),
+    Input("race-max-new", NEW, 8, MAX_NEW_TOKENS, 8, 96, NEW),
+    Input("walk-threshold", TAU, 0.05, 1.0, 0.01, 0.9, TAU),
+    Input("walk-block", BLOCK, 1, 8, 1, 4, BLOCK),
+    Input("walk-max-new", NEW, 4, WALK_MAX_NEW_TOKENS, 1, 24, NEW),
+    Input("walkv-threshold", "Draft threshold", 0.05, 1.0, 0.01, 0.3, "Draft threshold",
           "drafts are checked while this confident; it never changes the answer"),
-    Input("walkv-block", "block size", 1, 8, 1, 4, "Block size B"),
-    Input("walkv-max-new", "max new tokens", 4, WALK_MAX_NEW_TOKENS, 1, 24, "Max new tokens"),
-    Input("sweep-block", "block size", 1, MAX_BLOCK_SIZE, 1, 4, "Block size B"),
-    Input("sweep-max-new", "max new tokens", 8, SWEEP_MAX_NEW_TOKENS, 8, 48, "Max new tokens"),
-    Input("sweep-limit", "prompts", 1, None, 1, 9, "Prompts (taken round-robin over the categories)"),
-    Input("batch-threshold", "threshold", 0.05, 1.0, 0.01, 0.9, TAU),
-    Input("batch-block", "block size", 1, MAX_BLOCK_SIZE, 1, 4, "Block size B"),
-    Input("batch-max-new", "max new tokens", 8, BATCH_MAX_NEW_TOKENS, 8, 64, "Max new tokens"),
+    Input("walkv-block", BLOCK, 1, 8, 1, 4, BLOCK),
+    Input("walkv-max-new", NEW, 4, WALK_MAX_NEW_TOKENS, 1, 24, NEW),
+    Input("mask-n", "Response tokens n", 2, 16, 1, 8, "Response tokens n"),
+    Input("mask-block", BLOCK, 1, 8, 1, 4, BLOCK),
+    Input("sweep-block", BLOCK, 1, MAX_BLOCK_SIZE, 1, 4, BLOCK),
+    Input("sweep-max-new", NEW, 8, SWEEP_MAX_NEW_TOKENS, 8, 48, NEW),
+    Input("sweep-limit", "Prompts", 1, None, 1, 9, "Prompts (taken round-robin over the categories)"),
+    Input("batch-threshold", TAU, 0.05, 1.0, 0.01, 0.9, TAU),
+    Input("batch-block", BLOCK, 1, MAX_BLOCK_SIZE, 1, 4, BLOCK),
+    Input("batch-max-new", NEW, 8, BATCH_MAX_NEW_TOKENS, 8, 64, NEW),
 )}
 WATCHED = tuple(INPUTS)  # the boxes page_js watches, by elem_id
+THRESHOLDS = (INPUTS["race-threshold"].low, INPUTS["race-threshold"].high)  # every τ the app takes (the explorer's)
 
 
 def slider(elem_id: str, **extra: Any) -> gr.Slider:
@@ -72,67 +81,60 @@ def cap(elem_id: str) -> int:
 
 
 def unchecked(slider: gr.Slider) -> gr.Slider:
-    """Let the slider's value reach the handler as sent: the handler's own check (check_inputs) then gives the one
-    message for a value out of range, in the browser and the API alike, and nothing runs. (gr.Slider's own check
-    raises a toast and logs a traceback for each bad value, and the browser then clamps the value and runs anyway.)
-    An instance attribute, not a subclass: Gradio writes a .pyi stub next to the module of any component class."""
+    """Let the slider's value reach the handler as sent: the handler's own check (check) then gives the one message
+    for a value out of range, in the browser and the API alike, and nothing runs. (gr.Slider's own check raises a
+    toast and logs a traceback for each bad value, and the browser then clamps the value and runs anyway.) An
+    instance attribute, not a subclass: Gradio writes a .pyi stub next to the module of any component class."""
     slider.preprocess = lambda payload: payload
     return slider
 
 
 def number(value: Any, name: str) -> float:
     try:
-        return float(value)
+        number = float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number, got {value!r}") from None
+        raise ValueError(f"{name} must be a number, got {value!r}.") from None
+    if number != number or number in (float("inf"), float("-inf")):
+        raise ValueError(f"{name} must be a number, got {value!r}.")
+    return number
 
 
 def integer(value: Any, name: str) -> int:
     whole = number(value, name)
     if not whole.is_integer():
-        raise ValueError(f"{name} must be a whole number, got {value!r}")
+        raise ValueError(f"{name} must be a whole number, got {value!r}.")
     return int(whole)
 
 
-def check_field(field: str, value: Any, cap: int = MAX_NEW_TOKENS) -> float | int:
-    """One numeric setting checked alone ("threshold", "block size", "temperature", "max new tokens"); a ValueError
-    says what is wrong and what is allowed."""
-    if field == "threshold":
-        tau = number(value, "threshold")
-        if not 0.0 < tau <= 1.0:
-            raise ValueError(f"Threshold must be in (0, 1] (1 = one token per forward), got {tau:g}.")
-        return tau
-    if field == "block size":
-        block = integer(value, "block size")
-        if not 1 <= block <= MAX_BLOCK_SIZE:
-            raise ValueError(f"Block size must be between 1 and {MAX_BLOCK_SIZE}, got {block}.")
-        return block
-    if field == "temperature":
-        temp = number(value, "temperature")
-        if not 0.0 <= temp <= MAX_TEMPERATURE:
-            raise ValueError(f"Temperature must be between 0 and {MAX_TEMPERATURE:g}, got {temp:g}.")
-        return temp
-    new = integer(value, "max new tokens")
-    if not 1 <= new <= cap:
-        raise ValueError(f"Max new tokens must be between 1 and {cap}, got {new}.")
-    return new
+def check(elem_id: str, value: Any, high: float | None = None) -> float | int:
+    """One slider's value checked against its range in INPUTS (high: a top known only now); a ValueError names the
+    setting, the range the slider shows, and the value sent."""
+    spec = INPUTS[elem_id]
+    top = spec.high if high is None else high
+    got = integer(value, spec.name) if spec.whole else number(value, spec.name)
+    if not spec.low <= got <= top:
+        raise ValueError(f"{spec.name} must be between {spec.low:g} and {top:g}, got {got:g}.")
+    return got
 
 
 def check_inputs(
-    prompt: Any, threshold: Any, block_size: Any, temperature: Any, max_new_tokens: Any, cap: int = MAX_NEW_TOKENS
+    prompt: Any, threshold: Any, block_size: Any, temperature: Any, max_new_tokens: Any, tab: str = "race"
 ) -> tuple[str, float, int, float, int]:
-    """Validated (prompt, threshold, block size, temperature, max new tokens); a ValueError says what is wrong."""
+    """Validated (prompt, threshold, block size, temperature, max new tokens) of a tab's inputs (elem_ids
+    <tab>-threshold, …; a setting the tab has no slider for passes as given); a ValueError says what is wrong."""
     if not isinstance(prompt, str) or not prompt.strip():
         raise ValueError("Empty prompt: type something (or pick an example) first.")
     if len(prompt) > MAX_PROMPT_CHARS:
         raise ValueError(f"Prompt too long: {len(prompt)} characters, the limit is {MAX_PROMPT_CHARS}.")
-    return (prompt, check_field("threshold", threshold), check_field("block size", block_size),
-            check_field("temperature", temperature), check_field("max new tokens", max_new_tokens, cap))
+    values = {"threshold": threshold, "block": block_size, "temperature": temperature, "max-new": max_new_tokens}
+    out = {k: check(f"{tab}-{k}", v) if f"{tab}-{k}" in INPUTS else v for k, v in values.items()}
+    return prompt, out["threshold"], out["block"], out["temperature"], out["max-new"]
 
 
 def page_js() -> str:
     """The browser clamps a number typed into a slider's box to the slider's range before any event sees it. This
-    page script remembers, per watched slider, a value typed out of range (window.marsTyped)."""
+    page script remembers, per watched slider, a value typed out of range (window.marsTyped). It also keeps each race
+    lane's text box on its newest text, or on the token where the answer departs from AR's."""
     return """() => {
   const watched = new Set(%s);
   window.marsTyped = {};
@@ -151,6 +153,18 @@ def page_js() -> str:
   };
   // capture phase: a blur reaches this listener before the box's own handler, which clamps the value
   for (const kind of ["input", "blur", "keydown"]) document.addEventListener(kind, note, true);
+  // each race lane's text box follows its text to the end, except where an answer departs from AR's: then the
+  // departing token (outlined, class dep) is kept in view
+  let queued = false;
+  const follow = () => {
+    queued = false;
+    for (const body of document.querySelectorAll(".mars-body")) {
+      const dep = body.querySelector(".dep");
+      body.scrollTop = dep ? Math.max(0, dep.offsetTop - body.clientHeight / 3) : body.scrollHeight;
+    }
+  };
+  new MutationObserver(() => { if (!queued) { queued = true; requestAnimationFrame(follow); } })
+    .observe(document.body, {childList: true, subtree: true});
 }""" % json.dumps(list(WATCHED))
 
 
@@ -174,6 +188,5 @@ def typed_js(inputs: list[Any], consume: bool) -> str:
 
 
 def warn(message: str) -> str:
-    """Show message as a toast in the UI and return it as a status line."""
-    gr.Warning(message)
+    """A message as the one line the page shows next to the control it concerns (no toast: one message, once)."""
     return f"⚠ {message}"

@@ -184,7 +184,7 @@ def legend_html(lead: str, rest: str, style: str = "") -> str:
 
 def run_and_stop(tab: str, run_label: str) -> tuple[gr.Button, gr.Button]:
     """The Run and Stop buttons in a column beside a tab's prompt box (elem_ids <tab>-run and <tab>-stop)."""
-    with gr.Column(scale=1, min_width=140):
+    with gr.Column(scale=1, min_width=120):
         return (gr.Button(run_label, variant="primary", elem_id=f"{tab}-run"),
                 gr.Button("Stop", variant="stop", elem_id=f"{tab}-stop"))
 

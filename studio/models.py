@@ -4,11 +4,13 @@ work."""
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from mars_core.load import load
@@ -81,12 +83,103 @@ def in_a_slot(work: Iterator[T], waiting: Callable[[], T], stopped: Callable[[],
 
 
 def preload() -> None:
-    """Load the served models in the background so the first Run does not wait (failures show on Run)."""
-    for name in {CONFIG.model, CONFIG.ar_model or CONFIG.model}:
+    """Prepare the served models in the background so the first Run does not wait (failures show on Run); the page
+    shows each one's stage meanwhile (status_markdown)."""
+    for name in served():
         try:
             get_model(name)
         except ValueError as err:
             log.warning("%s", err)
+
+
+def served() -> list[str | None]:
+    """The names of the models the app serves: the MARS model, and the AR baseline when it is another."""
+    return list(dict.fromkeys([CONFIG.model, CONFIG.ar_model or CONFIG.model]))
+
+
+@dataclass
+class Preparation:
+    """Where one model's preparation stands: its stages (converting the GGUF file, merging the adapter, loading and
+    timing this machine's kernels), the one running, when each began; the error, if it failed."""
+
+    stages: list[str] = field(default_factory=list)
+    stage: int = -1  # index of the running stage; len(stages) once ready
+    started: float = field(default_factory=time.monotonic)
+    stage_started: float = field(default_factory=time.monotonic)
+    error: str | None = None
+
+    def enter(self, key: str, stage: int) -> None:
+        """Stage `stage` begins: said in the log and, through status_markdown, on the page."""
+        self.stage, self.stage_started = stage, time.monotonic()
+        if stage < len(self.stages):
+            log.info("preparing model %s: step %d of %d: %s", key, stage + 1, len(self.stages), self.stages[stage])
+        else:
+            log.info("model %s ready, prepared in %.0f s", key, time.monotonic() - self.started)
+
+
+PREPARING: dict[str, Preparation] = {}  # by name, from the first request to load it
+CONVERT = "converting the GGUF file into a model folder (once: cached under MARS_CACHE)"
+MERGE = "merging the MARS adapter into the weights (once: cached)"
+LOAD = "loading the weights and timing this CPU's kernels and forward cost (timed once, then cached)"
+
+
+def stages(name: str | None) -> list[tuple[str, Callable[[], Any]]]:
+    """The stages that prepare `name`, as (what it does, the call that does it), skipping what the cache already
+    holds: the embedded default converts its GGUF file and merges the shipped adapter before it loads; a .gguf file
+    converts first; anything else only loads. The last stage returns (model, tokenizer)."""
+    loading = importlib.import_module("mars_core.load")  # the module (mars_core.load is also the function)
+
+    def final() -> tuple[Any, Any]:
+        return load(name, dtype=CONFIG.dtype) if CONFIG.dtype else load(name)
+
+    done = lambda folder: (folder / "config.json").is_file() and any(folder.glob("*.safetensors"))  # noqa: E731
+    steps: list[tuple[str, Callable[[], Any]]] = []
+    try:
+        if name is None:
+            gguf = loading.smollm2_gguf_path()
+            if not done(loading.gguf_cache_dir(gguf)):
+                steps.append((CONVERT, lambda: loading.convert_gguf(gguf)))
+            adapter = (None if os.environ.get("MARS_DEFAULT_ADAPTER", None) in ("", "none")
+                       else loading.default_adapter_dir())
+            if adapter is not None and not done(loading.merged_default_dir(adapter)):
+                steps.append((MERGE, lambda: loading.build_merged_default(adapter)))
+        elif str(name).lower().endswith(".gguf") and os.path.isfile(name):
+            if not done(loading.gguf_cache_dir(name)):
+                steps.append((CONVERT, lambda: loading.convert_gguf(name)))
+    except Exception:  # noqa: BLE001 - whatever is missing, load() says it as the failure's message
+        steps = []
+    return [*steps, (LOAD, final)]
+
+
+def status_markdown() -> tuple[str, bool]:
+    """The page's line on the served models (and whether every one is ready): each one's preparation stage, step k
+    of n and its seconds so far, or its failure."""
+    lines, ready = [], True
+    for name in served():
+        key = name or "default"
+        if key in MODELS:
+            continue
+        ready = False
+        prep = PREPARING.get(key)
+        label = model_label(name)
+        if prep is None:
+            lines.append(f"{label} is prepared on the first Run (the app was started with --no-preload).")
+        elif prep.error:
+            lines.append(f"⚠ {label} could not be prepared: {prep.error}")
+        elif 0 <= prep.stage < len(prep.stages):
+            now = time.monotonic()
+            lines.append(f"**Preparing {label}: step {prep.stage + 1} of {len(prep.stages)}, "
+                         f"{prep.stages[prep.stage]}** · {now - prep.stage_started:.0f} s in this step, "
+                         f"{now - prep.started:.0f} s in all (a first start takes 1–3 min on a 2-core CPU, a warm one "
+                         "seconds) · Run waits until it is ready")
+        else:
+            lines.append(f"**Preparing {label}…**")
+    return "  \n".join(lines), ready
+
+
+def ready(name: str | None) -> bool:
+    """Whether the model `name` is loaded."""
+    return (name or "default") in MODELS
 
 
 def check_model_choice(name: str | None) -> None:
@@ -96,20 +189,60 @@ def check_model_choice(name: str | None) -> None:
 
 
 def get_model(name: str | None) -> tuple[Any, Any]:
-    """The (model, tokenizer) for name, loaded on first use and cached; a ValueError says why loading failed."""
+    """The (model, tokenizer) for name, prepared on first use stage by stage (PREPARING says which, for the page and
+    the log) and cached; a ValueError says why loading failed."""
     key = name or "default"
     if key not in MODELS:
         with _LOAD_LOCK:
             if key not in MODELS:
                 check_model_choice(name)
+                steps = stages(name)
+                prep = PREPARING[key] = Preparation([what for what, _ in steps])
                 try:
-                    MODELS[key] = load(name, dtype=CONFIG.dtype) if CONFIG.dtype else load(name)
+                    for k, (_, step) in enumerate(steps):
+                        prep.enter(key, k)
+                        result = step()
+                    MODELS[key] = result
                 except Exception as err:  # any failure becomes a message in the UI
                     log.exception("loading %s failed", key)
+                    prep.error = f"{type(err).__name__}: {err}" if not isinstance(err, ValueError) else str(err)
                     raise ValueError(f"Could not load model {key!r}: {err}") from err
+                prep.enter(key, len(steps))
                 model = MODELS[key][0]
                 log.info("loaded model %s from %s (%s)", key, getattr(model, "name_or_path", "?"), model.dtype)
     return MODELS[key]
+
+
+def prepare_in_background(name: str | None) -> None:
+    """Start preparing `name` in a thread unless it is loaded or being prepared (a Run polls PREPARING meanwhile)."""
+    key = name or "default"
+    prep = PREPARING.get(key)
+    if key in MODELS or (prep is not None and prep.error is None):
+        return
+    PREPARING[key] = Preparation(["starting"], stage=0)
+
+    def work() -> None:
+        try:
+            get_model(name)
+        except ValueError:
+            pass  # PREPARING[key].error holds it
+
+    threading.Thread(target=work, name=f"prepare-{key}", daemon=True).start()
+
+
+def preparing(names: list[str | None], stopped: Callable[[], bool] = lambda: False) -> Iterator[str]:
+    """Until every model in `names` is loaded: start preparing it (unless the preload already does) and yield, about
+    twice a second, what the page should say (the stage, step k of n, seconds so far). A failed preparation raises
+    its ValueError (get_model says why)."""
+    for name in names:
+        if not ready(name):
+            prepare_in_background(name)
+        while not ready(name) and not stopped():
+            prep = PREPARING.get(name or "default")
+            if prep is not None and prep.error:
+                get_model(name)  # tries once more, in this thread: its ValueError is the message
+            yield status_markdown()[0]
+            time.sleep(0.5)
 
 
 _FORWARD: dict[str, float] = {}

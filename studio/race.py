@@ -28,26 +28,31 @@ from mars_core.serving import adaptive_threshold
 
 from . import lanes, models
 from .charts import AR_COLOUR, MARS_COLOUR, TAU_COLOUR, VERIFIED_COLOUR, chart_layout, plotly_data
-from .inputs import INPUTS, MAX_PROMPT_CHARS, cap, check_field, check_inputs, slider, typed_js, warn
+from .inputs import INPUTS, MAX_PROMPT_CHARS, check, check_inputs, slider, typed_js, warn
 from .lanes import QUICK, Lane, Throttle, Turns, count_class, guarded
 
 LANES = ("ar", "mars", "verified")
 LANE_NAMES = {"ar": "AR", "mars": "MARS τ", "verified": "MARS verified"}
 LANE_COLOURS = {"ar": AR_COLOUR, "mars": MARS_COLOUR, "verified": VERIFIED_COLOUR}
-# (prompt, what it shows): each finishes in well under 20 s on a 2-core CPU with the embedded model
+# (prompt, what it shows): the first, a held-out prompt, is what the page opens on (its recorded race): the embedded
+# model there is typical of held-out prompts (tokens per forward near its held-out means, the same answer in every
+# lane); the last is the case where threshold mode goes wrong, labelled so: it teaches what τ trades away
 EXAMPLES = [
-    ("List the numbers from 1 to 15, separated by commas.", "counting: MARS gains much"),
-    ("Name 4 colours, as a numbered list.", "a list: MARS gains much"),
-    ("Make a markdown table with columns Name and Age: Ana is 31, Ben is 45, Chloe is 27.",
-     "a table: gains much (the small model repeats its rows)"),
-    ("Write a Python function that returns the squares of a list of numbers.", "code: gains"),
-    ("Explain in two sentences what a volcano is.", "open explanation: MARS gains little"),
+    ("Put this in a table with columns Fruit and Price: lemon costs $8, peach costs $6, mango costs $4.",
+     "typical: a table (the race the page opens on)"),
+    ("Name 7 countries, as a numbered list.", "a list: MARS gains much"),
+    ("What is 26 + 40? Show your work step by step.", "step by step: long, MARS τ departs late"),
+    ("Explain in two sentences what a volcano is.", "open explanation: MARS τ gains little"),
+    ("List the numbers from 1 to 15, separated by commas.",
+     "where threshold mode goes wrong: a confident mask-slot guess changes the answer at its 2nd token"),
 ]
 DEFAULT_PROMPT = EXAMPLES[0][0]
 # The race's sliders (inputs.INPUTS): field -> (minimum, maximum, step, default)
-SLIDERS = {i.field: (i.low, i.high, i.step, i.value) for elem, i in INPUTS.items() if elem.startswith("race-")}
+SLIDERS = {name: (i.low, i.high, i.step, i.value) for name, i in (
+    ("threshold", INPUTS["race-threshold"]), ("block size", INPUTS["race-block"]),
+    ("temperature", INPUTS["race-temperature"]), ("max new tokens", INPUTS["race-max-new"]))}
 RECENT_SECONDS = 2.0  # a /set_threshold this close before a race starts was sent with it (clients send concurrently)
-PANE = dict(min_height=300, max_height=300, autoscroll=True)  # every pane the same fixed height, following the text
+BODY_HEIGHT = 230  # px: every lane's text box the same height; it scrolls (to the end, or to a departure: page_js)
 EXAMPLE_FILE = Path(__file__).resolve().parents[1] / "assets" / "race_example.json"  # python app.py --record-example
 
 
@@ -62,20 +67,21 @@ def threshold_in_force(session: dict) -> float:
     return adaptive_threshold(base, models.TRACKER.active) if session["adapt"] else base
 
 
-def set_threshold(threshold: float | None, session: dict) -> None:
+def set_threshold(threshold: float | None, session: dict) -> str:
     """Slider change (or /set_threshold): the running MARS generation uses it from its next forward; sent with a
-    race or after it, the newest value wins. A value out of range is refused with one message (no traceback); None
-    (the page's word for a value still being typed, see typed_js) changes nothing and says nothing."""
+    race or after it, the newest value wins. Returns the race's message line: a value out of range gets its one
+    message there (no toast, no traceback, nothing else touched), a good one clears it; None (the page's word for a
+    value still being typed, see typed_js) changes nothing and says nothing."""
     if threshold is None:
-        return
+        return gr.skip()
     try:
-        tau = check_field("threshold", threshold)
+        tau = check("race-threshold", threshold)
     except ValueError as err:
-        session["told"] = str(err)  # a Run that follows with the same value need not say it twice
-        raise gr.Error(str(err), print_exception=False) from None
+        return warn(str(err))
     session["threshold"], session["threshold_at"] = tau, time.monotonic()
     if session.get("mars") is not None:
         session["mars"].threshold = threshold_in_force(session)
+    return ""
 
 
 def set_adapt(adapt: bool, session: dict) -> None:
@@ -162,11 +168,83 @@ def legend_html() -> str:
         '#dc2626">dotted</span> = confidence below 0.5 &nbsp;·&nbsp; hover a token for its forward and confidence')
 
 
-def pane_html(run: Run | None, status: str = "", depart: int | None = None) -> str:
-    """A lane's text, each forward's tokens on a background coloured by how many it committed; token `depart` (the
-    first that differs from AR's) outlined in red."""
-    spans, index = [], 0
-    for forward, pieces, conf, note in run.chunks if run else []:
+def width_invariant(dtype: str) -> bool:
+    """Whether the served model's wide forwards give one-token decoding's tokens exactly, so that the verified lane's
+    answer is one-token decoding's: for now, float32 weights (bf16 rounds a wide forward differently)."""
+    return str(dtype).removeprefix("torch.") == "float32"
+
+
+def verified_guarantee(dtype: str, invariant: bool | None = None) -> str:
+    """What the verified lane promises, said in one place (its title, the page's words): identical to one-token
+    decoding where the model's forwards are width-invariant (`invariant`; by default width_invariant(dtype)), else
+    identical up to rounding."""
+    invariant = width_invariant(dtype) if invariant is None else invariant
+    return "identical to one-token decoding" if invariant else "identical up to rounding"
+
+
+def lane_title(key: str, dtype: str = "bfloat16") -> str:
+    """A lane's title: its name and what it does (the verified lane: what it promises, verified_guarantee)."""
+    what = {"ar": "one token per forward", "mars": "keeps mask predictions while confidence ≥ τ",
+            "verified": f"drafts checked by the model: {verified_guarantee(dtype)}"}[key]
+    return f"<b>{LANE_NAMES[key]}</b><small>{html.escape(what)}</small>"
+
+
+def drafts_account(run: Run) -> dict:
+    """The verified lane's drafts, counted so they add up: fed = compared + not compared (a forward stops comparing
+    at its first mismatch, or at the end of the text), compared = matched + the first mismatches."""
+    compared = sum(min(k, m + 1) for k, m in run.checks)
+    return {"fed": run.drafted, "compared": compared, "matched": run.matched,
+            "missed": compared - run.matched, "unread": run.drafted - compared}
+
+
+def tau_changes(run: Run) -> list[tuple[int, float, float]]:
+    """(forward, τ before, τ from then on) for each forward whose threshold differs from the forward before it."""
+    t = run.thresholds
+    return [(k, t[k - 1], t[k]) for k in range(1, len(t)) if t[k] != t[k - 1]]
+
+
+def counters_html(run: Run | None) -> str:
+    """A lane's big counters: tokens, forwards, tokens per forward (bold: counts) and tokens/s (a measurement)."""
+    s = run.summary() if run and run.counts else None
+    cells = (("tokens", s["tokens"] if s else "–"), ("forwards", s["forwards"] if s else "–"),
+             ("tokens per forward", f"{s['tokens_per_forward']:.2f}" if s else "–"),
+             ("tokens/s", f"{s['tokens_per_second']:.1f}" if s else "–"))
+    return '<div class="mars-counters">' + "".join(
+        f"<div><b>{value}</b><span>{label}</span></div>" for label, value in cells) + "</div>"
+
+
+def lane_note(key: str, run: Run | None, depart: int | None, tau: float | None, token: str = "") -> str:
+    """The line under a lane's counters: where a MARS answer departs from AR's (the token, in red), the τ in force on
+    the MARS τ lane and each change of it, the verified lane's drafts (counted so they add up)."""
+    parts = []
+    if depart is not None and run is not None:
+        token = f" “{html.escape(token)}”" if token else ""
+        parts.append(f'<span style="color:#dc2626">departs from AR\'s answer at token {depart + 1}{token}</span>')
+    if key == "mars" and tau is not None:
+        changes = tau_changes(run) if run else []
+        parts.append(f"τ in force {tau:.2f}" + "".join(
+            f" · τ {old:.2f} → {new:.2f} from forward {k + 1}" for k, old, new in changes))
+    if key == "verified" and run is not None and run.drafted:
+        d = drafts_account(run)
+        parts.append(f"{d['fed']} drafts fed: {d['matched']} matched, {d['missed']} mismatched"
+                     + (f", {d['unread']} not compared (after a mismatch)" if d["unread"] else ""))
+    if key == "ar":
+        parts.append("the reference: greedy, one token per forward")
+    return f'<div class="mars-note">{" · ".join(parts) or "&nbsp;"}</div>'
+
+
+def pane_html(run: Run | None, status: str = "", depart: int | None = None, key: str | None = None,
+              dtype: str = "bfloat16", tau: float | None = None) -> str:
+    """A lane: its title and big counters (with `key`), a note (departure, τ, drafts), then its text, each forward's
+    tokens on a background coloured by how many it committed; token `depart` (the first that differs from AR's)
+    outlined in red; on the MARS τ lane a chip where τ changed."""
+    spans, index, dep_text = [], 0, ""
+    changed = {k: new for k, _, new in tau_changes(run)} if run and key == "mars" else {}
+    by_forward = len(run.chunks) == len(run.thresholds) if run else False  # MARS τ: every forward commits
+    for n_chunk, (forward, pieces, conf, note) in enumerate(run.chunks if run else []):
+        if by_forward and n_chunk in changed:
+            spans.append(f'<span class="tau-mark" title="τ changed here: forward {n_chunk + 1} on used τ = '
+                         f'{changed[n_chunk]:.2f}">τ→{changed[n_chunk]:.2f}</span>')
         n = len(conf)
         for k, piece in enumerate(pieces):
             c = conf[k] if len(pieces) == n else min(conf)
@@ -175,6 +253,7 @@ def pane_html(run: Run | None, status: str = "", depart: int | None = None) -> s
             first = depart is not None and (span == depart or (span is None and index <= depart < index + n))
             if first:
                 tip = f"first token where this answer departs from AR's · {tip}"
+                dep_text = piece
             classes = ["tk", count_class(n), "fs" * (k == 0), "ls" * (k == len(pieces) - 1), "dep" * first,
                        "low" * (c < 0.5)]
             spans.append(f'<span class="{" ".join(c for c in classes if c)}" title="{html.escape(tip)}">'
@@ -182,11 +261,27 @@ def pane_html(run: Run | None, status: str = "", depart: int | None = None) -> s
             index += 1 if len(pieces) == n else n
     body = "".join(spans) or '<span style="color:#94a3b8">(the text streams here)</span>'
     foot = f'<div style="margin-top:8px;color:#64748b;font-size:0.85em">{html.escape(status)}</div>' if status else ""
+    head = (f'<div class="mars-title">{lane_title(key, dtype)}</div>{counters_html(run)}'
+            f"{lane_note(key, run, depart, tau, dep_text)}" if key else "")
     return (
-        '<div class="mars-pane" style="white-space:pre-wrap;line-height:2;font-size:15px;min-height:280px;'
-        'padding:10px 12px;border:1px solid #e2e8f0;border-radius:8px;background:#fff;color:#0f172a">'
-        f"{body}{foot}</div>"
+        f'<div class="mars-lane">{head}<div class="mars-pane mars-body" style="white-space:pre-wrap;line-height:2;'
+        f"font-size:15px;height:{BODY_HEIGHT}px;overflow-y:auto;position:relative;padding:8px 12px;"
+        'border:1px solid #e2e8f0;border-radius:8px;background:#fff;color:#0f172a">'
+        f"{body}{foot}</div></div>"
     )
+
+
+LANE_CSS = (  # the lanes' title, counters and note (the token styles are lanes.PANE_CSS)
+    ".mars-title{margin:0 0 4px;line-height:1.3}.mars-title b{display:block;font-size:16px}"
+    ".mars-title small{display:block;font-size:12.5px;color:#475569;min-height:34px;line-height:17px}"
+    ".mars-counters{display:flex;gap:6px;margin-bottom:4px}"
+    ".mars-counters div{flex:1;text-align:center;background:#f1f5f9;border-radius:6px;padding:2px 0;min-width:0}"
+    ".mars-counters b{display:block;font-size:24px;line-height:1.2;color:#0f172a}"
+    ".mars-counters span{display:block;font-size:11px;color:#64748b;line-height:1.2}"
+    ".mars-note{font-size:12px;color:#475569;min-height:34px;margin-bottom:4px;line-height:17px}"
+    ".tau-mark{background:#f59e0b;color:#fff;font-size:11px;border-radius:3px;padding:0 3px;margin:0 2px}"
+    "#race-message p{color:#b91c1c;margin:0}"
+)
 
 
 def forwards_figure(runs: dict[str, Run | None], block_size: int) -> dict:
@@ -259,8 +354,10 @@ def acceptance_figure(run: Run | None) -> dict:
     return {"data": data, "layout": layout}
 
 
-def headline(key: str, run: Run, ar: Run, depart: int | None, done: bool, dtype: str = "bfloat16") -> str:
-    """What is deterministic about a MARS lane: forwards, tokens per forward, and how its answer compares to AR's."""
+def headline(key: str, run: Run, ar: Run, depart: int | None, done: bool, dtype: str = "bfloat16",
+             tau: str = "") -> str:
+    """What is deterministic about a MARS lane: forwards, tokens per forward, and how its answer compares to AR's
+    (`tau`: the MARS τ lane's threshold in force, as said after its name)."""
     s, a = run.summary(), ar.summary()
     fewer = a["forwards"] / s["forwards"] if s["forwards"] and done else None
     facts = f"{s['forwards']} forwards for {s['tokens']} tokens · **{s['tokens_per_forward']:.2f} tokens/forward**"
@@ -276,9 +373,12 @@ def headline(key: str, run: Run, ar: Run, depart: int | None, done: bool, dtype:
         verdict = f"same as AR so far ({min(len(ar.ids), len(run.ids))} tokens)"
     extra = ""
     if key == "verified" and run.drafted:
+        d = drafts_account(run)
         looked = f"{run.looked_up} forward{'' if run.looked_up == 1 else 's'} drafted by prompt lookup"
-        extra = f" · {run.matched} of {run.drafted} drafts matched ({looked})"
-    return f"**{LANE_NAMES[key]}** {facts} · {verdict}{extra}"
+        unread = (f"; {d['unread']} not compared: a forward stops comparing at its first mismatch" if d["unread"]
+                  else "")
+        extra = (f" · {d['fed']} drafts fed, {d['compared']} compared, {d['matched']} matched ({looked}{unread})")
+    return f"**{LANE_NAMES[key]}**{tau} {facts} · {verdict}{extra}"
 
 
 def stats_markdown(runs: dict[str, Run], session: dict, block_size: int, status: str, done: bool,
@@ -289,9 +389,10 @@ def stats_markdown(runs: dict[str, Run], session: dict, block_size: int, status:
     load_note = (f" (adapting to load: {models.TRACKER.active} generation(s) running, base τ "
                  f"{session['threshold']:.2f})" if session["adapt"] else "")
     lines = [f"**AR** {len(ar.counts)} forwards for {sum(ar.counts)} tokens (one per forward) · B = {block_size} · "
-             f"τ in force {tau:.2f}{load_note} · {status}"]
+             f"{status}"]
     for key in ("mars", "verified"):
-        lines.append(headline(key, runs[key], ar, departure(ar.ids, runs[key].ids, done), done, dtype))
+        said = f" (τ in force {tau:.2f}{load_note})" if key == "mars" else ""
+        lines.append(headline(key, runs[key], ar, departure(ar.ids, runs[key].ids, done), done, dtype, said))
     lines.append(f"<small>Measured on this shared CPU, each lane timed by its own forwards: {speeds(runs)}. "
                  "A lane's tokens/s over AR's is its tokens per forward over what its forward costs against AR's "
                  "(a wider forward costs more). Forwards are the machine-independent count; seconds vary with "
@@ -335,31 +436,42 @@ def trace(runs: dict[str, Run | None], status: str, message: str = "") -> dict:
 
 
 def frame(runs: dict[str, Run | None], session: dict, block_size: int, status: str, done: bool = False,
-          dtype: str = "bfloat16", charts: bool = True) -> tuple:
-    """One update of every output: the three panes, the three charts (or gr.skip(): left as they are), stats,
-    trace."""
+          dtype: str = "bfloat16", charts: bool = True, message: str = "") -> tuple:
+    """One update of every output: the three lanes, the three charts (or gr.skip(): left as they are), stats, the
+    message line (cleared) and the trace."""
     ar = runs["ar"]
+    mars = runs["mars"]
+    tau = mars.thresholds[-1] if mars.thresholds else threshold_in_force(session)
     panes = []
     for key in LANES:
         run = runs[key]
         depart = departure(ar.ids, run.ids, done) if key != "ar" else None
-        panes.append(pane_html(run, f"{status} · {sum(run.counts)} tokens in {len(run.counts)} forwards", depart))
+        panes.append(pane_html(run, f"{status} · {sum(run.counts)} tokens in {len(run.counts)} forwards", depart, key,
+                               dtype, tau if key == "mars" else None))
     figures = ((plotly_data(forwards_figure(runs, block_size)), plotly_data(time_figure(runs)),
                 plotly_data(acceptance_figure(runs["verified"]))) if charts else (gr.skip(),) * 3)
-    return (*panes, *figures, stats_markdown(runs, session, block_size, status, done, dtype), trace(runs, status))
+    return (*panes, *figures, stats_markdown(runs, session, block_size, status, done, dtype), message,
+            trace(runs, status))
 
 
-def placeholder(status: str, message: str = "") -> tuple:
-    """Outputs before anything was generated (loading, waiting, or a message), the charts as empty axes."""
+def placeholder(status: str, message: str = "", dtype: str = "bfloat16") -> tuple:
+    """Outputs before anything was generated (the page's first content without a recording): empty lanes, the
+    charts as empty axes, the message in the stats line."""
     note = message or status
-    return (pane_html(None, note), pane_html(None, note), pane_html(None, note),
+    return (*(pane_html(None, note, key=key, dtype=dtype) for key in LANES),
             plotly_data(forwards_figure({}, 4)), plotly_data(time_figure({})), plotly_data(acceptance_figure(None)),
-            note, trace({}, status, message))
+            note, "", trace({}, status, message))
 
 
-def failure(message: str, toast: bool = True) -> tuple:
-    """Race outputs that show one message instead of results (nothing runs)."""
-    return placeholder("error", warn(message) if toast else f"⚠ {message}")
+def notice(status: str, message: str) -> tuple:
+    """A message on the race's message line (waiting for a slot, preparing the model, a value refused, a failure),
+    everything else left as it is: one message, nothing wiped; the trace says it too (for API clients)."""
+    return (*(gr.skip(),) * 7, message, trace({}, status, message))
+
+
+def failure(message: str) -> tuple:
+    """One message, next to the controls, instead of a run (nothing runs, nothing on screen is wiped)."""
+    return notice("error", warn(message))
 
 
 def race(
@@ -368,12 +480,10 @@ def race(
 ) -> Iterator[tuple]:
     """Stream AR, MARS at τ and MARS verified side by side, one forward each in turn; yields every output."""
     try:
-        prompt, tau, block, temp, new = check_inputs(prompt, threshold, block_size, temperature, max_new_tokens,
-                                                     cap=cap("race-max-new"))
+        prompt, tau, block, temp, new = check_inputs(prompt, threshold, block_size, temperature, max_new_tokens)
     except ValueError as err:
-        yield failure(str(err), toast=session.pop("told", None) != str(err))
+        yield failure(str(err))
         return
-    session.pop("told", None)
     if time.monotonic() - session.get("threshold_at", -math.inf) > RECENT_SECONDS:
         session["threshold"] = tau  # else a /set_threshold sent with this race (or after it) wins: the newest
     session["adapt"] = bool(adapt)
@@ -384,8 +494,8 @@ def race(
     try:
         yield from models.in_a_slot(
             guarded(_race(prompt, block, new, controls, session), failure, "Generation"),
-            lambda: placeholder("waiting", models.WAITING), lambda: controls["ar"].stopped,
-            lambda: placeholder("stopped"))
+            lambda: notice("waiting", models.WAITING), lambda: controls["ar"].stopped,
+            lambda: notice("stopped", "Stopped before the race began."))
     finally:
         if session.get("ar") is controls["ar"]:
             session.update(ar=None, mars=None, verified=None)
@@ -396,8 +506,11 @@ def _race(prompt: str, block: int, new: int, controls: dict, session: dict,
     """The race itself, inside a generation slot (`keep` receives the lanes, for recording). A ValueError is a
     message (mars_core's checks: prompt too long for the context, no mask token, …; a model that did not load)."""
     config = models.CONFIG
-    if not all((name or "default") in models.MODELS for name in (config.model, config.ar_model or config.model)):
-        yield placeholder("loading", "Loading the model (the first load of the default model takes about 25 s)…")
+    for said in models.preparing(models.served(), lambda: controls["ar"].stopped):
+        yield notice("preparing", said)
+    if controls["ar"].stopped:
+        yield notice("stopped", "Stopped before the race began.")
+        return
     model, tokenizer = models.get_model(config.model)
     ar_model, ar_tokenizer = models.get_model(config.ar_model) if config.ar_model else (model, tokenizer)
     runs = {
@@ -499,54 +612,60 @@ def acceptance_chart() -> gr.Plot:
     return plot
 
 
-def build(demo: gr.Blocks) -> None:
-    """The Race tab: prompt, settings, the three lanes' panes, two charts and the trace, and their events; the page
-    opens on the recorded race."""
+def build(demo: gr.Blocks) -> list[gr.Button]:
+    """The Race tab, the race first: prompt, τ and Run/Stop, the message line, the three lanes with their counters,
+    then the stats, examples, the other settings (folded), the charts and the trace; the page opens on the recorded
+    race. Returns the buttons that run the model (enabled once it is ready)."""
     session = gr.State(new_session())
     with gr.Tab("Race"):
         with gr.Row(equal_height=True):
-            prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=2, scale=5, placeholder="Ask something…",
-                                max_length=MAX_PROMPT_CHARS, elem_id="race-prompt")
+            with gr.Column(scale=4, min_width=300):  # columns, not one form: on a phone they wrap, one per line
+                prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=2, placeholder="Ask something…",
+                                    max_length=MAX_PROMPT_CHARS, elem_id="race-prompt")
+            with gr.Column(scale=2, min_width=180):
+                threshold = slider("race-threshold")
             run_button, stop_button = lanes.run_and_stop("race", "Run")
-        gr.Examples([[p] for p, _ in EXAMPLES], inputs=prompt, label="Examples",
-                    example_labels=[f"{label} · {p}" for p, label in EXAMPLES])
-        with gr.Row():
-            threshold, block, temperature, max_new = (slider(f"race-{name}") for name in
-                                                      ("threshold", "block", "temperature", "max-new"))
-            adapt = gr.Checkbox(value=False, label="Adapt to load",
-                                info="τ drops 0.05 per extra concurrent run, down to 0.5")
-        gr.HTML(legend_html())
+        message = gr.Markdown("", elem_id="race-message")
+        with gr.Accordion("Settings: block size, temperature, max new tokens, adapt to load", open=False,
+                          elem_id="race-settings"):
+            with gr.Row():
+                block, temperature, max_new = (slider(f"race-{name}") for name in ("block", "temperature", "max-new"))
+                adapt = gr.Checkbox(value=False, label="Adapt to load",
+                                    info="τ drops 0.05 per extra concurrent run, down to 0.5")
         panes = []
-        with gr.Row():
-            for key, title in (("ar", "**AR** · one token per forward"),
-                               ("mars", "**MARS τ** · mask predictions accepted while confidence ≥ τ"),
-                               ("verified", "**MARS verified** · drafts checked by the model: AR's answer")):
-                with gr.Column(min_width=260):
-                    gr.Markdown(title)
-                    panes.append(gr.HTML(pane_html(None), label=f"{key} text", elem_id=f"{key}-pane", **PANE))
+        with gr.Row(elem_id="race-lanes"):
+            for key in LANES:
+                with gr.Column(min_width=280):
+                    panes.append(gr.HTML(pane_html(None, key=key), label=f"{key} text", elem_id=f"{key}-pane",
+                                         padding=False))
+        gr.HTML(legend_html())
         stats = gr.Markdown("Press **Run**: the three lanes stream at the same time.", label="stats",
                             elem_id="race-stats")
+        gr.Examples([[p] for p, _ in EXAMPLES], inputs=prompt, label="Examples (each finishes in under a minute)",
+                    example_labels=[f"{label} · {p}" for p, label in EXAMPLES], examples_per_page=len(EXAMPLES))
         with gr.Row():
             forwards_plot = gr.Plot(plotly_data(forwards_figure({}, 4)), label="tokens per forward", show_label=False,
                                     elem_id="forwards-plot")
             time_plot = gr.Plot(plotly_data(time_figure({})), label="tokens against time", show_label=False,
                                 elem_id="time-plot")
         acceptance_plot = acceptance_chart()
-        gr.Markdown(
-            "<small>The lanes share this machine's CPU: the app advances them in turn, one forward each, a "
-            "different lane first each round, and times each by its own forwards only, so none is charged for "
-            "another's work; the forward right after each update of this page is charged its lane's typical "
-            "forward instead, since drawing the page (in a browser on the same machine) slows whatever runs "
-            "then. MARS verified checks "
-            "the mask slots' drafts (and, where the text repeats itself, prompt-lookup drafts) with the model's "
-            "own next-token predictions in the same forward that proposes the next drafts: every token is the "
-            "one AR picks, several per forward when the drafts are right.</small>"
-        )
+        with gr.Accordion("How the race is run and timed", open=False):
+            gr.Markdown(
+                "The lanes share this machine's CPU: the app advances them in turn, one forward each, a "
+                "different lane first each round, and times each by its own forwards only, so none is charged for "
+                "another's work; the forward right after each update of this page is charged its lane's typical "
+                "forward instead, since drawing the page (in a browser on the same machine) slows whatever runs "
+                "then. MARS verified checks the mask slots' drafts (and, where the text repeats itself, "
+                "prompt-lookup drafts) with the model's own next-token predictions in the same forward that "
+                "proposes the next drafts: every token is the one one-token decoding picks ("
+                + verified_guarantee("float32") + " in float32; in bfloat16 "
+                + verified_guarantee("bfloat16") + "), several per forward when the drafts are right.")
         data = lanes.trace_json()
-    outputs = [*panes, forwards_plot, time_plot, acceptance_plot, stats, data]
+    outputs = [*panes, forwards_plot, time_plot, acceptance_plot, stats, message, data]
     demo.load(example_outputs, None, outputs, api_visibility="undocumented", show_progress="hidden")
     lanes.wire(run_button, stop_button, race, stop, [prompt, threshold, block, temperature, max_new, adapt, session],
                outputs, "race", "stop")
-    threshold.change(set_threshold, [threshold, session], None, api_name="set_threshold",
+    threshold.change(set_threshold, [threshold, session], message, api_name="set_threshold",
                      js=typed_js([threshold], False), **QUICK)
     adapt.change(set_adapt, [adapt, session], None, api_name="set_adapt", **QUICK)
+    return [run_button]

@@ -16,7 +16,7 @@ from mars_core.generate import encode_prompt
 
 from . import models
 from .charts import MARS_COLOUR
-from .inputs import MAX_PROMPT_CHARS, cap, check_inputs, slider, typed_js, warn
+from .inputs import MAX_PROMPT_CHARS, check, check_inputs, slider, typed_js, warn
 from .lanes import QUICK, guarded
 
 DEFAULT_PROMPT = "Name 4 colours, as a numbered list."
@@ -36,6 +36,18 @@ def mask_categories(n: int, block_size: int) -> torch.Tensor:
     cats[:n, :n] = torch.where((k <= q) & same_block, 2, 0)  # noisy -> noisy: causal, same block
     cats[:n, n:] = torch.where((k // block_size) < (q // block_size), 3, 0)  # noisy -> clean: earlier blocks
     return cats  # clean -> noisy stays 0: never
+
+
+def mask_view(n: int, block_size: int) -> tuple[go.Figure | object, str]:
+    """The mask sliders' event (and /mask): the figure and an empty message line, or, for a value out of range,
+    the figure left as it is and one message (None: a value still being typed, typed_js: nothing yet)."""
+    if n is None or block_size is None:
+        return gr.skip(), gr.skip()
+    try:
+        n, block_size = check("mask-n", n), check("mask-block", block_size)
+    except ValueError as err:
+        return gr.skip(), warn(str(err))
+    return mask_figure(n, block_size), ""
 
 
 def mask_figure(n: int, block_size: int) -> go.Figure:
@@ -99,17 +111,17 @@ def token_chip(text: str, colour: str = "#e2e8f0") -> str:
 def walk_steps(prompt: str, threshold: float, block_size: int, max_new_tokens: int) -> Iterator[tuple[str, dict]]:
     """The Decode button: the inputs checked, then the decode in a generation slot (until one is free, the view says
     so); its one frame is the first forward's view and the walk."""
-    yield from checked_in_a_slot((prompt, threshold, block_size, max_new_tokens), "walk-max-new", decode, failure,
+    yield from checked_in_a_slot((prompt, threshold, block_size, max_new_tokens), "walk", decode, failure,
                                  lambda: (f"<p>{models.WAITING}</p>", gr.skip()))
 
 
-def checked_in_a_slot(inputs: tuple, cap_id: str, run: Callable[..., Iterator], failure: Callable[[str], tuple],
+def checked_in_a_slot(inputs: tuple, tab: str, run: Callable[..., Iterator], failure: Callable[[str], tuple],
                       waiting: Callable[[], tuple]) -> Iterator[tuple]:
     """Check (prompt, threshold, block size, max new tokens), then run(prompt, tau, block, new) in a generation slot,
     saying so while every slot is taken; bad input or an error is one message."""
     prompt, threshold, block_size, max_new_tokens = inputs
     try:
-        prompt, tau, block, _, new = check_inputs(prompt, threshold, block_size, 0.0, max_new_tokens, cap=cap(cap_id))
+        prompt, tau, block, _, new = check_inputs(prompt, threshold, block_size, 0.0, max_new_tokens, tab=tab)
     except ValueError as err:
         yield failure(str(err))
         return
@@ -319,7 +331,7 @@ def verified_steps(prompt: str, threshold: float, block_size: int, max_new_token
                    ) -> Iterator[tuple[str, object, dict]]:
     """The Decode verified button: the inputs checked, then the decode in a generation slot; its one frame is the
     first forward's view, its tree mask and the walk."""
-    yield from checked_in_a_slot((prompt, threshold, block_size, max_new_tokens), "walkv-max-new", decode_verified,
+    yield from checked_in_a_slot((prompt, threshold, block_size, max_new_tokens), "walkv", decode_verified,
                                  verified_failure, lambda: (f"<p>{models.WAITING}</p>", gr.skip(), gr.skip()))
 
 
@@ -611,7 +623,7 @@ forward (`DecodeOptions.record`): the mask is the one the model got.
 """
 
 
-def verified_section(demo: gr.Blocks) -> None:
+def verified_section(demo: gr.Blocks) -> gr.Button:
     """The verified walkthrough: its inputs, Decode verified and the forward-by-forward view with its tree mask."""
     gr.Markdown(VERIFIED_MARKDOWN)
     with gr.Row(equal_height=True):
@@ -631,16 +643,17 @@ def verified_section(demo: gr.Blocks) -> None:
                         js=typed_js(inputs, True))
     prev_button.click(lambda w: verified_move(w, -1), walk, outputs, api_visibility="undocumented", **QUICK)
     next_button.click(lambda w: verified_move(w, 1), walk, outputs, api_visibility="undocumented", **QUICK)
+    return decode_button
 
 
-def build(demo: gr.Blocks) -> None:
+def build(demo: gr.Blocks) -> list[gr.Button]:
     """The Walkthrough tab: the training mask and the loss, then a decode stepped forward by forward, and their
-    events."""
+    events; returns its two Decode buttons (enabled once the model is ready)."""
     with gr.Tab("Walkthrough"):
         gr.Markdown("### Training: one forward over [noisy | clean]")
         with gr.Row():
-            mask_n = gr.Slider(2, 16, value=8, step=1, label="Response tokens n")
-            mask_b = gr.Slider(1, 8, value=4, step=1, label="Block size B")
+            mask_n, mask_b = slider("mask-n"), slider("mask-block")
+        mask_message = gr.Markdown("", elem_id="mask-message")
         mask_plot = gr.Plot(mask_figure(8, 4), label="attention mask", show_label=False)
         gr.Markdown(LOSS_MARKDOWN, latex_delimiters=[
             {"left": "$$", "right": "$$", "display": True}, {"left": "$", "right": "$", "display": False}])
@@ -654,11 +667,12 @@ def build(demo: gr.Blocks) -> None:
             next_button = gr.Button("Next forward ▶")
         walk = gr.State({"steps": [], "index": 0})
         view = gr.HTML(step_html({"steps": [], "index": 0}), label="forward")
-        verified_section(demo)
-    gr.on([mask_n.change, mask_b.change], mask_figure, [mask_n, mask_b], mask_plot, api_name="mask",
-          show_progress="hidden")
+        verified_decode = verified_section(demo)
+    gr.on([mask_n.change, mask_b.change], mask_view, [mask_n, mask_b], [mask_plot, mask_message], api_name="mask",
+          show_progress="hidden", js=typed_js([mask_n, mask_b], False))
     inputs = [prompt, tau, block, new]
     decode_button.click(models.gpu(walk_steps), inputs, [view, walk], api_name="walkthrough",
                         js=typed_js(inputs, True))
     prev_button.click(lambda w: walk_move(w, -1), walk, [view, walk], api_visibility="undocumented", **QUICK)
     next_button.click(lambda w: walk_move(w, 1), walk, [view, walk], api_visibility="undocumented", **QUICK)
+    return [decode_button, verified_decode]

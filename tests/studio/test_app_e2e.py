@@ -51,7 +51,8 @@ def client(url):
     return Client(url, verbose=False)
 
 
-OUT = ("ar", "mars", "verified", "forwards", "time", "acceptance", "stats", "trace")  # /race's outputs, in order
+# /race's outputs, in order
+OUT = ("ar", "mars", "verified", "forwards", "time", "acceptance", "stats", "message", "trace")
 
 
 def part(outputs, name: str):
