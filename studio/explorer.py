@@ -19,7 +19,7 @@ from mars_core.evaluation.sweep import SWEEP_COLUMNS, threshold_sweep
 
 from . import models
 from .charts import MARS_COLOUR, TAU_COLOUR, VERIFIED_COLOUR, chart_layout
-from .inputs import THRESHOLDS, check, check_inputs, slider, typed_js, warn
+from .inputs import THRESHOLDS, check, check_inputs, slider, typed_js, unchecked, warn
 from .lanes import guarded
 
 
@@ -254,12 +254,12 @@ def build(demo: gr.Blocks) -> list[gr.Button]:
             "and tokens per second (measured on this machine, now) against the draft threshold."
         )
         with gr.Row():
-            mode = gr.Radio(list(MODES), value="threshold mode", label="Mode", scale=1)
+            mode = unchecked(gr.Radio(list(MODES), value="threshold mode", label="Mode", scale=1))  # checked: chosen()
             taus = gr.Textbox("1, 0.9, 0.7, 0.5", label="Thresholds", scale=2)
             block, new = slider("sweep-block"), slider("sweep-max-new")
         cats, pool = prompt_categories(), len(prompt_set())
         with gr.Row():
-            categories = gr.CheckboxGroup(cats, value=cats, label="Prompt categories", scale=3)
+            categories = unchecked(gr.CheckboxGroup(cats, value=cats, label="Prompt categories", scale=3))
             limit = slider("sweep-limit", maximum=pool, value=min(9, pool), scale=1)
         plan_view = gr.Markdown(elem_id="sweep-plan")
         run_button = gr.Button("Run sweep", variant="primary", elem_id="sweep-run")

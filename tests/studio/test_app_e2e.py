@@ -123,9 +123,9 @@ def test_stop_ends_the_race(client):
 
 @pytest.mark.parametrize("args, message", [
     (("   ", 0.9, 4, 0.0, 48), "Empty prompt"),
-    (("hi", 0.9, 4, 0.0, 100000), "Max new tokens must be between 1 and 512"),  # beyond the slider: our message
-    (("hi", 1.5, 4, 0.0, 48), "Threshold must be in (0, 1]"),
-    (("hi", 0.9, 99, 0.0, 48), "Block size must be between 1 and 16"),
+    (("hi", 0.9, 4, 0.0, 100000), "Max new tokens must be between 8 and 512"),  # the slider's range, stated once
+    (("hi", 1.5, 4, 0.0, 48), "Threshold τ must be between 0.05 and 1"),
+    (("hi", 0.9, 99, 0.0, 48), "Block size B must be between 1 and 16"),
     (("hi", 0.9, 4, -1, 48), "Temperature must be between 0 and 2"),
     (("hi", 0.9, 4, 0.0, 12.5), "whole number"),  # within the slider, but not whole
     (("hi " * 1300, 0.9, 4, 0.0, 64), "prompt too long"),
@@ -133,9 +133,49 @@ def test_stop_ends_the_race(client):
 def test_bad_input_gives_one_message_no_run_no_traceback(client, url, args, message):
     final = client.predict(*args, False, api_name="/race")
     trace = part(final, "trace")
-    assert trace["status"] == "error" and message.lower() in part(final, "stats").lower()
+    assert trace["status"] == "error" and message.lower() in part(final, "message").lower()
+    assert message.lower() in trace["message"].lower()
     assert trace["ar"] == trace["mars"] == {}  # nothing ran
     assert "Traceback" not in server_log(url)  # a bad value is the user's input, not a server error
+
+
+# Every route's inputs, each with values out of range: each call must give its one message (⚠ …) and no traceback.
+BAD = {
+    "/race": [("hi", 2, 4, 0.0, 48, False), ("hi", 0.9, 0, 0.0, 48, False), ("hi", 0.9, 4, 9, 48, False),
+              ("hi", 0.9, 4, 0.0, 10**6, False), ("hi", 0.9, 4, 0.0, -3, False), ("", 0.9, 4, 0.0, 48, False),
+              ("hi", "x", 4, 0.0, 48, False)],
+    "/set_threshold": [(0.0,), (1.01,), (-5,), ("abc",)],
+    "/batch": [("a\nb", 0.9, 4, 32), ("a\nb\nc\nd", 0, 4, 32), ("a\nb\nc\nd", 0.9, 17, 32),
+               ("a\nb\nc\nd", 0.9, 4, 10**6), ("a\nb\nc\nd", 0.9, 4, 0)],
+    "/mask": [(1000, 4), (8, 0), (1, 4), (8, 9.5)],
+    "/sweep": [("1, 0.3", 4, 8, ["lists"], 10**6), ("1, 0.3", 4, 8, ["lists"], 0), ("1, 2", 4, 8, ["lists"], 2),
+               ("1", 99, 8, ["lists"], 2), ("1", 4, 10**6, ["lists"], 2), ("1", 4, 8, ["poetry"], 2)],
+    "/walkthrough": [("hi", 1.5, 4, 8), ("hi", 0.9, 9, 8), ("hi", 0.9, 4, 1000), ("", 0.9, 4, 8)],
+    "/walkthrough_verified": [("hi", 0.0, 4, 8), ("hi", 0.3, 0, 8), ("hi", 0.3, 4, 65), ("hi", 0.3, 4, 2)],
+}
+
+
+def said(outputs) -> list[str]:
+    """Every message (⚠ …) among a call's outputs, however deep (a trace dict holds it too: counted once per
+    output)."""
+    found = []
+    for value in outputs if isinstance(outputs, (list, tuple)) else [outputs]:
+        if isinstance(value, str) and "⚠" in value:
+            found.append(value)
+    return found
+
+
+@pytest.mark.parametrize("route", sorted(BAD))
+def test_every_route_refuses_every_bad_value_with_one_message_and_no_traceback(client, url, route):
+    before = server_log(url)
+    for args in BAD[route]:
+        outputs = client.predict(*args, api_name=route)
+        messages = said(outputs)
+        assert len(messages) == 1, (route, args, outputs)  # one message, shown once
+        assert "must" in messages[0] or "Empty" in messages[0] or "Give" in messages[0] or \
+            "unknown" in messages[0], messages[0]
+    new = server_log(url)[len(before):]
+    assert "Traceback" not in new and "Error" not in new, new[-2000:]
 
 
 def test_four_clients_at_once_get_what_they_get_alone(url):
@@ -193,7 +233,7 @@ def test_a_model_that_fails_to_load_gives_a_message(tmp_path):
     with launched_app(str(tmp_path / "no_such_model"), "--no-preload") as address:
         final = Client(address, verbose=False).predict(*race_args("hello"), api_name="/race")
     assert part(final, "trace")["status"] == "error"
-    assert "Could not load model" in part(final, "stats")
+    assert "Could not load model" in part(final, "message")
 
 
 def test_space_launcher_runs_the_root_app_and_refuses_arbitrary_models(tmp_path):
