@@ -80,6 +80,9 @@ def build_ui() -> gr.Blocks:
             gr.Markdown(intro_markdown())
         status = gr.Markdown(models.status_markdown()[0], elem_id="model-status")
         buttons = [button for tab in (race, batch, walkthrough, explorer) for button in tab.build(demo)]
+        if models.PRELOADING and not models.status_markdown()[1]:
+            for button in buttons:  # the page's first paint: Run waits for the model being prepared (poll enables)
+                button.interactive = False
         timer = gr.Timer(1.0)
         for event in (demo.load, timer.tick):
             event(lambda: model_status(len(buttons)), None, [status, timer, *buttons], api_visibility="undocumented",
@@ -123,6 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.record_example:
         print(f"recorded {race.record_example()}")
         return
+    models.PRELOADING = not args.no_preload
     if not args.no_preload:
         threading.Thread(target=models.preload, name="preload", daemon=True).start()
     build_ui().launch(server_name=args.host, server_port=args.port, theme=THEME, css=CSS, js=page_js())

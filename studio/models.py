@@ -47,6 +47,7 @@ class AppConfig:
 
 
 CONFIG = AppConfig()
+PRELOADING = False  # main() sets it when the models are prepared at start (else on the first Run)
 MODELS: dict[str, tuple[Any, Any]] = {}  # loaded (model, tokenizer) by name: read-only once loaded
 _LOAD_LOCK = threading.Lock()
 T = TypeVar("T")  # a frame: what a handler yields to the page

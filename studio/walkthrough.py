@@ -377,6 +377,20 @@ def axis_labels(step: dict) -> list[str]:
     return labels
 
 
+MAX_TICKS = 24  # labels an axis of the tree mask shows at most: more overlap at the figure's width
+
+
+def readable_ticks(labels: list[str], cache: bool, pending: int) -> list[int]:
+    """Which axis labels to show so that they do not overlap at any prompt length: every slot of the tree (drafts,
+    masks, siblings) and the cache column always; the pending tokens (the whole prompt at the first forward) thinned
+    to every k-th, the last one kept (the token the first prediction is read at)."""
+    first = 1 if cache else 0
+    room = max(MAX_TICKS - (len(labels) - first - pending), 4)
+    step = max(1, -(-pending // room))
+    shown = [first + i for i in range(pending) if i % step == 0 or i == pending - 1]
+    return [*range(first), *shown, *range(first + pending, len(labels))]
+
+
 def tree_figure(walk: dict) -> go.Figure:
     """The mask the decoder fed in the shown forward, each rule in its colour (the cache's slots as one column): the
     colours are computed from the tree's rules and must equal the recorded mask cell for cell."""
@@ -418,13 +432,16 @@ def tree_figure(walk: dict) -> go.Figure:
             fig.add_shape(type="line", y0=e - 0.5, y1=e - 0.5, x0=-0.5, x1=len(x) - 0.5,
                           line=dict(color="#0f172a", width=1))
     size = max(14, min(30, 640 // max(len(labels), 1)))
+    xticks, yticks = readable_ticks(x, s["cache"] > 0, s["pending"]), readable_ticks(labels, False, s["pending"])
+    font = dict(size=11 if len(labels) <= 24 else 9)
     fig.update_layout(
         title=dict(text=f"Forward {s['forward'] + 1}: the mask it fed", font=dict(size=14)),
         height=min(1000, 300 + size * len(labels)), margin=dict(l=110, r=20, t=50, b=180),
         legend=dict(orientation="h", x=0, y=0.01, xanchor="left", yanchor="bottom", yref="container",
                     font=dict(size=11)),
-        xaxis=dict(tickvals=list(range(len(x))), ticktext=x, tickangle=-60, title=dict(text="keys (seen)")),
-        yaxis=dict(tickvals=list(range(len(labels))), ticktext=labels, autorange="reversed",
+        xaxis=dict(tickvals=xticks, ticktext=[x[i] for i in xticks], tickangle=-60, tickfont=font,
+                   title=dict(text="keys (seen)")),
+        yaxis=dict(tickvals=yticks, ticktext=[labels[i] for i in yticks], autorange="reversed", tickfont=font,
                    title=dict(text="queries (fed slots)")),
         plot_bgcolor="#ffffff", paper_bgcolor="#ffffff")
     return fig
@@ -455,9 +472,22 @@ def why_this_tree(s: dict) -> str:
         return (f"<p><b>Why this tree.</b> The forward before chose no draft to check (none was confident enough, "
                 f"or the group that would have proposed them was not fed{cost}), so this forward checks none; "
                 f"{hung}.</p>")
+    g = s["g"]
+    planned = s["seconds"] is not None
+
+    def reason(j: int) -> str:
+        """Why G_j was fed or not, in plain words."""
+        if j in s["groups"]:
+            return (f"✓ fed: if exactly {j} draft{'s' * (j != 1)} match, its {g} mask{'s' * (g != 1)} propose the "
+                    "next drafts")
+        if planned:
+            return (f"✗ not fed: its {g} extra token{'s' * (g != 1)} of width would cost more time on this machine "
+                    "than the drafts it might propose are expected to save")
+        return f"✗ not fed: less likely than the floor {TreeLayout().group_floor:g}"
+
     rows = "".join(
-        f"<tr><td {CELL}>G<sub>{j}</sub></td><td {CELL}>{percent(odds[j])}</td><td {CELL}>"
-        f"{'✓ fed' if j in s['groups'] else '✗ not fed'}</td></tr>" for j in range(K + 1))
+        f"<tr><td {CELL}>G<sub>{j}</sub></td><td {CELL}>{percent(odds[j])}</td><td {CELL}>{reason(j)}</td></tr>"
+        for j in range(K + 1))
     head = "".join(f"<th {CELL}>{h}</th>" for h in ("group", "P(exactly j drafts match)", "this forward"))
     if s["seconds"] is None:
         rule = (f"G<sub>j</sub> is fed when P(exactly j drafts match) ≥ the group floor "
@@ -468,7 +498,8 @@ def why_this_tree(s: dict) -> str:
                 f"and group floors ({', '.join(f'{f:g}' for f in FLOORS)}) it fed the tree with the most expected "
                 f"committed tokens per second of forward. This forward fed {s['width']} tokens, which costs "
                 f"{t[min(s['width'], len(t) - 1)] / t[1]:.2f}× a one-token forward here"
-                + ("; no group was worth its width, so this forward's masks propose nothing." if not s["groups"] else
+                + ("; it fed no group at all (see the table: each one's width cost more than it was expected to "
+                   "save), so this forward checks its drafts but proposes no new ones." if not s["groups"] else
                    "; the groups left out were the least likely." if len(s["groups"]) < K + 1 else "."))
     if s["siblings"]:
         odds = s["chosen_sibling_odds"]
@@ -589,8 +620,11 @@ def verified_html(walk: dict) -> str:
 <p><b>Forward {s['forward'] + 1} of {len(steps)}</b> · draft threshold {s['threshold']:.2f} · {s['width']} tokens
 fed · committed {len(s['committed'])} ({s['m']} draft{'s' * (s['m'] != 1)} + the bonus){cut}</p>
 <p><b>Committed before this forward:</b> <span style="white-space:pre-wrap">{context}</span></p>
-<p><b>Fed</b> after the cache ({s['cache']} tokens):<br>
-pending ({P} token{'s' * (P != 1)}{', last 16 shown' if shown else ''}): {pending}<br>
+<p><b>Already in the cache:</b> {s['cache']} token{'s' * (s['cache'] != 1)} (the prompt and the text committed
+so far: the model keeps their keys and values, so they are not fed again).<br>
+<b>Fed in this forward: {s['width']} token{'s' * (s['width'] != 1)}</b>, all in one pass:<br>
+pending ({P} token{'s' * (P != 1)}{', last 16 shown' if shown else ''}: committed tokens that are not in the cache
+yet, at the first forward the prompt, after it the token the last forward committed of its own): {pending}<br>
 {f"drafts d<sub>1</sub>…d<sub>{K}</sub> from {source}: {drafts}" if K else "drafts: none"}<br>
 groups: {groups or 'none'}<br>
 siblings (each beside its draft, the second choice of its mask slot, with its group H<sub>a</sub>):

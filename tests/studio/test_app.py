@@ -396,6 +396,22 @@ def test_verified_walkthrough_explains_checks_groups_and_lookup():
     assert any("Prompt lookup instead" in v for v in pages)
     assert any(s["source"] == "lookup" and "from prompt lookup" in v for s, v in zip(steps, pages))
     assert "G<sub>" in walkthrough.verified_move(walk, 1)[0]
+    for s, view in zip(steps, pages):  # plain words: what the cache holds, what was fed, what "pending" is
+        assert f"Already in the cache:</b> {s['cache']} token" in view and f"Fed in this forward: {s['width']} token" \
+            in view and "committed tokens that are not in the cache" in view
+    assert all("less likely than the floor" in v or "would cost more time" in v for _, v in unfed)  # why not fed
+
+
+def test_the_tree_masks_axis_labels_stay_readable_at_any_prompt_length():
+    """The first forward feeds the whole prompt: its labels are thinned so they do not overlap; the tree's own slots
+    (drafts, masks) and the last pending token always keep theirs."""
+    labels = [f"t{i}" for i in range(300)] + ["d1 a", "d2 b", "G0·m1", "G0·m2"]
+    shown = walkthrough.readable_ticks(labels, False, 300)
+    assert len(shown) <= walkthrough.MAX_TICKS + 4 and shown == sorted(set(shown))
+    assert {299, 300, 301, 302, 303} <= set(shown) and 0 in shown
+    assert walkthrough.readable_ticks(["cache (9 tokens)", "a", "b"], True, 1) == [0, 1, 2]  # short: all shown
+    page, fig, walk = walkthrough.walk_verified("word " * 200, 0.3, 4, 8)
+    assert len(fig.layout.xaxis.tickvals) <= walkthrough.MAX_TICKS + 1 + 4 * 4
 
 
 def test_verified_walkthrough_draws_and_explains_siblings(tokenizer):
