@@ -120,6 +120,70 @@ def test_threshold_change_acts_on_the_running_generation():
     assert session["threshold"] == 0.05
 
 
+def test_a_threshold_change_is_marked_on_the_lane_it_governs():
+    """Where τ changed, the MARS τ lane says so: a chip in its text at the forward that first used the new τ, and
+    the change in the line under its counters (not on the AR lane)."""
+    session = race.new_session()
+    running = race.race(PROMPT, 1.0, 4, 0.0, 40, False, session)
+    for _ in range(4):
+        next(running)
+    race.set_threshold(0.05, session)
+    last = [*running][-1]
+    taus = part(last, "trace")["mars"]["thresholds"]
+    k = taus.index(0.05)
+    mars = part(last, "mars")
+    assert f"τ 1.00 → 0.05 from forward {k + 1}" in mars and mars.count('class="tau-mark"') == 1
+    assert "τ→0.05" in mars and "τ→" not in part(last, "ar") and "τ in force" not in part(last, "verified")
+    chip = mars.index('class="tau-mark"')
+    assert mars[:chip].count('class="tk') == sum(part(last, "trace")["mars"]["counts"][:k])  # before its forward
+
+
+def test_the_verified_lanes_draft_counts_add_up():
+    """fed = matched + first mismatches + not compared, and the acceptance bars count the compared ones."""
+    outputs = list(race.race(PROMPT, 0.9, 4, 0.0, 64, False, race.new_session()))
+    trace = part(outputs[-1], "trace")
+    positions = trace["acceptance"]["positions"]
+    compared = sum(p["checked"] for p in positions)
+    matched = sum(p["matched"] for p in positions)
+    assert trace["verified"]["drafted"] >= compared and matched == trace["verified"]["matched"]
+    stats, pane = part(outputs[-1], "stats"), part(outputs[-1], "verified")
+    fed, unread = trace["verified"]["drafted"], trace["verified"]["drafted"] - compared
+    assert f"{fed} drafts fed, {compared} compared, {matched} matched" in stats
+    assert f"{fed} drafts fed: {matched} matched, {compared - matched} mismatched" in pane
+    assert (f"{unread} not compared" in pane) == (unread > 0)
+
+
+def test_the_verified_lanes_promise_is_said_in_one_place():
+    assert race.verified_guarantee("float32") == "identical to one-token decoding"
+    assert race.verified_guarantee("bfloat16") == "identical up to rounding"
+    assert race.verified_guarantee("bfloat16", invariant=True) == "identical to one-token decoding"
+    assert race.verified_guarantee("torch.float32", invariant=False) == "identical up to rounding"
+    assert "identical up to rounding" in race.pane_html(None, key="verified", dtype="bfloat16")
+    assert "AR's answer" not in race.pane_html(None, key="verified", dtype="bfloat16")
+
+
+def test_the_models_preparation_is_said_step_by_step(monkeypatch, tmp_path, caplog):
+    """Preparing a model goes through named steps (a model folder: one, loading and timing); while it runs the page's
+    line says the step, its number and its seconds, and the log says each step; once loaded, nothing is said."""
+    assert [what for what, _ in models.stages(str(tmp_path))] == [models.LOAD]
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    monkeypatch.setenv("MARS_CACHE", str(tmp_path / "cache"))
+    assert [what for what, _ in models.stages(str(gguf))] == [models.CONVERT, models.LOAD]
+    monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="slow"))
+    prep = models.Preparation([models.CONVERT, models.LOAD])
+    monkeypatch.setitem(models.PREPARING, "slow", prep)
+    with caplog.at_level("INFO", logger="mars_studio"):
+        prep.enter("slow", 1)
+    text, ready = models.status_markdown()
+    assert not ready and "Preparing `slow`: step 2 of 2, loading the weights" in text and "s in all" in text
+    assert "preparing model slow: step 2 of 2: loading the weights" in caplog.text
+    prep.error = "no such file"
+    assert "could not be prepared: no such file" in models.status_markdown()[0]
+    monkeypatch.setitem(models.MODELS, "slow", models.MODELS["tiny"])
+    assert models.status_markdown() == ("", True)
+
+
 def test_bad_threshold_from_the_slider_is_refused_with_one_message():
     session = race.new_session()
     said = race.set_threshold(1.7, session)  # one message for the message line: no toast, no traceback
