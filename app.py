@@ -18,8 +18,14 @@ from studio.inputs import page_js
 
 log = logging.getLogger("mars_studio")
 
-CSS = (".gradio-container {max-width: 1400px !important; margin: 0 auto}"
-       "#tagline h2{margin:0}#model-status p{margin:0}" + lanes.PANE_CSS + race.LANE_CSS)
+CSS = (".gradio-container {max-width: 1400px !important; margin: 0 auto; min-width: 0 !important; width: 100%}"
+       "#tagline h2{margin:0}#model-status p{margin:0}"
+       # a phone: the settings Gradio groups in one row (a form) take a line each instead of running off the screen
+       "@media (max-width: 640px){.gradio-container .form{flex-wrap:wrap}"
+       ".gradio-container .form>*{min-width:100% !important}}"
+       # wide content (a displayed equation, the sweep's table) scrolls inside its box rather than widening the page
+       ".katex-display{overflow-x:auto;overflow-y:hidden;max-width:100%}#sweep-table{overflow-x:auto;max-width:100%}"
+       + lanes.PANE_CSS + race.LANE_CSS)
 THEME = gr.themes.Soft(primary_hue="blue")
 
 

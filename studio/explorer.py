@@ -265,7 +265,8 @@ def build(demo: gr.Blocks) -> list[gr.Button]:
         run_button = gr.Button("Run sweep", variant="primary", elem_id="sweep-run")
         status = gr.Markdown(label="status", elem_id="sweep-status")
         pareto = gr.Plot(label="pareto", show_label=False)
-        table = gr.Dataframe(pd.DataFrame(columns=list(SWEEP_COLUMNS)), label="Results", interactive=False)
+        table = gr.Dataframe(pd.DataFrame(columns=list(SWEEP_COLUMNS)), label="Results", interactive=False,
+                             elem_id="sweep-table")
         csv_file = gr.File(label="CSV")
     inputs = [taus, block, new, categories, limit, mode]
     run_button.click(models.gpu(sweep), inputs, [pareto, table, csv_file, status], api_name="sweep",

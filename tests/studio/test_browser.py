@@ -437,8 +437,8 @@ def small_png(source, target) -> None:
 @pytest.mark.skipif(not os.environ.get("MARS_SCREENSHOT"), reason="MARS_SCREENSHOT=1 retakes docs/screenshots/")
 def test_screenshots_of_every_tab(driver, tmp_path):
     """The first screen of every tab after it ran, at 1400×900 and on a phone (390×844), into docs/screenshots/
-    (MARS_SCREENSHOT_MODEL=default for the real model; MARS_SCREENSHOT_PROMPT races that prompt, else the page's
-    default)."""
+    (MARS_SCREENSHOT_MODEL=default for the real model; the race is the recorded one the page opens on, or, with
+    MARS_SCREENSHOT_PROMPT, that prompt raced live)."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
@@ -452,19 +452,25 @@ def test_screenshots_of_every_tab(driver, tmp_path):
         wait.until(lambda d: d.find_element(By.ID, "race-run").is_enabled())
 
         def tab(name: str) -> None:
+            """Open a tab: from the tab bar, or on a narrow screen from its "More tabs" menu."""
             button = (By.XPATH, f"//button[@role='tab' and normalize-space()='{name}']")
-            if not driver.find_elements(*button) or not driver.find_element(*button).is_displayed():
-                driver.find_element(By.CSS_SELECTOR, ".overflow-menu button, button.overflow-dropdown").click()
+            shown = [b for b in driver.find_elements(*button) if b.is_displayed()]
+            if shown:
+                shown[0].click()
+            else:
+                driver.find_element(By.CSS_SELECTOR, "button[aria-label='More tabs']").click()
                 time.sleep(0.3)
-            wait.until(ec.element_to_be_clickable(button)).click()
+                wait.until(ec.element_to_be_clickable(
+                    (By.XPATH, f"//div[contains(@class, 'overflow-dropdown')]/button[normalize-space()='{name}']"))
+                ).click()
             time.sleep(1.0)
 
-        if os.environ.get("MARS_SCREENSHOT_PROMPT"):
+        if os.environ.get("MARS_SCREENSHOT_PROMPT"):  # else the race is the recorded one the page opens on
             box = driver.find_element(By.CSS_SELECTOR, "#race-prompt textarea")
             box.clear()
             box.send_keys(os.environ["MARS_SCREENSHOT_PROMPT"])
-        driver.find_element(By.ID, "race-run").click()
-        wait.until(lambda d: "done" in d.find_element(By.ID, "race-stats").text)
+            driver.find_element(By.ID, "race-run").click()
+            wait.until(lambda d: "done" in d.find_element(By.ID, "race-stats").text)
         tab("Batch")
         driver.find_element(By.ID, "batch-run").click()
         wait.until(lambda d: "done" in d.find_element(By.ID, "batch-stats").text)
