@@ -12,6 +12,7 @@ from .decoding.control import DecodeControl
 from .decoding.spec import TreeLayout
 from .generate import DecodeOptions, GenerationResult, StreamEvent, generate, stream
 from .load import load
+from .runtime import Runtime, prepare
 
 _TRAINING = {  # name -> the module that defines it, imported on first use (module __getattr__, PEP 562)
     "MarsConfig": ".training.mars_config",
@@ -42,12 +43,14 @@ __all__ = [
     "GenerationResult",
     "MarsConfig",
     "MarsTrainer",
+    "Runtime",
     "SFTConfig",
     "SFTTrainer",
     "StreamEvent",
     "TreeLayout",
     "generate",
     "load",
+    "prepare",
     "stream",
     "training_attention_mask",
     "training_block_mask",

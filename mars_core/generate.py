@@ -14,6 +14,7 @@ from .decoding.control import DecodeControl
 from .decoding.sliding import sliding_decode
 from .decoding.spec import DecodeSpec, Step, TreeLayout
 from .decoding.verified import verified_decode
+from .runtime.runtime import Runtime
 
 STRATEGIES = ("ar", "sliding", "block", "verified")
 DECODERS = {"ar": sliding_decode, "sliding": sliding_decode, "block": block_decode, "verified": verified_decode}
@@ -144,6 +145,7 @@ class DecodeOptions:
     layout: TreeLayout = field(default_factory=TreeLayout)  # verified: which drafts and groups are fed
     record: Callable[[Any], None] | None = None  # verified: called before each event with what its forward fed and
     # decided (a decoding.verified.Forward: the tree, the exact mask, the verdicts, the next drafts and groups)
+    runtime: Runtime | None = None  # how forwards run on this machine (mars_core.prepare(model)); None: plain torch
 
     def with_settings(self, settings: dict[str, Any]) -> DecodeOptions:
         """A copy with some fields replaced; an unknown name is a TypeError that lists the known ones."""
@@ -165,13 +167,6 @@ def _control(options: DecodeOptions) -> DecodeControl:
                          confidence=options.confidence)
 
 
-def with_model_cost(layout: TreeLayout, model: torch.nn.Module) -> TreeLayout:
-    """The layout, with the model's own cost curve (load() measures it) where it names none."""
-    if layout.cost is None and layout.use_cost and getattr(model, "forward_cost", None) is not None:
-        return replace(layout, cost=model.forward_cost)
-    return layout
-
-
 def _start(model, tokenizer, prompts: Prompts, options: DecodeOptions) -> tuple[Iterator[Step], list[list[int]]]:
     """Validate, encode, and start the chosen decoder (a generator of Steps)."""
     control = _control(options)  # the settings first: their message names what is wrong
@@ -190,8 +185,9 @@ def _start(model, tokenizer, prompts: Prompts, options: DecodeOptions) -> tuple[
         pad_id=pad,
         mask_id=tokenizer.mask_token_id,
         generator=generator,
-        layout=with_model_cost(options.layout, model),
+        layout=options.layout,
         record=options.record,
+        runtime=options.runtime or Runtime(),
     )
     return DECODERS[options.strategy](model, prompt_ids, spec, control), prompt_ids
 

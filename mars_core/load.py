@@ -29,9 +29,9 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-from .cpu_linear import pack_linears, packed_from, set_packed_from, unpack_linears
-from .decoding.cost import choose_kernels, forward_cost
 from .machine import cpu_flags
+from .runtime.attention import ATTENTION
+from .runtime.timing import cache_root
 
 __all__ = [
     "DEFAULT_ALIASES",
@@ -100,17 +100,11 @@ def default_adapter_dir() -> Path | None:
 
 
 def merge_adapter(model: PreTrainedModel, adapter: str | os.PathLike) -> PreTrainedModel:
-    """Merge a peft LoRA adapter folder into model's weights; the result has no extra parameters (packed linear
-    layers are unpacked for the merge, which writes the weights in place, and packed again after it)."""
+    """Merge a peft LoRA adapter folder into model's weights; the result has no extra parameters. (A runtime prepared
+    before the merge holds packed copies of the old weights, which it no longer uses: prepare one after it.)"""
     from peft import PeftModel
 
-    rows = packed_from(model)
-    packed = unpack_linears(model) > 0
-    merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
-    if packed:
-        pack_linears(merged)
-        set_packed_from(merged, rows)
-    return merged
+    return PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
 
 
 def merged_default_dir(adapter: Path) -> Path:
@@ -220,12 +214,6 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device | None =
 
 
 # ----------------------------------------------------------------------------- GGUF cache
-
-
-def cache_root() -> Path:
-    """Root of the conversion cache: $MARS_CACHE or ~/.cache/mars_studio."""
-    env = os.environ.get("MARS_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "mars_studio"
 
 
 def gguf_cache_dir(path: str | os.PathLike) -> Path:
@@ -356,28 +344,18 @@ def load(
     device: str | torch.device | None = None,
     trust_remote_code: bool = False,
     mask_token: str | None = None,
-    attn_implementation: str = "sdpa",
-    measure_cost: bool = True,
-    pack: bool = True,
+    attn_implementation: str = ATTENTION,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load (model, tokenizer) in eval mode, with mask/pad tokens, a chat template and left padding.
+    """Load (model, tokenizer) in eval mode, with mask/pad tokens, a chat template and left padding. It only loads:
+    the kernels, the width check and the cost curve of serving it on this machine are mars_core.prepare(model)'s.
 
-    pack: on an x86 CPU, run fp32 and bf16 linear layers through oneDNN with weights packed once (cpu_linear: 1.4x
-    faster forwards, and width nearly free up to 8 tokens), for inference, except for inputs of so few rows that
-    torch's own kernel measured faster on this machine (cost.choose_kernels, timed once and cached); training
-    passes False (it would fall back to F.linear anyway, keeping the packed copies for nothing).
-    measure_cost: give the model its forward cost curve on this machine (`model.forward_cost`, measured in seconds
-    on first load and cached under cache_root()/forward_cost), by which verified decoding sizes its trees."""
+    attn_implementation: "mars" (the default) is transformers' SDPA, computed row by row inside a width-invariant
+    runtime (mars_core.runtime.attention); any name transformers knows is taken as it is."""
     device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, device)
     model, tokenizer = _open(resolve_source(name_or_path), torch_dtype, attn_implementation, trust_remote_code)
     prepare_tokenizer(model, tokenizer, mask_token=mask_token)
-    model = model.to(device).eval()
-    if pack and pack_linears(model):
-        choose_kernels(model, cache_root() / "forward_cost")
-    if measure_cost:
-        model.forward_cost = forward_cost(model, cache_root() / "forward_cost")
-    return model, tokenizer
+    return model.to(device).eval(), tokenizer
 
 
 # ----------------------------------------------------------------------------- tokenizer guarantees

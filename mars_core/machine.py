@@ -56,11 +56,12 @@ def machine_info(device: torch.device | str | None = None, dtype: torch.dtype | 
 
 def machine_line(info: dict[str, Any]) -> str:
     """One line for a table's caption: 'AMD EPYC (avx512f, avx2), 2 threads, torch 2.13.0, float32' (and how linear
-    layers ran, where the record says: cpu_linear)."""
+    layers and attention ran, where the record says: runtime.Runtime.record)."""
     where = info.get("gpu") or info["cpu"]
     isa = f" ({', '.join(info['isa'])})" if info.get("isa") and "gpu" not in info else ""
     dtype = f", {info['dtype']}" if info.get("dtype") else ""
     linear = ", oneDNN-packed linear" if info.get("linear") == "onednn_packed" else ""
     if linear and info.get("packed_from_rows", 1) > 1:
         linear += f" from {info['packed_from_rows']} rows (torch's below)"
-    return f"{where}{isa}, {info['threads']} threads, torch {info['torch']}{dtype}{linear}"
+    attention = ", attention row by row" if info.get("attention") == "rows" else ""
+    return f"{where}{isa}, {info['threads']} threads, torch {info['torch']}{dtype}{linear}{attention}"

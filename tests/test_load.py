@@ -59,7 +59,7 @@ def test_folder_reuses_reserved_special(tiny_dir):
     assert n_params(model) == n_params(ref)
     assert same_weights(model, ref)
     assert not model.training and model.dtype == torch.float32
-    assert model.config._attn_implementation == "sdpa"
+    assert model.config._attn_implementation == "mars"
     assert tok.padding_side == "left"
     assert tok.pad_token == "<|endoftext|>" and model.generation_config.pad_token_id == tok.pad_token_id
 
@@ -247,14 +247,18 @@ def test_gguf_tokenizer_guarantees(gguf_loads):
         assert "<|im_start|>" in t.chat_template
     assert model.get_input_embeddings().weight.shape[0] == 49152
     assert model.generation_config.pad_token_id == 2
-    assert model.config._attn_implementation == "sdpa"
+    assert model.config._attn_implementation == "mars"
 
 
-def test_load_packs_linear_layers_for_inference_only_when_asked(tiny_dir):
-    from mars_core.cpu_linear import is_packed, packing_pays
+def test_load_only_loads(tiny_dir):
+    """load() sets nothing of ours on the model (the runtime holds kernels and costs: mars_core.prepare), and gives
+    it the "mars" attention, transformers' SDPA outside a width-invariant runtime."""
+    from mars_core.runtime import ATTENTION
 
     folder, _, _ = tiny_dir
-    model, _ = L.load(str(folder), dtype="fp32", device="cpu", measure_cost=False)
-    assert is_packed(model) == packing_pays(model)
-    model, _ = L.load(str(folder), dtype="fp32", device="cpu", measure_cost=False, pack=False)
-    assert not is_packed(model)
+    model, _ = L.load(str(folder), dtype="fp32", device="cpu")
+    assert model.config._attn_implementation == ATTENTION
+    assert not hasattr(model, "forward_cost")
+    assert not any({"packed_weight", "forward"} & set(m.__dict__) for m in model.modules())
+    model, _ = L.load(str(folder), dtype="fp32", device="cpu", attn_implementation="sdpa")
+    assert model.config._attn_implementation == "sdpa"

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .cache import cache_mask, forward, left_pad, new_cache
+from ..runtime.forward import cache_mask, forward, new_cache
+from ..runtime.runtime import Runtime
+from .cache import left_pad
 from .control import DecodeControl
 from .sampling import accept_prefix, cap_at_stop, select
 from .spec import DecodeSpec, Step, write_out
@@ -61,7 +63,7 @@ def empty_block(spec: DecodeSpec, b: int, dev: torch.device) -> torch.Tensor:
     return torch.full((b, spec.block_size), mask_id, dtype=torch.long, device=dev)
 
 
-def feed(model: torch.nn.Module, cache, s: Blocks, width: int) -> tuple[torch.Tensor, int]:
+def feed(model: torch.nn.Module, runtime: Runtime, cache, s: Blocks, width: int) -> tuple[torch.Tensor, int]:
     """Forward [uncached | block slots cached .. width-1]; the logits that predict slots first .. width, and first
     (slot s is predicted by slot s-1's logits; slot 0 by the last uncached token's)."""
     U, dev = s.uncached.shape[1], s.block.device
@@ -71,7 +73,7 @@ def feed(model: torch.nn.Module, cache, s: Blocks, width: int) -> tuple[torch.Te
     fed_ok = torch.ones((s.block.shape[0], width - s.cached), dtype=torch.bool, device=dev)
     mask = cache_mask(torch.cat([s.valid, s.uncached_valid, fed_ok], 1), U + width - s.cached)
     first = s.cached + (U == 0)  # the block slot the first kept logit predicts (U > 0 means cached == 0)
-    return forward(model, ids, positions, mask, cache, keep=width - first + 1), first
+    return forward(model, ids, positions, mask, cache, width - first + 1, runtime), first
 
 
 def predict(logits: torch.Tensor, s: Blocks, ctl, first: int, one_token: bool,
@@ -137,7 +139,7 @@ def block_decode(
         if ctl.stopped:
             return
         width = B if ctl.threshold < 1.0 else s.filled_max  # block slots cached .. width-1 are fed this forward
-        logits, first = feed(model, cache, s, width)
+        logits, first = feed(model, spec.runtime, cache, s, width)
         tokens, conf = predict(logits, s, ctl, first, width < B, spec.generator)
         shared = torch.where(s.done, B, s.filled).min().clamp_max(width)  # fed slots real for every live sample
         begin, end = fill(s, tokens, conf, ctl.threshold, spec)

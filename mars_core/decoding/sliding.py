@@ -19,7 +19,8 @@ from collections.abc import Generator
 
 import torch
 
-from .cache import cache_mask, forward, left_pad, new_cache
+from ..runtime.forward import cache_mask, forward, new_cache
+from .cache import left_pad
 from .control import DecodeControl
 from .sampling import accept_prefix, cap_at_stop, select
 from .spec import DecodeSpec, Step, write_out
@@ -57,7 +58,7 @@ def sliding_decode(
         positions = (length[:, None] + offsets).clamp_min(0)
         mask_ok = torch.ones((b, M), dtype=torch.bool, device=dev)
         mask = cache_mask(torch.cat([valid, pending_valid, mask_ok], 1), P + M)
-        logits = forward(model, ids, positions, mask, cache, keep=M + 1)  # slots P-1 .. P+M-1
+        logits = forward(model, ids, positions, mask, cache, M + 1, spec.runtime)  # slots P-1 .. P+M-1
         if M:
             cache.crop(-M)  # drop the masks' keys/values
         valid = torch.cat([valid, pending_valid], 1)

@@ -8,7 +8,8 @@ from typing import Any
 
 import torch
 
-from .cost import CostCurve
+from ..runtime.curve import CostCurve
+from ..runtime.runtime import Runtime
 
 
 @dataclass(frozen=True)
@@ -19,7 +20,7 @@ class TreeLayout:
     second of forward (verified.plan_by_cost); without one, the fixed rules below (drafts while confident, G_j while
     P(exactly j match) >= group_floor, the sibling e_a while P(it is used) >= sibling_floor)."""
 
-    cost: CostCurve | None = None  # seconds per forward by batch and width; None: the model's own (load() measures it)
+    cost: CostCurve | None = None  # seconds per forward by batch and width; None: the runtime's (prepare() measures it)
     use_cost: bool = True  # False: the fixed rules alone, whatever curve there is
     group_floor: float = 0.1  # fixed rule: feed G_j when P(exactly j drafts match) >= this
     # fixed rule: feed the sibling e_a (d_a's second choice, with its group) when P(it is used) >= this; by cost,
@@ -52,6 +53,7 @@ class DecodeSpec:
     generator: torch.Generator | None = None  # seeds sampling
     layout: TreeLayout = field(default_factory=TreeLayout)  # verified decoding: which drafts and groups are fed
     record: Callable[[Any], None] | None = None  # verified decoding: called with each forward's verified.Forward
+    runtime: Runtime = field(default_factory=Runtime)  # how forwards run: kernels, width invariance, cost curve
 
 
 @dataclass

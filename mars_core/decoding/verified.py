@@ -26,11 +26,11 @@ the bonus. Greedy mask chains only: lookup chains have no second choice, and sam
 
 Which groups to feed: with draft confidences c_1..c_k, exactly j drafts match with probability about
     P(m = j) = c_1 ... c_j (1 - c_{j+1})        P(m = k) = c_1 ... c_k
-With the machine's cost curve t(batch, width) (layout.cost; load() measures it), plan_by_cost picks the draft cap
-and the floor that maximise expected committed tokens per second of forward (a sibling at or above
-layout.sibling_floor is priced like a group: fed where its odds pass the floor), and a forward where no tree pays
-is a plain one-token forward; without one, G_j is fed when P(m = j) >= layout.group_floor and e_a when
-P(e_a is used) >= layout.sibling_floor.
+With the machine's cost curve t(batch, width) (layout.cost, else the runtime's: prepare() measures it),
+plan_by_cost picks the draft cap and the floor that maximise expected committed tokens per second of forward (a
+sibling at or above layout.sibling_floor is priced like a group: fed where its odds pass the floor), and a forward
+where no tree pays is a plain one-token forward; without one, G_j is fed when P(m = j) >= layout.group_floor and
+e_a when P(e_a is used) >= layout.sibling_floor.
 
 A second draft source, prompt lookup (lookup.py): the tokens that followed the latest earlier occurrence of the
 text's last 3 (else 2) tokens in the prompt and the answer so far, up to layout.lookup_drafts of them. Per sample,
@@ -55,15 +55,15 @@ mask, and what was decided; the app's walkthrough draws verified decoding from t
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from itertools import accumulate
 
 import torch
 
-from ..attention import as_model_mask
-from .cache import left_pad, new_cache
+from ..runtime.forward import head, hidden_states, new_cache
+from .cache import left_pad
 from .control import DecodeControl
 from .lookup import expected_run, lookup_confidence, lookup_drafts
 from .sampling import cap_at_stop, confidence_of, distribution, draw, greedy
@@ -257,14 +257,6 @@ def tree_inputs(answer: Answer, tree: Tree, g: int, mask_id: int) -> tuple[torch
     return ids, positions, tree_mask(answer.valid, torch.cat(fed, 1), template)
 
 
-def feed(model: torch.nn.Module, cache, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor
-         ) -> torch.Tensor:
-    """One forward over the tree under its explicit mask; the last hidden states [b, W, H] (logits come later,
-    only where read)."""
-    return model.get_decoder()(input_ids=ids, position_ids=positions.clamp_min(0), past_key_values=cache,
-                               attention_mask=as_model_mask(mask, model), use_cache=True).last_hidden_state
-
-
 # A forward's logits come from the head (V x H, here 49152 x 576: a fifth of the model's weights), whose cost is
 # mostly one read of its weights: on the 2-core EPYC (fp32, packed) 5 ms for 1 to 8 rows, then about 0.25 ms a row.
 # So the verify slots and every fed group's masks are read in one pass unless the rows no sample goes on with
@@ -278,7 +270,7 @@ def sibling_columns(tree: Tree, g: int) -> torch.Tensor:
     return start + torch.arange(len(tree.siblings), device=tree.pending.device) * (1 + g)
 
 
-def read_logits(head: torch.nn.Module, hidden: torch.Tensor, tree: Tree, g: int
+def read_logits(head: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tensor, tree: Tree, g: int
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(logits of the verify slots [b, K+1+S, V]: the last pending token's, the drafts', then each sibling's; of
     every slot from the last pending token on [b, W-P+1, V], or None): the groups' masks in the same pass when the
@@ -334,9 +326,9 @@ def commit(answer: Answer, tokens: torch.Tensor, m: torch.Tensor, spec: DecodeSp
     return end
 
 
-def mask_chain(head: torch.nn.Module, hidden: torch.Tensor, all_logits: torch.Tensor | None, tree: Tree,
-               m: torch.Tensor, by_sibling: torch.Tensor, done: torch.Tensor, ctl, spec: DecodeSpec, depth: int
-               ) -> Chain:
+def mask_chain(head: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tensor, all_logits: torch.Tensor | None,
+               tree: Tree, m: torch.Tensor, by_sibling: torch.Tensor, done: torch.Tensor, ctl, spec: DecodeSpec,
+               depth: int) -> Chain:
     """The next drafts from the group each sample goes on with, G_m (or H_m where e_m matched): mask t predicts
     position n+m+1+t. The argmax, or a draw when sampling, with the argmax's confidence; confidence 0 where that
     group was not fed. Greedy chains also carry each slot's second choice and its probability (the siblings the
@@ -433,7 +425,7 @@ GROUP_YIELD_WEIGHT = 0.5
 def seconds_by_width(spec: DecodeSpec, b: int, depth: int, dev: torch.device) -> torch.Tensor | None:
     """[W+1] seconds of a forward by tokens fed per sample, up to the widest tree, for this batch size (None: no
     cost-aware layout)."""
-    curve = spec.layout.cost if spec.layout.use_cost else None
+    curve = (spec.layout.cost or spec.runtime.cost) if spec.layout.use_cost else None
     if curve is None or spec.block_size == 1:
         return None
     g = spec.block_size - 1
@@ -568,18 +560,22 @@ def verified_decode(
     """Yield one Step per forward. send() a bool [b] tensor to stop samples (stop strings)."""
     g = spec.block_size - 1
     depth = max(g, spec.layout.lookup_drafts) if g > 0 else 0  # D: the longest draft chain a forward may check
-    head, cache, ctl = model.get_output_embeddings(), new_cache(model), control.snapshot()
+    cache, ctl = new_cache(model), control.snapshot()
+
+    def logits_of(rows: torch.Tensor) -> torch.Tensor:  # the head, under the runtime's kernels
+        return head(model, rows, spec.runtime)
+
     answer, tree = start(prompts, spec, ctl.threshold, model.device, depth)
     seconds = seconds_by_width(spec, len(prompts), depth, model.device)
     while not control.stopped:
         ids, positions, mask = tree_inputs(answer, tree, g, spec.mask_id if g > 0 else spec.pad_id)
-        hidden = feed(model, cache, ids, positions, mask)
-        logits, all_logits = read_logits(head, hidden, tree, g)
+        hidden = hidden_states(model, ids, positions.clamp_min(0), mask, cache, spec.runtime)
+        logits, all_logits = read_logits(logits_of, hidden, tree, g)
         m, tokens, conf, by_sibling = verify(logits, tree, ctl, spec.generator)
         end = commit(answer, tokens, m, spec)
         track_yield(answer, tree, m)
         track_lookup(answer, tree, m)
-        proposed = mask_chain(head, hidden, all_logits, tree, m, by_sibling, answer.done, ctl, spec, depth)
+        proposed = mask_chain(logits_of, hidden, all_logits, tree, m, by_sibling, answer.done, ctl, spec, depth)
         ctl = control.snapshot()  # the threshold in force now chooses what the next forward checks
         chain, group_fed, sibling_fed = next_chain(proposed, answer, ctl.threshold, spec, seconds)
         if spec.record is not None:  # a caller that asked sees what was fed and decided (no cost otherwise)

@@ -20,19 +20,17 @@ import json
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
 from ..attention import as_model_mask
-from ..cpu_linear import packed_from
-from ..decoding.cache import cache_mask, new_cache
-from ..decoding.cost import CostCurve
 from ..decoding.spec import TreeLayout
 from ..generate import DEFAULT_THRESHOLDS, encode_prompt, generate, stop_token_ids
-from ..machine import machine_info, machine_line
+from ..machine import machine_line
+from ..runtime import CostCurve, Runtime, cache_mask, new_cache, prepare
 from .prompts import load_split, prompt_set
 from .tasks import OPEN, PREDICTABLE
 
@@ -81,14 +79,16 @@ class Row:
     answers: dict[str, list[int]] = field(default_factory=dict, repr=False)  # prompt -> answer (not in the JSON)
 
 
-def _hf(model, tokenizer, prompts: list[str], max_new: int, lookup: bool) -> Counts:
-    """transformers' generate, greedy with KV cache (or prompt lookup): generated tokens up to EOS."""
+def _hf(model, tokenizer, prompts: list[str], max_new: int, runtime: Runtime, lookup: bool) -> Counts:
+    """transformers' generate, greedy with KV cache (or prompt lookup): generated tokens up to EOS. Its linear layers
+    run the runtime's kernels, as ours do; its attention is transformers' SDPA."""
     ids = [encode_prompt(tokenizer, p) for p in prompts]
     tokenizer.padding_side = "left"
     batch = tokenizer.pad({"input_ids": ids}, return_tensors="pt").to(model.device)
     extra = {"prompt_lookup_num_tokens": 10} if lookup else {}
-    out = model.generate(**batch, max_new_tokens=max_new, do_sample=False, pad_token_id=tokenizer.pad_token_id,
-                         **extra)
+    with replace(runtime, rows=False).active():
+        out = model.generate(**batch, max_new_tokens=max_new, do_sample=False, pad_token_id=tokenizer.pad_token_id,
+                             **extra)
     stops = set(stop_token_ids(model, tokenizer))
     rows = out[:, batch["input_ids"].shape[1] :].tolist()
     lengths = [next((k + 1 for k, t in enumerate(r) if t in stops), len(r)) for r in rows]
@@ -98,9 +98,9 @@ def _hf(model, tokenizer, prompts: list[str], max_new: int, lookup: bool) -> Cou
 
 
 def _ours(strategy: str, block_size: int, threshold: float, layout: TreeLayout = TreeLayout()) -> Runner:
-    def run(model, tokenizer, prompts, max_new):
+    def run(model, tokenizer, prompts, max_new, runtime):
         r = generate(model, tokenizer, prompts, strategy=strategy, block_size=block_size, threshold=threshold,
-                     max_new_tokens=max_new, layout=layout)
+                     max_new_tokens=max_new, layout=layout, runtime=runtime)
         return Counts(r.generated_tokens, sum(r.sample_forwards), r.forwards, max(map(len, r.token_ids)),
                       dict(zip(prompts, r.token_ids)))
 
@@ -112,7 +112,7 @@ def configurations(methods, block_sizes, thresholds, verified_thresholds=(DEFAUL
     for m in methods:
         if m in ("hf_generate", "hf_prompt_lookup"):
             lookup = m == "hf_prompt_lookup"
-            yield m, None, None, lambda mo, tok, p, n, lookup=lookup: _hf(mo, tok, p, n, lookup)
+            yield m, None, None, lambda mo, tok, p, n, rt, lookup=lookup: _hf(mo, tok, p, n, rt, lookup)
         elif m == "ar":
             yield m, None, None, _ours("ar", 1, 1.0)
         else:
@@ -126,12 +126,19 @@ def configurations(methods, block_sizes, thresholds, verified_thresholds=(DEFAUL
 @torch.inference_mode()
 def forward_seconds(
     model, tokenizer, prompts: list[str], new_tokens: int, context: int = 128, repeats: int = 7, *,
-    explicit_mask: bool = False, keep: int | None = None,
+    explicit_mask: bool = False, keep: int | None = None, runtime: Runtime | None = None,
 ) -> float:
     """Median time of one cached forward of `new_tokens` tokens per sample after a `context`-token prefix.
 
     explicit_mask: pass the boolean 4D mask and position ids our decoders pass (else the model builds its own
-    causal mask, as generate does); keep: logits kept per sample (default: one per new token)."""
+    causal mask, as generate does); keep: logits kept per sample (default: one per new token); runtime: the kernels
+    (default: plain torch)."""
+    with (runtime or Runtime()).active():
+        return _forward_seconds(model, tokenizer, prompts, new_tokens, context, repeats, explicit_mask, keep)
+
+
+def _forward_seconds(model, tokenizer, prompts: list[str], new_tokens: int, context: int, repeats: int,
+                     explicit_mask: bool, keep: int | None) -> float:
     ids = [encode_prompt(tokenizer, p) for p in prompts]
     prefix = torch.tensor([(x * (context // len(x) + 1))[:context] for x in ids], device=model.device)
     cache = new_cache(model)
@@ -151,10 +158,11 @@ def forward_seconds(
     return statistics.median(times[1:])  # the first is a warm-up
 
 
-def time_pass(runner: Runner, model, tokenizer, batches: list[list[str]], max_new: int) -> tuple[float, Counts]:
+def time_pass(runner: Runner, model, tokenizer, batches: list[list[str]], max_new: int, runtime: Runtime
+              ) -> tuple[float, Counts]:
     """Seconds and counts of one pass over the batches."""
     t0 = time.perf_counter()
-    counts = [runner(model, tokenizer, batch, max_new) for batch in batches]
+    counts = [runner(model, tokenizer, batch, max_new, runtime) for batch in batches]
     return time.perf_counter() - t0, sum(counts[1:], counts[0])
 
 
@@ -185,9 +193,10 @@ def groups(categories) -> dict[str, list[str]]:
 def bench(
     model, tokenizer, records: list[dict], *, methods=METHODS, batch_sizes=(1,), block_sizes=(4,),
     thresholds=(1.0, 0.9), verified_thresholds=(DEFAULT_THRESHOLDS["verified"],), max_new_tokens=64, repeats=3,
-    progress: bool = True,
+    progress: bool = True, runtime: Runtime | None = None,
 ) -> list[Row]:
-    """Time every configuration at every batch size, per category and over all prompts.
+    """Time every configuration at every batch size, per category and over all prompts, every method under the same
+    runtime (its linear kernels; default: plain torch).
 
     records: dicts with "prompt" and optionally "category". Batches are formed within a category and the
     "all" / "predictable" / "open" rows sum their categories' tokens and seconds of the same repeat; a batch
@@ -206,15 +215,16 @@ def bench(
              for bs in batch_sizes}
     batched = {bs: {c: [ps[i : i + bs] for i in range(0, len(ps), bs)] for c, ps in parts[bs].items()}
                for bs in batch_sizes}
+    runtime = runtime or Runtime()
     for bs, (method, b, t, runner) in jobs:
-        runner(model, tokenizer, [records[0]["prompt"]], 4)  # warm-up (and any first-use setup)
+        runner(model, tokenizer, [records[0]["prompt"]], 4, runtime)  # warm-up (and any first-use setup)
     # Repeats interleaved: round r times every configuration once before round r+1 starts, so a machine that
     # drifts (a noisy neighbour, clocks) slows every method alike instead of the one that happened to run then.
     passes: list[list[dict]] = [[] for _ in jobs]
     with tqdm(total=repeats * len(jobs), desc="mars-bench", disable=not progress) as bar:
         for _ in range(repeats):
             for k, (bs, (method, b, t, runner)) in enumerate(jobs):
-                passes[k].append({c: time_pass(runner, model, tokenizer, batches, max_new_tokens)
+                passes[k].append({c: time_pass(runner, model, tokenizer, batches, max_new_tokens, runtime)
                                   for c, batches in batched[bs].items()})
                 bar.update()
     rows: list[Row] = []
@@ -227,7 +237,7 @@ def bench(
             rows.append(_row(method, group, bs, b, t, statistics.median(x[0] for x in totals), totals[0][1]))
     add_speedups(rows)
     add_agreement(rows)
-    add_bounds(rows, model, tokenizer, prompts)
+    add_bounds(rows, model, tokenizer, prompts, runtime)
     return rows
 
 
@@ -257,7 +267,7 @@ def add_agreement(rows: list[Row]) -> None:
             r.same_as_batch_1 = share(alone.get((r.method, r.block_size, r.threshold, r.category)), r.answers)
 
 
-def add_bounds(rows: list[Row], model, tokenizer, prompts: list[str]) -> None:
+def add_bounds(rows: list[Row], model, tokenizer, prompts: list[str], runtime: Runtime | None = None) -> None:
     """Attach bound = steps_per_forward × t(1-token forward) / t(B-token forward), timed at each batch size and B.
     At τ >= 1 our decoders feed no masks (one token per forward), so there the bound is steps_per_forward = 1."""
     cost: dict[tuple[int, int], float] = {}
@@ -268,7 +278,7 @@ def add_bounds(rows: list[Row], model, tokenizer, prompts: list[str]) -> None:
         for k in {1, width}:
             if (r.batch_size, k) not in cost:
                 batch = (prompts * r.batch_size)[: r.batch_size]
-                cost[(r.batch_size, k)] = forward_seconds(model, tokenizer, batch, k)
+                cost[(r.batch_size, k)] = forward_seconds(model, tokenizer, batch, k, runtime=runtime)
         r.bound = r.steps_per_forward * cost[(r.batch_size, 1)] / cost[(r.batch_size, width)]
         if r.speedup_vs_hf_generate is not None:
             r.speedup_over_bound = r.speedup_vs_hf_generate / r.bound
@@ -355,13 +365,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--dtype", default="auto", help="auto, bf16 or fp32")
     p.add_argument("--cost", default=None,
                    help="a cost curve JSON (CostCurve.to_json, or an earlier mars-bench JSON: its cost_curve) that "
-                        "verified mode sizes its trees by, for a reproducible run (default: the one load() measured "
-                        "on this machine)")
+                        "verified mode sizes its trees by, for a reproducible run (default: the one prepare() "
+                        "measured on this machine)")
     p.add_argument("--layout", choices=("cost", "fixed"), default="cost",
                    help="verified trees sized by the cost curve (default) or by the fixed rules alone")
     p.add_argument("--no-pack", action="store_true",
-                   help="keep torch's default linear kernels (load(pack=False)) instead of oneDNN-packed weights, "
+                   help="keep torch's default linear kernels (prepare(pack=False)) instead of oneDNN-packed weights, "
                         "to compare: every method, transformers' generate included, runs on the same layers")
+    p.add_argument("--fastest-kernels", action="store_true",
+                   help="the fastest linear kernel by rows, timed (prepare(invariant=False)), instead of one kernel "
+                        "for every width and attention row by row (width invariance: verified == one-token)")
     p.add_argument("--quick", action="store_true",
                    help="a small slice for CI: 4 prompts, 16 tokens, 1 repeat, batch 1, B 4, τ 1.0 and 0.9")
     p.add_argument("--json", default=None, help="write the rows to this JSON file")
@@ -379,26 +392,27 @@ def main(argv: list[str] | None = None) -> None:
     from ..load import load
 
     records = prompt_set(args.limit) if args.split == "heldout" else load_split(args.split, args.limit)
-    model, tokenizer = load(args.model, dtype=args.dtype, pack=not args.no_pack)
+    model, tokenizer = load(args.model, dtype=args.dtype)
+    runtime = prepare(model, pack=not args.no_pack, invariant=not args.fastest_kernels,
+                      measure_cost=args.layout == "cost" and not args.cost)
     if args.cost:
-        model.forward_cost = read_cost(Path(args.cost))
-    if args.layout == "fixed":
-        model.forward_cost = None
-    machine = {**machine_info(model.device, model.dtype), "linear": "onednn_packed" if packed_from(model) else "torch",
-               "packed_from_rows": packed_from(model)}
+        runtime = replace(runtime, cost=read_cost(Path(args.cost)))
+    machine = runtime.record(model)
     print(f"machine: {machine_line(machine)}")
+    print(f"verified mode here: {runtime.guarantee()}")
     rows = bench(
         model, tokenizer, records, methods=methods, batch_sizes=parse_list(args.batch_sizes, int),
         block_sizes=parse_list(args.block_sizes, int), thresholds=parse_list(args.thresholds, float),
         verified_thresholds=parse_list(args.verified_thresholds, float),
-        max_new_tokens=args.max_new_tokens, repeats=args.repeats,
+        max_new_tokens=args.max_new_tokens, repeats=args.repeats, runtime=runtime,
     )
     print(format_table(rows))
     if args.json:
-        curve = getattr(model, "forward_cost", None)
+        curve = runtime.cost
         info = {"machine": machine, "device": machine_line(machine), "dtype": machine["dtype"],
                 "model": args.model or "default", "split": args.split, "prompts": len(records),
                 "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "layout": args.layout,
+                "width_check": runtime.width_check.to_dict() if runtime.width_check else None,
                 "cost_curve": curve.to_dict() if curve is not None else None}
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)  # a new folder: the run must not be lost to it
         with open(args.json, "w") as f:

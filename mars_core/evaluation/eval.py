@@ -33,7 +33,8 @@ from typing import Any
 from ..decoding.control import CONFIDENCES
 from ..decoding.spec import TreeLayout
 from ..generate import DEFAULT_THRESHOLDS as STRATEGY_THRESHOLDS
-from ..machine import machine_info, machine_line
+from ..machine import machine_line
+from ..runtime import Runtime, prepare
 from .metrics import agreement
 from .prompts import load_heldout, split_path
 from .tasks import CATEGORIES, PREDICTABLE, score, scorer
@@ -43,11 +44,11 @@ DEFAULT_THRESHOLDS = (1.0, 0.95, 0.9, 0.8, 0.7, 0.5)
 
 def decode_records(
     model, tokenizer, records: list[dict[str, Any]], *, threshold: float, block_size: int, batch_size: int,
-    max_new_tokens: int, strategy: str = "sliding", bar=None, confidence: str = "prob",
+    max_new_tokens: int, strategy: str = "sliding", bar=None, confidence: str = "prob", runtime: Runtime | None = None,
 ) -> tuple[list[dict[str, Any]], list[int], list[int]]:
     """Decode every record (batched; batched sliding decoding equals one-by-one). Verified trees follow the fixed
     rules, never a measured cost curve: tokens per forward then says what the model does, not how busy the
-    machine was when load() timed its forwards.
+    machine was when prepare() timed its forwards. runtime: the kernels (default: plain torch).
 
     Returns per-record results (text, tokens, forwards) and, per slot j, how many forwards committed at
     least j+1 tokens and how many forwards there were (for acceptance by slot position)."""
@@ -66,7 +67,7 @@ def decode_records(
         t0 = time.perf_counter()
         for ev in stream(model, tokenizer, prompts, strategy=strategy, block_size=block_size,
                          max_new_tokens=max_new_tokens, threshold=threshold, layout=TreeLayout(use_cost=False),
-                         confidence=confidence):
+                         confidence=confidence, runtime=runtime):
             for k, toks in enumerate(ev.token_ids):
                 if toks:
                     ids[k].extend(toks)
@@ -205,7 +206,7 @@ def run_key(strategy: str, threshold: float) -> str:
 def evaluate(
     model, tokenizer, records: list[dict[str, Any]], *, thresholds=DEFAULT_THRESHOLDS, block_size: int = 4,
     batch_size: int = 16, max_new_tokens: int = 128, progress: bool = True, samples: bool = False,
-    verified_thresholds=(), confidence: str = "prob",
+    verified_thresholds=(), confidence: str = "prob", runtime: Runtime | None = None,
 ) -> dict[str, Any]:
     """Decode records at every threshold (threshold mode), then in verified mode at every draft threshold; return
     {"block_size", "rows", "base", "slot_acceptance", ...}. Rows say how many answers equal the one-token answers
@@ -222,7 +223,7 @@ def evaluate(
         t0 = time.perf_counter()
         results, hits, totals = decode_records(model, tokenizer, records, threshold=t, block_size=block_size,
                                                batch_size=batch_size, max_new_tokens=max_new_tokens, bar=bar,
-                                               strategy=strategy, confidence=confidence)
+                                               strategy=strategy, confidence=confidence, runtime=runtime)
         key = run_key(strategy, t)
         timing[key] = round(time.perf_counter() - t0, 2)
         if (strategy, t) == ("sliding", 1.0):
@@ -347,16 +348,14 @@ def calibration_plot(reports: dict[str, dict[str, Any]], path: str | os.PathLike
 
 
 def load_model(name: str | None, adapter: str | None = None, dtype: str | None = None):
-    """mars_core.load(name), with a peft LoRA adapter merged in when one is given."""
-    from ..cpu_linear import pack_linears
+    """(model, tokenizer, runtime): mars_core.load(name), with a peft LoRA adapter merged in when one is given, and
+    its runtime on this machine (evaluation sizes no tree by cost: no cost curve)."""
     from ..load import load, merge_adapter
 
-    # evaluation sizes no tree by cost; with an adapter, the layers are packed once, after the merge
-    model, tokenizer = load(name, dtype=dtype, measure_cost=False, pack=not adapter)
+    model, tokenizer = load(name, dtype=dtype)
     if adapter:
         model = merge_adapter(model, adapter)
-        pack_linears(model)
-    return model, tokenizer
+    return model, tokenizer, prepare(model, measure_cost=False)
 
 
 def format_table(report: dict[str, Any]) -> str:
@@ -421,13 +420,13 @@ def main(argv: list[str] | None = None) -> None:
     records = load_heldout(args.limit, args.data or split_path(args.split))
     thresholds = [float(t) for t in args.thresholds.split(",") if t.strip()]
     checked = [float(t) for t in args.verified_thresholds.split(",") if t.strip()]
-    model, tokenizer = load_model(args.model, args.adapter, args.dtype)
+    model, tokenizer, runtime = load_model(args.model, args.adapter, args.dtype)
     report = evaluate(model, tokenizer, records, thresholds=thresholds, block_size=args.block_size,
                       batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, samples=args.samples,
-                      verified_thresholds=checked, confidence=args.confidence)
+                      verified_thresholds=checked, confidence=args.confidence, runtime=runtime)
     # source: the folder the weights came from (for the default, the merged cache named after its adapter)
     report = {"model": args.model or "default", "adapter": args.adapter, "source": model.name_or_path,
-              "split": "custom" if args.data else args.split, "machine": machine_info(model.device, model.dtype),
+              "split": "custom" if args.data else args.split, "machine": runtime.record(model),
               "scorer": scorer(records), **report}
     _finish(report, args)
 

@@ -109,8 +109,8 @@ class MarsStudioLM(TemplateLM):
                 device = None  # lm-eval's command line passes --device cuda by default: run where we can
             self.source = pretrained or "default"
             self.model, self.tokenizer = mars_core.load(pretrained, dtype=_none(dtype), device=device,
-                                                        trust_remote_code=_bool(trust_remote_code),
-                                                        measure_cost=layout == "cost")
+                                                        trust_remote_code=_bool(trust_remote_code))
+        self.runtime = mars_core.prepare(self.model, measure_cost=layout == "cost")
         self.strategy = strategy
         self.threshold = None if _none(threshold) is None else float(threshold)
         self.block_size = int(block_size)
@@ -242,6 +242,7 @@ class MarsStudioLM(TemplateLM):
             self.model, self.tokenizer, [prompts[i] for i in live], strategy=self.strategy,
             threshold=self.threshold, block_size=self.block_size, max_new_tokens=max_new, stop_strings=until,
             temperature=temperature, seed=self.seed, confidence=self.confidence, chat=False, layout=self.layout,
+            runtime=self.runtime,
         )
         for i, ids in zip(live, result.token_ids):
             texts[i] = self.answer_text(ids, until)

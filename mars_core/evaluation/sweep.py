@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from ..generate import GenerationResult, generate
+from ..runtime import Runtime
 from .metrics import agreement
 from .prompts import DEFAULT_PROMPTS
 
@@ -81,13 +82,14 @@ def threshold_sweep(
     max_new_tokens: int = 64,
     strategy: str = "sliding",
     progress: Progress | None = None,
+    runtime: Runtime | None = None,
 ) -> list[dict]:
     """Decode every prompt at every threshold (greedy, one prompt at a time); one row per threshold, highest first.
 
     Each row holds threshold, tokens_per_forward (committed tokens over forwards, summed over prompts),
     quality (mean agreement with the τ = 1 answer), exact_match (share of answers identical to it),
     forwards, tokens, seconds, tokens_per_second and prompts. `progress(fraction, description)` is
-    called before the first and after every generation (a gr.Progress fits).
+    called before the first and after every generation (a gr.Progress fits). runtime: the kernels (default: plain).
     """
     texts = _prompt_texts(prompts)
     values = _check_thresholds(thresholds)
@@ -103,7 +105,7 @@ def threshold_sweep(
             results.append(
                 generate(
                     model, tokenizer, text, strategy=strategy, block_size=block_size,
-                    max_new_tokens=max_new_tokens, threshold=threshold, temperature=0.0,
+                    max_new_tokens=max_new_tokens, threshold=threshold, temperature=0.0, runtime=runtime,
                 )
             )
             done += 1

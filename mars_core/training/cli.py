@@ -174,7 +174,7 @@ def load_model(script: ScriptArguments) -> tuple[torch.nn.Module, Any]:
     from ..load import load
 
     model, tokenizer = load(script.model, dtype=script.dtype, device="cpu", trust_remote_code=script.trust_remote_code,
-                            measure_cost=False, pack=False)  # training decodes nothing: no cost curve, no packing
+                            attn_implementation="sdpa")  # training decodes nothing: transformers' own attention
     model.config.use_cache = False  # no KV cache in training
     if script.init_adapter:
         from peft import PeftModel

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
 from mars_core import DecodeControl, TreeLayout, generate, stream
 from mars_core.decoding import verified
-from mars_core.decoding.cost import CostCurve
 from mars_core.decoding.lookup import lookup_drafts
+from mars_core.runtime import CostCurve, Runtime
 
 from reference import reference_verified
 from test_decoders import PROMPTS, encode, hf_greedy
@@ -399,18 +397,19 @@ def test_the_record_is_what_each_forward_fed_and_chose(trained, tokenizer, layou
 
 @pytest.mark.parametrize("threshold", [1.0, 0.5, 0.1])
 def test_verified_equals_hf_generate_with_packed_linears(trained, tokenizer, threshold):
-    """load() packs linear layers for oneDNN on x86 CPUs: verified decoding still gives generate's answer there."""
-    from mars_core.cpu_linear import pack_linears
+    """prepare() packs linear layers for oneDNN on x86 CPUs: verified decoding still gives generate's answer there."""
+    from mars_core.runtime.linear import pack_linears
 
-    packed = copy.deepcopy(trained)
-    if not pack_linears(packed):
+    runtime = Runtime(linears=pack_linears(trained))
+    if not runtime.linears:
         pytest.skip("no oneDNN packing on this machine")
     prompts = PROMPTS + NEW_PROMPTS + list(ANSWERS)[:2]
-    want = hf_greedy(packed, tokenizer, prompts, 40)
-    got = generate(packed, tokenizer, prompts, strategy="verified", threshold=threshold, max_new_tokens=40)
+    want = hf_greedy(trained, tokenizer, prompts, 40)
+    got = generate(trained, tokenizer, prompts, strategy="verified", threshold=threshold, max_new_tokens=40,
+                   runtime=runtime)
     assert got.token_ids == want
-    assert [generate(packed, tokenizer, p, strategy="verified", threshold=threshold,
-                     max_new_tokens=40).token_ids[0] for p in prompts] == want
+    assert [generate(trained, tokenizer, p, strategy="verified", threshold=threshold, max_new_tokens=40,
+                     runtime=runtime).token_ids[0] for p in prompts] == want
 
 
 def test_lookup_odds_follow_each_samples_own_record():

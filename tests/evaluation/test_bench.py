@@ -5,10 +5,10 @@ import sys
 import pytest
 import torch
 
-from mars_core.cpu_linear import packing_pays
-from mars_core.decoding.cost import CostCurve
 from mars_core.decoding.spec import TreeLayout
 from mars_core.evaluation.bench import METHODS, bench, format_table, main
+from mars_core.runtime import CostCurve
+from mars_core.runtime.linear import packing_pays
 
 PROMPTS = ["Count from one to ten", "What is the capital of France?", "hello"]
 RECORDS = [{"prompt": p, "category": c} for p, c in zip(PROMPTS, ["counting", "factual", "counting"])]
@@ -101,7 +101,8 @@ def test_cli_runs_on_a_saved_model(tmp_path, model, tokenizer, capsys):
     machine = data["machine"]  # the machine is in the JSON: CPU, the ISA features that matter, threads, torch
     assert machine["cpu"] and isinstance(machine["isa"], list) and machine["threads"] >= 1
     assert machine["torch"] == torch.__version__ and machine["dtype"] == "float32"
-    assert data["layout"] == "cost" and data["cost_curve"]["seconds"]  # the curve load() measured
+    assert data["layout"] == "cost" and data["cost_curve"]["seconds"]  # the curve prepare() measured
+    assert data["width_check"]["differing"] == 0 and machine["attention"] == "rows"  # width-invariant: checked
     assert machine["linear"] == ("onednn_packed" if packing_pays(torch.nn.Linear(2, 2)) else "torch")
     printed = capsys.readouterr().out
     assert "speedup" in printed and f"machine: {machine['cpu']}" in printed

@@ -128,42 +128,49 @@ def test_calibration_plot(tmp_path):
         assert (tmp_path / "c.png").stat().st_size > 1000
 
 
-def test_verified_rows_follow_the_fixed_rules_whatever_cost_curve_the_model_carries(tokenizer):
+def test_verified_rows_follow_the_fixed_rules_whatever_cost_curve_the_runtime_carries(tokenizer):
     """A cost curve measured on a busy machine must not move the model's tokens per forward: mars-eval sizes its
     verified trees by the fixed rules. Where no tree pays, the curve alone would make every forward one token."""
-    from mars_core.decoding.cost import CostCurve
+    from mars_core.runtime import CostCurve, Runtime
 
     from trained import ANSWERS, mars_trained
 
     model = mars_trained("qwen2", tokenizer)
     records = [{"prompt": p, "category": "chat"} for p in ANSWERS]
 
-    def forwards() -> list[int]:
+    def forwards(runtime=None) -> list[int]:
         results, _, _ = mars_eval.decode_records(model, tokenizer, records, threshold=0.05, block_size=4,
-                                                 batch_size=8, max_new_tokens=40, strategy="verified")
+                                                 batch_size=8, max_new_tokens=40, strategy="verified", runtime=runtime)
         assert sum(r["tokens"] for r in results) > 1.3 * sum(r["forwards"] for r in results)  # it really drafts
         return [r["forwards"] for r in results]
 
     plain = forwards()
-    model.forward_cost = CostCurve.from_function(lambda b, w: 0.01 * w**2)  # each token fed costs a forward more
-    assert forwards() == plain
+    steep = CostCurve.from_function(lambda b, w: 0.01 * w**2)  # each token fed costs a forward more
+    assert forwards(Runtime(cost=steep)) == plain
 
 
 def test_confidence_kind_reaches_the_decoder(tokenizer):
     """--confidence changes what a threshold compares: the top-1 minus top-2 margin never exceeds the chosen token's
-    probability, so at the same threshold margin-confidence threshold mode commits no more tokens, and here fewer."""
+    probability, so from the same prefix (each prompt's first forward) margin-confidence threshold mode accepts no
+    more mask predictions than probability-confidence mode, and at some threshold fewer. (Whole answers are not
+    compared: a run that accepted otherwise goes on from another text.)"""
+    from mars_core.generate import stream
+
     from trained import ANSWERS, mars_trained
 
     model = mars_trained("qwen2", tokenizer)
-    records = [{"prompt": p, "category": "chat"} for p in ANSWERS]
 
-    def rate(confidence: str) -> float:
-        results, _, _ = mars_eval.decode_records(model, tokenizer, records, threshold=0.6, block_size=4, batch_size=8,
-                                                 max_new_tokens=40, confidence=confidence)
-        return sum(r["tokens"] for r in results) / sum(r["forwards"] for r in results)
+    def first_forward_tokens(confidence: str, threshold: float) -> int:
+        return sum(len(next(iter(stream(model, tokenizer, p, strategy="sliding", block_size=4, threshold=threshold,
+                                        max_new_tokens=8, confidence=confidence))).token_ids[0]) for p in ANSWERS)
 
-    prob, margin = rate("prob"), rate("margin")
-    assert 1.0 <= margin < prob
+    pairs = [(first_forward_tokens("prob", t), first_forward_tokens("margin", t)) for t in (0.5, 0.9, 0.99, 0.999)]
+    assert all(len(ANSWERS) <= margin <= prob for prob, margin in pairs), pairs
+    assert any(margin < prob for prob, margin in pairs), pairs
+    records = [{"prompt": p, "category": "chat"} for p in ANSWERS]  # and mars-eval passes it on
+    results, _, _ = mars_eval.decode_records(model, tokenizer, records[:2], threshold=0.6, block_size=4,
+                                             batch_size=2, max_new_tokens=8, confidence="margin")
+    assert all(r["tokens"] for r in results)
 
 
 def test_rescore_scores_the_stored_answers_again(heldout, tiny_dir, tmp_path):

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from mars_core.decoding import cost
-from mars_core.decoding.cost import CostCurve, forward_cost, interpolate, measure_cost
+from mars_core.runtime import Runtime, cost
+from mars_core.runtime.cost import CostCurve, forward_cost, interpolate, measure_cost
+
+PLAIN = Runtime()
 
 
 def test_interpolate_is_linear_inside_and_extends_the_end_segments():
@@ -37,7 +39,7 @@ def test_a_malformed_curve_is_refused(bad):
 
 
 def test_measure_times_every_batch_size_and_width(model):
-    curve = measure_cost(model, batch_sizes=(1, 4), widths=(1, 2, 8), rounds=1, budget=16)
+    curve = measure_cost(model, PLAIN, batch_sizes=(1, 4), widths=(1, 2, 8), rounds=1, budget=16)
     assert curve.batch_sizes == (1, 4) and curve.widths == (1, 2, 8)
     assert all(s > 0 for row in curve.seconds for s in row)
     assert curve.machine["dtype"] == "float32" and curve.machine["threads"] >= 1 and curve.machine["cpu"]
@@ -55,16 +57,16 @@ def test_noisy_timings_never_extrapolate_to_zero():
 def test_the_curve_is_measured_once_per_machine_and_model(model, tmp_path, monkeypatch):
     calls = []
     fixed = CostCurve.from_function(lambda b, w: 0.001 * w, widths=(1, 2))
-    monkeypatch.setattr(cost, "measure_cost", lambda m: calls.append(m) or fixed)
-    monkeypatch.setattr(cost, "spot_seconds", lambda m: [0.001, 0.004])  # the machine as fast as when it was timed
+    monkeypatch.setattr(cost, "measure_cost", lambda m, rt: calls.append(m) or fixed)
+    monkeypatch.setattr(cost, "spot_seconds", lambda m, rt: [0.001, 0.004])  # the machine as fast as when it was timed
     monkeypatch.setattr(cost, "busy", lambda: False)
     monkeypatch.setattr(cost, "_UNKEPT", {})
-    assert forward_cost(model, tmp_path) == fixed
-    assert forward_cost(model, tmp_path) == fixed  # read back from the file
+    assert forward_cost(model, PLAIN, tmp_path) == fixed
+    assert forward_cost(model, PLAIN, tmp_path) == fixed  # read back from the file
     assert len(calls) == 1 and len(list(tmp_path.glob("*.json"))) == 1
     (next(tmp_path.glob("*.json"))).write_text("{not json")
-    assert forward_cost(model, tmp_path) == fixed and len(calls) == 2  # a damaged file is measured again
-    assert forward_cost(model, tmp_path, refresh=True) == fixed and len(calls) == 3
+    assert forward_cost(model, PLAIN, tmp_path) == fixed and len(calls) == 2  # a damaged file is measured again
+    assert forward_cost(model, PLAIN, tmp_path, refresh=True) == fixed and len(calls) == 3
 
 
 def test_a_curve_timed_on_a_busy_machine_is_used_but_not_kept(model, tmp_path, monkeypatch):
@@ -72,14 +74,14 @@ def test_a_curve_timed_on_a_busy_machine_is_used_but_not_kept(model, tmp_path, m
     times again instead of reading it back."""
     calls = []
     fixed = CostCurve.from_function(lambda b, w: 0.001 * w, widths=(1, 2))
-    monkeypatch.setattr(cost, "measure_cost", lambda m: calls.append(m) or fixed)
+    monkeypatch.setattr(cost, "measure_cost", lambda m, rt: calls.append(m) or fixed)
     monkeypatch.setattr(cost, "busy", lambda: True)
     monkeypatch.setattr(cost, "_UNKEPT", {})
-    assert forward_cost(model, tmp_path) == fixed and not list(tmp_path.glob("*.json"))
-    assert forward_cost(model, tmp_path) == fixed and len(calls) == 1  # this process keeps it in memory
+    assert forward_cost(model, PLAIN, tmp_path) == fixed and not list(tmp_path.glob("*.json"))
+    assert forward_cost(model, PLAIN, tmp_path) == fixed and len(calls) == 1  # this process keeps it in memory
     monkeypatch.setattr(cost, "_UNKEPT", {})  # a new process
     monkeypatch.setattr(cost, "busy", lambda: False)
-    assert forward_cost(model, tmp_path) == fixed and len(calls) == 2 and len(list(tmp_path.glob("*.json"))) == 1
+    assert forward_cost(model, PLAIN, tmp_path) == fixed and len(calls) == 2 and len(list(tmp_path.glob("*.json"))) == 1
 
 
 def test_a_kept_curve_slower_than_the_machine_now_is_timed_again(model, tmp_path, monkeypatch):
@@ -90,25 +92,25 @@ def test_a_kept_curve_slower_than_the_machine_now_is_timed_again(model, tmp_path
     fresh = CostCurve.from_function(lambda b, w: 0.040 + 0.001 * w, widths=(1, 2, 4))
     assert cost.SPOT_WIDTHS == (1, 4)
     calls = []
-    monkeypatch.setattr(cost, "measure_cost", lambda m: calls.append(m) or fresh)
+    monkeypatch.setattr(cost, "measure_cost", lambda m, rt: calls.append(m) or fresh)
     monkeypatch.setattr(cost, "_UNKEPT", {})
-    (tmp_path / f"{cost.cost_key(model)}.json").write_text(inflated.to_json())
+    (tmp_path / f"{PLAIN.key(model)}.json").write_text(inflated.to_json())
 
     monkeypatch.setattr(cost, "busy", lambda: True)  # busy now: a timing now would be inflated too
-    monkeypatch.setattr(cost, "spot_seconds", lambda m: pytest.fail("timed on a busy machine"))
-    assert forward_cost(model, tmp_path) == inflated and not calls
+    monkeypatch.setattr(cost, "spot_seconds", lambda m, rt: pytest.fail("timed on a busy machine"))
+    assert forward_cost(model, PLAIN, tmp_path) == inflated and not calls
 
     monkeypatch.setattr(cost, "busy", lambda: False)
-    monkeypatch.setattr(cost, "spot_seconds", lambda m: [0.042, 0.050])  # 1.10x and 1.08x: within the margin
-    assert forward_cost(model, tmp_path) == inflated and not calls
+    monkeypatch.setattr(cost, "spot_seconds", lambda m, rt: [0.042, 0.050])  # 1.10x and 1.08x: within the margin
+    assert forward_cost(model, PLAIN, tmp_path) == inflated and not calls
 
-    monkeypatch.setattr(cost, "spot_seconds", lambda m: [0.042, 0.044])  # width 4 reads 1.23x: timed under load
-    assert forward_cost(model, tmp_path) == fresh and len(calls) == 1
+    monkeypatch.setattr(cost, "spot_seconds", lambda m, rt: [0.042, 0.044])  # width 4 reads 1.23x: timed under load
+    assert forward_cost(model, PLAIN, tmp_path) == fresh and len(calls) == 1
     assert CostCurve.from_json(next(tmp_path.glob("*.json")).read_text()) == fresh  # rewritten
 
 
 def test_spot_seconds_times_real_forwards(model):
-    now = cost.spot_seconds(model)
+    now = cost.spot_seconds(model, PLAIN)
     assert len(now) == len(cost.SPOT_WIDTHS) and all(0 < s < 5 for s in now)
 
 
@@ -116,28 +118,28 @@ def test_a_spike_in_one_round_does_not_move_the_curve(model, monkeypatch):
     """The fastest of the rounds is kept: a forward that waited on other work in one round is not its cost."""
     spikes = iter([1.0, 5.0, 0.01, 0.02] * 50)  # warm-up, then a stalled round, then two quiet ones
     monkeypatch.setattr(cost, "_timed_forward", lambda *a: next(spikes))
-    curve = measure_cost(model, batch_sizes=(1,), widths=(1,), rounds=3)
+    curve = measure_cost(model, PLAIN, batch_sizes=(1,), widths=(1,), rounds=3)
     assert curve.seconds == ((0.01,),)
 
 
 def test_a_narrow_forward_never_reads_dearer_than_a_wider_one(model, monkeypatch):
     """Kernels that stall after a change of kernel (MKL's one-row sgemm after a run of oneDNN's wide forwards on an
     Intel Xeon) must not price one token above two: the curve is made non-decreasing in width."""
-    monkeypatch.setattr(cost, "_timed_forward", lambda m, c, ids, ctx: {1: 0.045, 2: 0.037, 4: 0.049}[ids.shape[1]])
-    curve = measure_cost(model, batch_sizes=(1,), widths=(1, 2, 4), rounds=1)
+    monkeypatch.setattr(cost, "_timed_forward", lambda m, rt, c, ids, ctx: {1: 0.045, 2: 0.037, 4: 0.049}[ids.shape[1]])
+    curve = measure_cost(model, PLAIN, batch_sizes=(1,), widths=(1, 2, 4), rounds=1)
     assert curve.seconds == ((0.037, 0.037, 0.049),)
 
 
-def test_packed_layers_get_their_own_curve():
-    """A curve timed with plain F.linear layers is not read back for oneDNN-packed ones (or the other way)."""
-    import copy
-
-    from mars_core.cpu_linear import pack_linears
+def test_each_runtime_gets_its_own_curve():
+    """A curve timed with plain F.linear layers is not read back for oneDNN-packed ones, nor one timed with attention
+    row by row for SDPA (or the other way)."""
+    from mars_core.runtime.linear import pack_linears
 
     from tiny import tiny_qwen2
 
-    plain = tiny_qwen2(64)
-    packed = copy.deepcopy(plain)
-    if not pack_linears(packed):
-        pytest.skip("no oneDNN packing on this machine")
-    assert cost.cost_key(plain) != cost.cost_key(packed)
+    model = tiny_qwen2(64)
+    keys = {Runtime().key(model), Runtime(rows=True).key(model)}
+    linears = pack_linears(model)
+    if linears:
+        keys.add(Runtime(linears=linears).key(model))
+    assert len(keys) == 2 + bool(linears)

@@ -1,0 +1,74 @@
+"""Width invariance, checked: a forward of k new tokens against k forwards of one token each, on the same cache.
+
+Bit-identical logits and cache entries for every row mean that verified decoding's answer is one-token decoding's
+by construction: the rows it reads were computed as a one-token forward computes them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .forward import cache_mask, forward, new_cache
+from .runtime import Runtime, WidthCheck
+from .timing import read_json, write_json
+
+
+@torch.inference_mode()
+def _feed(model: torch.nn.Module, runtime: Runtime, context: torch.Tensor, valid: torch.Tensor, new: torch.Tensor,
+          width: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Logits of every new token [b, k, V] and each layer's keys and values for them, feeding the context (valid:
+    which of its slots are real) and then the new tokens `width` at a time."""
+    b, n = context.shape
+    cache = new_cache(model)
+    positions = (valid.long().cumsum(1) - 1).clamp_min(0)
+    forward(model, context, positions, cache_mask(valid, n), cache, 1, runtime)
+    start, logits = positions[:, -1] + 1, []
+    seen = valid
+    for s in range(0, new.shape[1], width):
+        ids = new[:, s : s + width]
+        w = ids.shape[1]
+        seen = torch.cat([seen, torch.ones_like(ids, dtype=torch.bool)], 1)
+        pos = start[:, None] + s + torch.arange(w, device=ids.device)
+        logits.append(forward(model, ids, pos, cache_mask(seen, w), cache, w, runtime))
+    entries = [t[:, :, n:] for layer in cache.layers for t in (layer.keys, layer.values)]
+    return torch.cat(logits, 1), entries
+
+
+def compare_widths(model: torch.nn.Module, runtime: Runtime, context: torch.Tensor, valid: torch.Tensor,
+                   new: torch.Tensor, widths: tuple[int, ...]) -> WidthCheck:
+    """Feed `new` [b, k] after `context` [b, n] one token per forward, then `w` per forward for each w in widths;
+    count the rows (sample, token) whose logits or cache entries differ in any bit."""
+    want, want_cache = _feed(model, runtime, context, valid, new, 1)
+    rows = differing = 0
+    worst = 0.0
+    for w in widths:
+        got, got_cache = _feed(model, runtime, context, valid, new, w)
+        bad = (got != want).flatten(2).any(-1)  # [b, k]
+        for a, c in zip(got_cache, want_cache):  # [b, heads, k, d]
+            bad |= (a != c).transpose(1, 2).flatten(2).any(-1)
+        rows, differing = rows + bad.numel(), differing + int(bad.sum())
+        worst = max(worst, float((got.float() - want.float()).abs().max()))
+    return WidthCheck(tuple(widths), new.shape[0], rows, differing, worst)
+
+
+CHECK_WIDTHS = (2, 3, 8)  # widths the check at prepare() feeds (a verified tree's, and one kernel switch seen at 3-4)
+
+
+def width_check(model: torch.nn.Module, runtime: Runtime, cache_dir: str | Path | None = None,
+                widths: tuple[int, ...] = CHECK_WIDTHS, context: int = 24, new: int = 8) -> WidthCheck:
+    """The check prepare() runs (about a second): random tokens, batch 1; kept in cache_dir/width-<key>.json."""
+    path = Path(cache_dir) / f"width-{runtime.key(model)}.json" if cache_dir is not None else None
+    kept = read_json(path)
+    if kept is not None:
+        try:
+            return WidthCheck.from_dict(kept)
+        except (KeyError, TypeError, ValueError):
+            pass  # damaged: checked again
+    vocab = model.get_input_embeddings().weight.shape[0]
+    ids = torch.randint(vocab, (1, context + new), generator=torch.Generator().manual_seed(0)).to(model.device)
+    valid = torch.ones(1, context, dtype=torch.bool, device=model.device)
+    check = compare_widths(model, runtime, ids[:, :context], valid, ids[:, context:], widths)
+    write_json(path, check.to_dict())
+    return check

@@ -1,0 +1,131 @@
+"""Linear layers on an x86 CPU through oneDNN with weights packed once, for inference, held by the runtime.
+
+torch sends an fp32 `F.linear` to MKL's sgemm, which is slow for the few rows a decoding forward feeds and computes
+one row with another kernel than several (its result for a row depends on how many rows travel with it). oneDNN
+with each weight reordered once for it (as inductor's freezing pass does for bf16) is faster at every width on the
+machines measured, makes width nearly free, and gives each row the same bits at every row count. bf16 runs oneDNN
+already but reorders the weight on every call. (Numbers by machine: docs/speed.md; `python
+benchmarks/linear_kernels.py` prints them by layer shape and width.)
+
+    linears = pack_linears(model)          # the packed copies, by weight; the model itself is left as it was
+    with LinearKernels(linears, rows=1):   # inside, every F.linear on a packed weight runs the packed kernel
+        model(...)
+
+Nothing is set on the model: a TorchFunctionMode routes `F.linear` calls whose weight has a packed copy. With grad
+enabled (training), on another device or dtype, or once the weight was updated in place (its version counter moved,
+as an optimizer step does), the call computes F.linear as before, so a packed copy is never stale.
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from .timing import fastest_seconds
+
+BATCH_HINT = 16  # rows oneDNN packs the weight for; measured as good as 1 or 4 at 1-4 rows, better from 8 rows on
+DTYPES = (torch.float32, torch.bfloat16)  # bf16 F.linear runs oneDNN already, but reorders W on every call
+
+
+def packed_dtypes() -> tuple[torch.dtype, ...]:
+    """The dtypes oneDNN packs on this CPU: fp32 on any x86 CPU, bf16 only with its bf16 kernels (AVX-512 or
+    AVX-NE-CONVERT; on an AVX2-only CPU oneDNN refuses to reorder a bf16 weight)."""
+    bf16 = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    return tuple(d for d in DTYPES if d is not torch.bfloat16 or (bf16 is not None and bf16()))
+
+
+def packing_pays(model: nn.Module) -> bool:
+    """Whether pack_linears has work: an x86 CPU with oneDNN, a model on the CPU in a dtype it packs there."""
+    x86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
+    param = next(model.parameters(), None)
+    return (x86 and torch.backends.mkldnn.is_available() and param is not None and param.device.type == "cpu"
+            and param.dtype in packed_dtypes())
+
+
+@dataclass(frozen=True)
+class Packed:
+    """One weight's packed copy, and what it was packed from (a changed weight is never answered from it)."""
+
+    weight: torch.Tensor  # the model's own weight (kept to check identity and its version)
+    packed: torch.Tensor  # oneDNN's reordered copy
+    version: int  # weight._version when packed
+
+
+PackedLinears = dict[int, Packed]  # by id() of the weight
+
+
+def pack_linears(model: nn.Module) -> PackedLinears:
+    """Packed copies of every CPU nn.Linear weight of a packed dtype (a tied lm_head included); {} where packing
+    does not apply (packing_pays) or this torch build lacks the oneDNN ops."""
+    if not packing_pays(model):
+        return {}
+    dtypes, packed = packed_dtypes(), {}
+    with torch.no_grad():
+        for module in model.modules():
+            w = getattr(module, "weight", None)
+            if type(module) is not nn.Linear or w.device.type != "cpu" or w.dtype not in dtypes or id(w) in packed:
+                continue
+            try:
+                copy = torch.ops.mkldnn._reorder_linear_weight(w.detach(), BATCH_HINT)
+            except (AttributeError, RuntimeError):  # a torch build without these oneDNN ops
+                return {}
+            packed[id(w)] = Packed(w, copy, w._version)
+    return packed
+
+
+def packed_linear(x: torch.Tensor, entry: Packed, bias: torch.Tensor | None) -> torch.Tensor:
+    """y = x W^T + b from the packed W."""
+    return torch.ops.mkldnn._linear_pointwise(x, entry.packed, bias, "none", [], "")
+
+
+class LinearKernels(TorchFunctionMode):
+    """Inside this mode, F.linear on a weight with a packed copy runs the packed kernel for inputs of at least `rows`
+    rows (fewer: torch's own kernel), unless grad is on, the input is elsewhere or of another dtype, or the weight
+    changed since packing."""
+
+    def __init__(self, linears: PackedLinears, rows: int = 1):
+        super().__init__()
+        self.linears, self.rows = linears, rows
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.linear:
+            x, w = args[0], args[1]
+            entry = self.linears.get(id(w))
+            if (entry is not None and entry.weight is w and not torch.is_grad_enabled() and x.device.type == "cpu"
+                    and x.dtype == w.dtype and w._version == entry.version and x.numel() >= self.rows * x.shape[-1]):
+                bias = args[2] if len(args) > 2 else kwargs.get("bias")
+                return packed_linear(x, entry, bias)
+        return func(*args, **kwargs)
+
+
+ROWS = (1, 2, 3, 4, 6, 8)  # row counts fewest_packed_rows times both kernels at
+
+
+@torch.inference_mode()
+def kernel_seconds(linears: PackedLinears, rows: tuple[int, ...] = ROWS, rounds: int = 5) -> dict[str, list[float]]:
+    """Seconds of one pass over every packed layer, each fed r rows as a forward feeds them (so the weights stream
+    from memory as they do there), with torch's F.linear and with the packed weight, by r in rows."""
+    entries = list(linears.values())
+    gen = torch.Generator().manual_seed(0)
+    inputs = {r: [torch.randn(r, e.weight.shape[1], generator=gen).to(e.weight.dtype) for e in entries] for r in rows}
+    kernels = {"torch": lambda e, x: F.linear(x, e.weight), "packed": lambda e, x: packed_linear(x, e, None)}
+    return {name: [fastest_seconds(lambda: [run(e, x) for e, x in zip(entries, inputs[r])], rounds) for r in rows]
+            for name, run in kernels.items()}
+
+
+def fewest_packed_rows(linears: PackedLinears, rows: tuple[int, ...] = ROWS, rounds: int = 5) -> int:
+    """The fewest rows R from which the packed kernel is at least as fast as torch's at every count timed: the
+    fastest choice by rows, when one kernel for every width is not asked for (an Intel Xeon in fp32, where MKL's
+    one- and two-row kernels are fast, measured R = 4; where packing wins from one row, R = 1)."""
+    if not linears:
+        return 1
+    seconds = kernel_seconds(linears, rows, rounds)
+    wins = [p <= t for p, t in zip(seconds["packed"], seconds["torch"])]
+    first = next((i for i in range(len(rows)) if all(wins[i:])), len(rows))
+    return rows[first] if first < len(rows) else rows[-1] + 1

@@ -1,0 +1,53 @@
+"""prepare(model): the runtime for serving a model on this machine, its decisions measured once and kept."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from .attention import ATTENTION
+from .cost import forward_cost
+from .invariance import width_check
+from .linear import fewest_packed_rows, pack_linears
+from .runtime import Runtime
+from .timing import busy, cache_root, read_json, write_json
+
+
+def kernel_rows(model: torch.nn.Module, runtime: Runtime, cache_dir: Path | None) -> int:
+    """The fewest rows from which the packed kernel is as fast as torch's on this machine (linear.fewest_packed_rows:
+    2-3 s for the 135M model), kept in cache_dir/kernels-<key>.json unless the machine was busy while timing."""
+    path = cache_dir / f"kernels-{runtime.key(model)}.json" if cache_dir is not None else None
+    kept = read_json(path)
+    if kept is not None and isinstance(kept.get("packed_from"), int):
+        return kept["packed_from"]
+    crowded = busy()
+    rows = fewest_packed_rows(runtime.linears)
+    if not crowded:
+        write_json(path, {"packed_from": rows, "machine": runtime.record(model)})
+    return rows
+
+
+def prepare(model: torch.nn.Module, *, invariant: bool = True, pack: bool = True, check: bool = True,
+            measure_cost: bool = True, cache_dir: str | Path | None = None) -> Runtime:
+    """The runtime for serving `model` on this machine (inference only; training uses none).
+
+    pack: on an x86 CPU, run fp32 and bf16 linear layers through oneDNN with weights packed once (runtime.linear).
+    invariant: one kernel for every width (packed from one row, attention row by row for models with the "mars"
+    attention that load() gives), so a row's numbers do not depend on how many rows share its forward and verified
+    decoding is one-token decoding bit for bit; False: the fastest kernel by rows, timed once (numbers may then
+    differ in the last bits between widths). check: run the width check on this model (runtime.invariance), whose
+    verdict the app and the README state. measure_cost: time forwards by width under these kernels (runtime.cost).
+    Each measurement is kept under cache_dir (default: cache_root()/forward_cost) by machine, kernels and model
+    shape."""
+    folder = Path(cache_dir) if cache_dir is not None else cache_root() / "forward_cost"
+    rows = invariant and getattr(model.config, "_attn_implementation", None) == ATTENTION
+    runtime = Runtime(linears=pack_linears(model) if pack else {}, rows=rows)
+    if runtime.linears and not invariant:
+        runtime = replace(runtime, packed_from=kernel_rows(model, runtime, folder))
+    if check:
+        runtime = replace(runtime, width_check=width_check(model, runtime, folder))
+    if measure_cost:
+        runtime = replace(runtime, cost=forward_cost(model, runtime, folder))
+    return runtime

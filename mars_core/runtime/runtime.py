@@ -1,0 +1,102 @@
+"""The runtime: how this machine runs a model's forwards, decided once and passed to every decoder.
+
+It holds the machine-facing decisions: which linear kernel answers how many rows (oneDNN-packed weights, or torch's),
+whether attention runs row by row so that a row's numbers do not depend on the forward's width, what a forward costs
+by width (the curve verified decoding sizes its trees by), and what was checked on this machine. Nothing of it is set
+on the model: a decoder enters `runtime.active()` around each forward.
+
+    runtime = prepare(model)        # packs, checks width invariance, measures the cost curve (kept on disk)
+    generate(model, tokenizer, "Hi", strategy="verified", runtime=runtime)
+
+`Runtime()` is plain: the model's own kernels, no cost curve (verified decoding uses its fixed rules), nothing
+promised.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..machine import machine_info
+from .attention import rows_attention
+from .curve import CostCurve
+from .linear import LinearKernels, PackedLinears
+
+
+@dataclass(frozen=True)
+class WidthCheck:
+    """A width-k forward against k one-token forwards, same model, machine and kernels: rows compared, and rows whose
+    logits or cache entries differ in any bit (0: width-invariant, so verified decoding is one-token decoding)."""
+
+    widths: tuple[int, ...]  # the widths fed at once
+    batch: int  # samples per forward
+    rows: int  # rows compared, over every width
+    differing: int  # rows whose logits or keys/values differ in any bit from the one-token forward's
+    max_abs: float  # the largest difference in a logit
+
+    @property
+    def identical(self) -> bool:
+        return self.rows > 0 and self.differing == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"widths": list(self.widths), "batch": self.batch, "rows": self.rows, "differing": self.differing,
+                "max_abs": self.max_abs}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> WidthCheck:
+        return cls(tuple(d["widths"]), int(d["batch"]), int(d["rows"]), int(d["differing"]), float(d["max_abs"]))
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """How forwards run on this machine (see the module's docstring); build it with prepare(model)."""
+
+    linears: PackedLinears = field(default_factory=dict, repr=False, compare=False)  # packed weights, by weight
+    packed_from: int = 1  # a packed layer answers inputs of at least this many rows (fewer: torch's kernel)
+    rows: bool = False  # attention row by row: a row's numbers do not depend on the forward's width
+    cost: CostCurve | None = None  # seconds of a forward by batch and width; None: verified's fixed rules
+    width_check: WidthCheck | None = None  # what a check on this machine found (None: not checked)
+
+    @property
+    def invariant(self) -> bool:
+        """Checked width-invariant on this machine: verified decoding gives one-token decoding's answer bit for bit."""
+        return self.width_check is not None and self.width_check.identical
+
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        """Run the forwards inside with this runtime's kernels."""
+        with ExitStack() as stack:
+            stack.enter_context(rows_attention(self.rows))
+            if self.linears:
+                stack.enter_context(LinearKernels(self.linears, self.packed_from))
+            yield
+
+    def record(self, model: torch.nn.Module) -> dict[str, Any]:
+        """Where and how a measurement under this runtime runs: the machine record and the kernels chosen."""
+        return {**machine_info(model.device, model.dtype), "linear": "onednn_packed" if self.linears else "torch",
+                "packed_from_rows": self.packed_from if self.linears else 0,
+                "attention": "rows" if self.rows else "sdpa"}
+
+    def key(self, model: torch.nn.Module) -> str:
+        """What a measurement under this runtime depends on: the machine, the kernels, the dtype, the model's shape."""
+        shape = {k: getattr(model.config, k, None) for k in ("model_type", "hidden_size", "intermediate_size",
+                                                              "num_hidden_layers", "num_attention_heads",
+                                                              "num_key_value_heads", "vocab_size")}
+        shape["attn"] = getattr(model.config, "_attn_implementation", None)
+        return hashlib.sha256(json.dumps([self.record(model), shape], sort_keys=True).encode()).hexdigest()[:16]
+
+    def guarantee(self) -> str:
+        """What verified decoding promises under this runtime, in words for a page."""
+        check = self.width_check
+        if check is None:
+            return "identical to one-token decoding up to rounding (width invariance not checked on this machine)"
+        if check.identical:
+            return "identical to one-token decoding"
+        return (f"identical to one-token decoding up to rounding: {check.differing} of {check.rows} rows differed "
+                "in the width check on this machine")

@@ -1,0 +1,169 @@
+"""oneDNN-packed linear layers held by the runtime: the same numbers as F.linear, the packed kernel really runs inside
+the runtime (and nowhere else: nothing is set on the model), each row gets the same bits at every row count, and
+training, weight updates and adapter merges never see a stale packed copy."""
+
+from __future__ import annotations
+
+import copy
+import importlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mars_core.load import merge_adapter
+from mars_core.runtime import Runtime, linear
+from mars_core.runtime.linear import (
+    LinearKernels,
+    fewest_packed_rows,
+    kernel_seconds,
+    pack_linears,
+    packed_dtypes,
+    packing_pays,
+)
+
+from tiny import tiny_qwen2
+
+pytestmark = pytest.mark.skipif(not packing_pays(torch.nn.Linear(2, 2)), reason="needs an x86 CPU with oneDNN")
+
+
+def packed_ops(fn) -> int:
+    """How many times the packed oneDNN kernel ran inside fn()."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    return sum(e.count for e in prof.key_averages() if e.key == "mkldnn::_linear_pointwise")
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_packed_layer_computes_f_linear(dtype, tol):
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(96, 40).to(dtype)
+    x = torch.randn(3, 7, 96, dtype=dtype).transpose(0, 1)  # 3D and not contiguous, as attention hands it on
+    want = F.linear(x, layer.weight, layer.bias)
+    packs = dtype in packed_dtypes()  # bf16 needs oneDNN's bf16 kernels: not on an AVX2-only CPU
+    linears = pack_linears(layer)
+    assert len(linears) == packs
+    with torch.inference_mode():
+        assert packed_ops(lambda: layer(x)) == 0  # outside the runtime the layer is as it was
+        with LinearKernels(linears):
+            got = layer(x)
+            assert packed_ops(lambda: layer(x)) == packs  # where it does not pack, F.linear answers as before
+    assert got.shape == want.shape and "packed_weight" not in layer.__dict__ and "forward" not in layer.__dict__
+    torch.testing.assert_close(got.float(), want.float(), atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("dtype", packed_dtypes())
+def test_a_row_gets_the_same_bits_at_every_row_count(dtype):
+    """Width invariance of the packed kernel: row r of a 1..33-row input equals row r fed alone, bit for bit, at
+    the embedded model's layer shapes (q, k/v, up, down, head)."""
+    torch.manual_seed(0)
+    for n, k in ((576, 576), (192, 576), (1536, 576), (576, 1536), (4096, 576)):
+        layer = torch.nn.Linear(k, n, bias=False).to(dtype)
+        x = torch.randn(33, k).to(dtype)
+        with torch.inference_mode(), LinearKernels(pack_linears(layer)):
+            alone = torch.cat([layer(x[r : r + 1]) for r in range(33)])
+            assert all(torch.equal(layer(x[:m]), alone[:m]) for m in range(2, 34)), (n, k)
+
+
+def test_bf16_packs_exactly_where_onednn_has_bf16_kernels():
+    """On a CPU without them (AVX2 only) oneDNN refuses to reorder a bf16 weight: bf16 is then not a packed dtype,
+    and pack_linears leaves a bf16 layer as it was."""
+    bf16 = torch.nn.Linear(16, 8).to(torch.bfloat16)
+    supported = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert (torch.bfloat16 in packed_dtypes()) == supported and torch.float32 in packed_dtypes()
+    assert packing_pays(bf16) == supported
+    assert len(pack_linears(bf16)) == supported
+    if not supported:
+        with pytest.raises(RuntimeError):
+            torch.ops.mkldnn._reorder_linear_weight(bf16.weight.detach(), 16)
+
+
+def test_training_and_in_place_updates_fall_back_to_f_linear():
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(32, 16)
+    linears = pack_linears(layer)
+    x = torch.randn(4, 32)
+    with LinearKernels(linears):
+        assert packed_ops(lambda: layer(x).sum().backward()) == 0  # grad enabled: plain F.linear, gradients flow
+    assert layer.weight.grad is not None
+    torch.optim.SGD(layer.parameters(), lr=1.0).step()  # updates W in place: the packed copy is stale now
+    with torch.no_grad(), LinearKernels(linears):
+        assert packed_ops(lambda: layer(x)) == 0
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))
+
+
+def test_a_model_in_a_runtime_answers_as_before():
+    model = tiny_qwen2(64)
+    ids = torch.randint(64, (2, 9), generator=torch.Generator().manual_seed(0))
+    runtime = Runtime(linears=pack_linears(model))
+    assert len(runtime.linears) == sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+    with torch.no_grad():
+        want = model(ids).logits
+        with runtime.active():
+            got = model(ids).logits
+            assert packed_ops(lambda: model(ids)) == len(runtime.linears)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_a_runtime_prepared_after_merging_an_adapter_answers_with_the_merged_weights(tmp_path):
+    """merge_adapter writes the weights in place (through .data, which moves no version counter): the runtime is
+    prepared after it, as mars-eval's load_model does, and answers with the merged weights."""
+    from peft import LoraConfig, get_peft_model
+
+    base = tiny_qwen2(64)
+    adapter = get_peft_model(copy.deepcopy(base), LoraConfig(r=4, target_modules=["q_proj", "down_proj"],
+                                                             init_lora_weights=False))
+    adapter.save_pretrained(tmp_path)
+    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
+    with torch.no_grad():
+        want = merge_adapter(copy.deepcopy(base), tmp_path)(ids).logits
+        merged = merge_adapter(copy.deepcopy(base), tmp_path)
+        runtime = Runtime(linears=pack_linears(merged))
+        with runtime.active():
+            got = merged(ids).logits
+            assert packed_ops(lambda: merged(ids)) == len(runtime.linears)
+        assert not torch.allclose(base(ids).logits, want, atol=1e-3)  # the adapter changes the answer
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_rows_below_the_threshold_go_to_f_linear():
+    """Below `rows` rows a packed layer runs torch's own kernel (faster there on some machines), from it the packed
+    one; the numbers are F.linear's either way."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(48, 24)
+    with torch.inference_mode(), LinearKernels(pack_linears(layer), rows=3):
+        for rows, packs in ((1, 0), (2, 0), (3, 1), (5, 1)):
+            x = torch.randn(1, rows, 48)
+            assert packed_ops(lambda: layer(x)) == packs, rows
+            torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))
+
+
+@pytest.mark.parametrize("torch_ms,packed_ms,want", [
+    ([1, 2, 3, 4, 6, 8], [2, 3, 2, 5, 5, 7], 6),   # torch wins at 1, 2 and again at 4: packed from 6
+    ([3, 3, 3, 3, 3, 3], [1, 1, 1, 1, 1, 1], 1),   # packed wins everywhere (the EPYC, AMX in bf16)
+    ([1, 1, 1, 1, 1, 1], [2, 2, 2, 2, 2, 2], 9),   # torch wins everywhere timed: packed past the widest
+])
+def test_fewest_packed_rows_picks_the_rows_from_which_packing_always_wins(monkeypatch, torch_ms, packed_ms, want):
+    linears = pack_linears(tiny_qwen2(64))
+    monkeypatch.setattr(linear, "kernel_seconds", lambda *a, **k: {"torch": torch_ms, "packed": packed_ms})
+    assert fewest_packed_rows(linears) == want
+
+
+def test_kernel_seconds_times_both_kernels_at_each_row_count():
+    seconds = kernel_seconds(pack_linears(tiny_qwen2(64)), rows=(1, 4), rounds=1)
+    assert set(seconds) == {"torch", "packed"} and all(len(v) == 2 and min(v) > 0 for v in seconds.values())
+
+
+def test_kernel_rows_are_timed_once_and_kept(monkeypatch, tmp_path):
+    prep = importlib.import_module("mars_core.runtime.prepare")
+
+    calls = []
+    monkeypatch.setattr(prep, "fewest_packed_rows", lambda linears: calls.append(1) or 3)
+    monkeypatch.setattr(prep, "busy", lambda: False)
+    model = tiny_qwen2(64)
+    runtime = prep.prepare(model, invariant=False, check=False, measure_cost=False, cache_dir=tmp_path)
+    assert runtime.packed_from == 3 and runtime.linears and not runtime.rows
+    again = prep.prepare(tiny_qwen2(64), invariant=False, check=False, measure_cost=False, cache_dir=tmp_path)
+    assert again.packed_from == 3 and len(calls) == 1  # read back
+    plain = prep.prepare(tiny_qwen2(64), pack=False, check=False, measure_cost=False, cache_dir=tmp_path)
+    assert plain.key(model) != runtime.key(model)  # measurements are kept apart by the kernels used
