@@ -121,7 +121,7 @@ class Preparation:
 PREPARING: dict[str, Preparation] = {}  # by name, from the first request to load it
 CONVERT = "converting the GGUF file into a model folder (once: cached under MARS_CACHE)"
 MERGE = "merging the MARS adapter into the weights (once: cached)"
-LOAD = "loading the weights and timing this CPU's kernels and forward cost (timed once, then cached)"
+LOAD = "loading the weights"  # (the runtime's kernel and cost timing, once wired here, is a stage of its own)
 
 
 def stages(name: str | None) -> list[tuple[str, Callable[[], Any]]]:
