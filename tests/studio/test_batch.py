@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import warnings
 
+import gradio as gr
 import pytest
 
 from mars_core import StreamEvent
@@ -23,8 +25,12 @@ TEXT = "\n".join(PROMPTS)
 pytestmark = pytest.mark.usefixtures("served")  # tests/studio/conftest.py: the tiny model, served
 
 
+# the batch's outputs, in order: cells, slot chart, stats, message line, trace
+PANES, PLOT, STATS, MESSAGE, TRACE = range(5)
+
+
 def final(outputs: list) -> dict:
-    return outputs[-1][3]
+    return outputs[-1][TRACE]
 
 
 def per_sample(counts: list[list[int]]) -> list[list[int]]:
@@ -72,7 +78,8 @@ def test_tau_one_block_batch_is_ar():
     assert block["tokens"] == ar["tokens"] == 6 * 24 and [len(i) for i in block["ids"]] == [24] * 6
     assert block["new_blocks"] == [4, 8, 12, 16, 20]  # τ = 1 fills a block of 4 in 4 forwards
     assert block["seconds"] > 0 and block["tokens_per_second"] > 0 and ar["tokens_per_second"] > 0
-    panes, plot, stats, _ = outputs[-1]
+    panes, plot, stats, message, _ = outputs[-1]
+    assert message == ""
     assert panes.count("same as AR ✓") == 6 and "differs" not in panes
     assert "**1.00 steps per forward**" in stats and "**6 of 6** answers equal" in stats
     assert "0 of 144 sample-forwards waiting" in stats
@@ -163,10 +170,10 @@ def test_batch_run_records_waits_finishes_and_blocks(tiny):
         ("\n".join(PROMPTS[:3]), 0.9, 4, 16, "Give 4 to 8 prompts, one per line; got 3"),
         ("\n".join(PROMPTS + PROMPTS[:3]), 0.9, 4, 16, "Give 4 to 8 prompts, one per line; got 9"),
         ("\n".join([*PROMPTS[:4], "x" * (inputs.MAX_PROMPT_CHARS + 1)]), 0.9, 4, 16, "Prompt 5 too long"),
-        (TEXT, 1.5, 4, 16, "Threshold must be in (0, 1]"),
-        (TEXT, 0.9, 0, 16, "Block size must be between 1 and"),
-        (TEXT, 0.9, 4, 0, "Max new tokens must be between 1 and"),
-        (TEXT, 0.9, 4, batch.MAX_NEW_TOKENS + 1, "Max new tokens must be between 1 and"),
+        (TEXT, 1.5, 4, 16, "Threshold τ must be between 0.05 and 1, got 1.5."),
+        (TEXT, 0.9, 0, 16, "Block size B must be between 1 and"),
+        (TEXT, 0.9, 4, 0, "Max new tokens must be between 8 and"),
+        (TEXT, 0.9, 4, batch.MAX_NEW_TOKENS + 1, "Max new tokens must be between 8 and"),
         ("\n".join([*PROMPTS[:3], "word " * 700]), 0.9, 4, 16, "prompt too long"),  # mars_core's context check
     ],
 )
@@ -174,22 +181,23 @@ def test_bad_input_gives_one_error_frame_and_never_decodes(monkeypatch, text, th
                                                             message):
     monkeypatch.setattr(batch, "stream", lambda *a, **k: pytest.fail("decoded despite a bad input"))
     session = batch.new_session()
-    with pytest.warns(UserWarning):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no toast
         outputs = list(batch.batch_race(text, threshold, block_size, max_new, session))
     assert len(outputs) == 1
-    panes, plot, stats, trace = outputs[0]
+    panes, plot, stats, said, trace = outputs[0]
     assert trace["status"] == "error" and message in trace["message"]
-    assert stats.startswith("⚠") and message in stats and message in panes
-    assert json.loads(plot.plot)["data"][0]["z"] == []  # empty axes
+    assert said.startswith("⚠") and message in said and said.count("⚠") == 1  # one message, on the message line
+    assert all(isinstance(x, type(gr.skip())) for x in (panes, plot, stats))  # nothing on screen is wiped
     assert trace["block"] == trace["ar"] == {} and session["batch"] is None
 
 
 def test_a_model_that_fails_to_load_gives_a_message(monkeypatch, tmp_path):
     monkeypatch.setattr(models, "CONFIG", models.AppConfig(model=str(tmp_path / "missing")))
-    with pytest.warns(UserWarning):
-        outputs = list(batch.batch_race(TEXT, 0.9, 4, 8, batch.new_session()))
-    assert [o[3]["status"] for o in outputs] == ["loading", "error"]
-    assert "Could not load model" in outputs[-1][2]
+    outputs = list(batch.batch_race(TEXT, 0.9, 4, 8, batch.new_session()))
+    assert outputs[-1][TRACE]["status"] == "error"
+    assert {o[TRACE]["status"] for o in outputs[:-1]} <= {"preparing"}  # the preparation, said while it runs
+    assert "Could not load model" in outputs[-1][MESSAGE]
 
 
 def test_stop_mid_run_ends_stopped_and_keeps_the_text():
@@ -201,7 +209,7 @@ def test_stop_mid_run_ends_stopped_and_keeps_the_text():
     assert all(c.stopped for c in session["batch"])
     rest = list(running)
     assert len(rest) == 1  # both batches end before their next forward
-    trace, kept = final(rest), before[-1][3]
+    trace, kept = final(rest), before[-1][TRACE]
     assert trace["status"] == "stopped" and "stopped" in rest[0][2]
     assert trace["block"]["forwards"] == trace["ar"]["forwards"] == 3
     assert trace["block"]["texts"] == kept["block"]["texts"] and trace["ar"]["texts"] == kept["ar"]["texts"]
@@ -228,11 +236,12 @@ def test_a_batch_waits_for_a_free_generation_slot_and_stays_stoppable(monkeypatc
     try:
         running = batch.batch_race(TEXT, 0.9, 4, 8, session)
         waiting = next(running)
-        assert waiting[3]["status"] == "waiting" and batch.WAITING in waiting[2] and models.TRACKER.active == 0
+        assert waiting[TRACE]["status"] == "waiting" and batch.WAITING in waiting[STATS]
+        assert models.TRACKER.active == 0
         assert json.loads(waiting[1].plot)["data"][0]["y"][0] == "1: Count from one to…"
         batch.stop_batch(session)
         rest = list(running)
-        assert [o[3]["status"] for o in rest] == ["stopped"] and rest[0][3]["block"] == {}
+        assert [o[TRACE]["status"] for o in rest] == ["stopped"] and rest[0][TRACE]["block"] == {}
         assert session["batch"] is None
     finally:
         slot.release()
@@ -244,7 +253,7 @@ def test_a_waiting_batch_runs_once_the_slot_is_free(monkeypatch):
     assert slot.acquire(timeout=5)
     running = batch.batch_race(TEXT, 0.9, 4, 8, batch.new_session())
     try:
-        assert next(running)[3]["status"] == "waiting"
+        assert next(running)[TRACE]["status"] == "waiting"
     finally:
         slot.release()
     trace = final(list(running))

@@ -156,6 +156,8 @@ def test_race_in_a_browser(driver, tmp_path):
         plots = driver.find_elements(By.CSS_SELECTOR, "#forwards-plot .js-plotly-plot, #time-plot .js-plotly-plot")
         assert len(plots) == 2
         assert not visible_errors(driver)
+        for key in ("mars", "verified"):  # a lane that departs from AR's answer keeps that token in view
+            assert departure_in_view(driver, key) in (None, True), f"the {key} lane scrolled its departure away"
         driver.find_element(By.CSS_SELECTOR, "#race-settings button").click()  # settings folded again, as at first
         time.sleep(0.5)
         driver.execute_script("window.scrollTo(0, 0)")
@@ -329,6 +331,15 @@ def in_first_screen(driver, elem_id: str) -> bool:
     return box["top"] >= 0 and box["bottom"] <= height and box["left"] >= 0 and box["right"] <= width
 
 
+def departure_in_view(driver, key: str) -> bool | None:
+    """Whether lane `key`'s departing token (outlined: class dep) shows inside its scrolling text box; None when the
+    lane has not departed from AR's answer."""
+    return driver.execute_script(
+        f"const b = document.querySelector('#{key}-pane .mars-body'), d = b.querySelector('.dep');"
+        "if (!d) return null; const r = d.getBoundingClientRect(), o = b.getBoundingClientRect();"
+        "return r.top >= o.top - 1 && r.bottom <= o.bottom + 1 && b.scrollHeight > b.clientHeight;")
+
+
 def seconds_in(text: str, pattern: str) -> float | None:
     import re
 
@@ -362,6 +373,7 @@ def test_the_first_five_minutes(driver, tmp_path):
         assert [driver.find_element(By.ID, f"{k}-pane").text for k in ("ar", "mars", "verified")] == before
 
         driver.execute_script("window.scrollTo(0, 0)")
+        set_number(driver, "race-threshold", "0.05")  # the random model's mask guesses pass: MARS τ departs at once
         set_number(driver, "race-max-new", "256")
         driver.find_element(By.CSS_SELECTOR, "#race-settings button").click()  # fold the settings again
         time.sleep(0.5)
@@ -376,6 +388,10 @@ def test_the_first_five_minutes(driver, tmp_path):
         wait.until(lambda d: "done" in d.find_element(By.ID, "race-stats").text)
         counters = driver.find_element(By.ID, "verified-pane").find_elements(By.CSS_SELECTOR, ".mars-counters b")
         assert [c.text for c in counters][0] == "256"  # tokens, in the lane's own big counter
+        time.sleep(1.0)
+        # MARS τ departs early in 256 tokens: its box scrolls, yet keeps the departing token in view, said in red
+        assert departure_in_view(driver, "mars") is True
+        assert "departs from AR's answer at token" in driver.find_element(By.CSS_SELECTOR, "#mars-pane .mars-note").text
         screenshot(driver, tmp_path, "first_screen.png")
 
         tab = wait.until(ec.element_to_be_clickable(

@@ -200,7 +200,7 @@ def errors(outputs: tuple) -> dict[str, float]:
 def test_each_lane_is_charged_its_own_forwards_only(monkeypatch, served):
     outputs = virtual_race(monkeypatch)
     assert errors(outputs) == {key: pytest.approx(1.0, rel=1e-9) for key in race.LANES}
-    trace, stats = outputs[-1], outputs[-2]
+    trace, stats = outputs[-1], outputs[-3]  # the outputs end with stats, the message line, the trace
     # the small print: each MARS lane's tokens per forward and its mean forward against AR's, whose ratio its
     # tokens/s over AR's is (a forward of 3 tokens costs 2 of AR's here, the prompt's forward included)
     mean = {key: (PROMPT_FORWARD + (TOKENS // tokens - 1) * seconds) / (TOKENS // tokens)
