@@ -1,15 +1,13 @@
-"""How exact is verified decoding on the real model: its answers against transformers' greedy generate, in fp32
-and in bf16, beside the bf16 noise floor (how many answers bf16 generate itself shares with fp32 generate).
+"""Is verified decoding one-token decoding on the real model, on this machine: answer for answer, in the dtype load()
+picks here (or those asked for), on prompts of both evaluation splits; and the width check behind it.
 
-    python benchmarks/exactness.py [--split heldout] [--limit 99] [--max-new-tokens 64] [--layout fixed]
-                                   [--json out.json]
+    python benchmarks/exactness.py [--dtypes auto,fp32,bf16] [--splits heldout,never_trained] [--limit 30]
+                                   [--max-new-tokens 96] [--generate] [--fastest-kernels] [--json out.json]
 
---layout fixed sizes verified trees by the fixed rules (the widest, siblings included) instead of the cost curve.
-
-In fp32 verified decoding must equal generate on every answer (tests/test_default_model.py checks a slice). In
-bf16 a wide forward rounds differently from a one-token forward, so where two candidates' logits are within
-rounding of each other the answers can part; the same happens between fp32 and bf16 generate, which is the floor
-to read the bf16 number against.
+Each dtype is loaded and prepared (mars_core.prepare: one kernel for every width, attention row by row, the width
+check); every prompt is decoded one token per forward ("ar") and in verified mode under the same runtime, and the
+answers are compared token for token. --generate also compares transformers' greedy generate (its own attention).
+--fastest-kernels prepares the runtime without width invariance, to see what it buys.
 """
 
 from __future__ import annotations
@@ -17,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -24,9 +23,10 @@ from tqdm.auto import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mars_core import TreeLayout, generate, load  # noqa: E402
+from mars_core import generate, load, prepare  # noqa: E402
 from mars_core.evaluation.prompts import load_split  # noqa: E402
 from mars_core.generate import encode_prompt, stop_token_ids  # noqa: E402
+from mars_core.machine import machine_line  # noqa: E402
 
 
 @torch.inference_mode()
@@ -39,47 +39,60 @@ def hf_greedy(model, tokenizer, prompt: str, max_new: int) -> list[int]:
     return next((row[: k + 1] for k, t in enumerate(row) if t in stops), row)
 
 
-def answers(dtype: str, prompts: list[str], max_new: int, model_name: str | None, layout: TreeLayout
-            ) -> dict[str, list[list[int]]]:
-    """generate's and the verified decoder's answers with the model loaded in `dtype`."""
-    model, tokenizer = load(model_name, dtype=dtype)
-    out = {"generate": [], "verified": []}
-    for prompt in tqdm(prompts, desc=dtype):
-        out["generate"].append(hf_greedy(model, tokenizer, prompt, max_new))
-        out["verified"].append(generate(model, tokenizer, prompt, strategy="verified", max_new_tokens=max_new,
-                                        layout=layout).token_ids[0])
+def shared_prefix(a: list[int], b: list[int]) -> float:
+    """The share of the longer answer that both begin with."""
+    n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return n / max(len(a), len(b), 1)
+
+
+def run(dtype: str, splits: dict[str, list[str]], max_new: int, invariant: bool, with_generate: bool) -> dict:
+    model, tokenizer = load(dtype=dtype)
+    runtime = prepare(model, invariant=invariant)
+    print(f"{dtype}: {machine_line(runtime.record(model))}; {runtime.guarantee()}; width check {runtime.width_check}")
+    out = {"machine": runtime.record(model), "guarantee": runtime.guarantee(),
+           "width_check": runtime.width_check.to_dict() if runtime.width_check else None, "splits": {}}
+    for split, prompts in splits.items():
+        rows, t0 = [], time.perf_counter()
+        for prompt in tqdm(prompts, desc=f"{dtype} {split}"):
+            one = generate(model, tokenizer, prompt, strategy="ar", max_new_tokens=max_new, runtime=runtime)
+            ver = generate(model, tokenizer, prompt, strategy="verified", max_new_tokens=max_new, runtime=runtime)
+            row = {"same": ver.token_ids[0] == one.token_ids[0],
+                   "prefix": shared_prefix(ver.token_ids[0], one.token_ids[0]),
+                   "tokens": ver.generated_tokens, "forwards": ver.forwards}
+            if with_generate:
+                row["same_as_generate"] = hf_greedy(model, tokenizer, prompt, max_new) == one.token_ids[0]
+            rows.append(row)
+        n = len(rows)
+        summary = {"prompts": n, "identical": sum(r["same"] for r in rows),
+                   "mean_shared_prefix": round(sum(r["prefix"] for r in rows) / n, 4),
+                   "tokens_per_forward": round(sum(r["tokens"] for r in rows) / sum(r["forwards"] for r in rows), 3),
+                   "seconds": round(time.perf_counter() - t0, 1)}
+        if with_generate:
+            summary["one_token_equals_generate"] = sum(r["same_as_generate"] for r in rows)
+        out["splits"][split] = summary
+        print(f"{dtype} {split}: verified identical to one-token decoding on {summary['identical']} of {n} "
+              f"(mean shared prefix {summary['mean_shared_prefix']:.1%}), {summary['tokens_per_forward']} tokens "
+              f"per forward" + (f"; one-token equals generate on {summary['one_token_equals_generate']} of {n}"
+                                if with_generate else ""))
     return out
-
-
-def same(a: list[list[int]], b: list[list[int]]) -> int:
-    return sum(x == y for x, y in zip(a, b))
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default=None)
-    p.add_argument("--split", default="heldout")
-    p.add_argument("--limit", type=int, default=None)
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--layout", choices=("cost", "fixed"), default="cost",
-                   help="verified trees by the machine's cost curve (default) or by the fixed rules")
+    p.add_argument("--dtypes", default="auto", help="comma list of auto, fp32, bf16")
+    p.add_argument("--splits", default="heldout,never_trained")
+    p.add_argument("--limit", type=int, default=30, help="prompts per split (round-robin over categories)")
+    p.add_argument("--max-new-tokens", type=int, default=96)
+    p.add_argument("--generate", action="store_true", help="also compare transformers' greedy generate")
+    p.add_argument("--fastest-kernels", action="store_true", help="prepare without width invariance, to compare")
     p.add_argument("--json", default=None)
     args = p.parse_args()
-    layout = TreeLayout(use_cost=args.layout == "cost")
-    prompts = [r["prompt"] for r in load_split(args.split, args.limit)]
-    fp32 = answers("fp32", prompts, args.max_new_tokens, args.model, layout)
-    bf16 = answers("bf16", prompts, args.max_new_tokens, args.model, layout)
-    n = len(prompts)
-    report = {
-        "split": args.split, "prompts": n, "max_new_tokens": args.max_new_tokens, "layout": args.layout,
-        "fp32_verified_equals_generate": same(fp32["verified"], fp32["generate"]),
-        "bf16_verified_equals_bf16_generate": same(bf16["verified"], bf16["generate"]),
-        "bf16_generate_equals_fp32_generate": same(bf16["generate"], fp32["generate"]),  # the noise floor
-        "bf16_verified_equals_fp32_generate": same(bf16["verified"], fp32["generate"]),
-    }
-    for key, value in report.items():
-        print(f"{key:<38} {value}" + (f" of {n}" if key.endswith(("generate",)) else ""))
+    splits = {s: [r["prompt"] for r in load_split(s, args.limit)] for s in args.splits.split(",") if s}
+    report = {"max_new_tokens": args.max_new_tokens, "invariant": not args.fastest_kernels,
+              "dtypes": {d: run(d, splits, args.max_new_tokens, not args.fastest_kernels, args.generate)
+                         for d in args.dtypes.split(",") if d}}
     if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(report, indent=1))
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mars_core import generate, load  # noqa: E402
+from mars_core import generate, load, prepare  # noqa: E402
 from mars_core.decoding import verified  # noqa: E402
 from mars_core.evaluation.prompts import load_split, prompt_set  # noqa: E402
 
@@ -42,9 +42,10 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
 
     model, tokenizer = load(args.model, dtype=args.dtype)
+    runtime = prepare(model)
     records = prompt_set(args.limit) if args.split == "heldout" else load_split(args.split, args.limit)
     prompts = [r["prompt"] for r in records]
-    kw = dict(strategy="verified", block_size=4, threshold=0.3)
+    kw = dict(strategy="verified", block_size=4, threshold=0.3, runtime=runtime)
     decode(model, tokenizer, prompts[:1], 1, **kw)  # warm-up
     speed: dict[str, list[float]] = {name: [] for name in VARIANTS}
     answers: dict[str, list[list[int]]] = {}
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> None:
             verified.SPARE_HEAD_ROWS = rows
             answers[name], seconds = decode(model, tokenizer, prompts, args.batch_size, **kw)
             speed[name].append(sum(map(len, answers[name])) / seconds)
-    one_token, _ = decode(model, tokenizer, prompts, args.batch_size, strategy="ar")
+    one_token, _ = decode(model, tokenizer, prompts, args.batch_size, strategy="ar", runtime=runtime)
     print(f"{args.split}, batch {args.batch_size}, {len(prompts)} prompts, {args.dtype}, {args.rounds} rounds")
     for name in VARIANTS:
         same = sum(a == b for a, b in zip(answers[name], one_token))

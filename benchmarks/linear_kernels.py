@@ -1,4 +1,4 @@
-"""Where a wide forward's time goes on this CPU, and what oneDNN-packed weights (mars_core/cpu_linear.py) change.
+"""Where a wide forward's time goes on this CPU, and what oneDNN-packed weights (mars_core/runtime/linear.py) change.
 
     python benchmarks/linear_kernels.py [--model NAME] [--dtype fp32] [--widths 1,2,3,4,8,16]
 
@@ -6,7 +6,7 @@ Two tables. By shape: every distinct linear layer of the model, all its copies f
 them (so the weights stream from memory as they do there), with torch's own kernel (F.linear: MKL's sgemm in fp32)
 and with the weight packed once for oneDNN; milliseconds, medians of interleaved runs. Whole forward: the cost
 curve (a cached forward of w new tokens after 128 of context) with plain and with packed layers, and with the
-kernels load() chooses by rows on this machine (cpu_linear.narrow_rows).
+kernels prepare() chooses on this machine (runtime.linear), with what width invariance costs.
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mars_core import load  # noqa: E402
-from mars_core.cpu_linear import BATCH_HINT, narrow_rows, pack_linears, unpack_linears  # noqa: E402
-from mars_core.decoding.cost import measure_cost  # noqa: E402
 from mars_core.machine import machine_info, machine_line  # noqa: E402
+from mars_core.runtime import Runtime  # noqa: E402
+from mars_core.runtime.cost import measure_cost  # noqa: E402
+from mars_core.runtime.linear import BATCH_HINT, fewest_packed_rows, pack_linears  # noqa: E402
 
 
 def median_ms(fn, runs: int) -> float:
@@ -60,16 +61,17 @@ def by_shape(model: torch.nn.Module, widths: list[int], runs: int) -> None:
 
 
 def whole_forward(model: torch.nn.Module, widths: list[int]) -> None:
-    """The cost curve at batch 1 with torch's kernels, with packed layers, and with what load() chooses (packed from
-    narrow_rows' row count, torch's kernel below it): the fastest of 3 rounds each."""
+    """The cost curve at batch 1 with torch's kernels, with packed layers, with the fastest kernel by rows (packed
+    from fewest_packed_rows' count, torch's below: prepare(invariant=False)), and width-invariant (packed from one
+    row, attention row by row: prepare()'s default): the fastest of 3 rounds each."""
+    linears = pack_linears(model)
+    fastest = fewest_packed_rows(linears)
+    runtimes = {"torch": Runtime(), "packed": Runtime(linears=linears),
+                f"fastest by rows (packed from {fastest})": Runtime(linears=linears, packed_from=fastest),
+                "width-invariant (packed, attention by rows)": Runtime(linears=linears, rows=True)}
     rows = {}
-    for name in ("torch", "packed", "chosen"):
-        unpack_linears(model)
-        if name != "torch":
-            pack_linears(model)
-        if name == "chosen":
-            name = f"chosen (packed from {narrow_rows(model)} rows)"
-        curve = measure_cost(model, batch_sizes=(1,), widths=tuple(widths))
+    for name, runtime in runtimes.items():
+        curve = measure_cost(model, runtime, batch_sizes=(1,), widths=tuple(widths))
         rows[name] = [s * 1e3 for s in curve.seconds[0]]
     print("\n| whole forward, batch 1 | " + " | ".join(f"w={w}" for w in widths) + " |")
     print("|---|" + "---|" * len(widths))
@@ -87,7 +89,7 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=9)
     args = p.parse_args()
     widths = [int(w) for w in args.widths.split(",")]
-    model, _ = load(args.model, dtype=args.dtype, measure_cost=False, pack=False)
+    model, _ = load(args.model, dtype=args.dtype)
     print(f"machine: {machine_line(machine_info(model.device, model.dtype))}")
     by_shape(model, widths, args.runs)
     whole_forward(model, widths)

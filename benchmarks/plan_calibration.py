@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mars_core import generate, load  # noqa: E402
+from mars_core import generate, load, prepare  # noqa: E402
 from mars_core.evaluation.prompts import prompt_set  # noqa: E402
 
 
@@ -62,13 +62,14 @@ def main(argv: list[str] | None = None) -> None:
         torch.set_num_threads(args.threads)
 
     model, tokenizer = load(args.model, dtype=args.dtype)
+    runtime = prepare(model)
     prompts = [r["prompt"] for r in prompt_set(args.limit)]
     for b in (int(x) for x in args.batch_sizes.split(",")):
         runs: list[list] = []
         for i in range(0, len(prompts), b):
             runs.append([])
             generate(model, tokenizer, prompts[i : i + b], max_new_tokens=64, block_size=4, strategy="verified",
-                     threshold=0.3, record=runs[-1].append)
+                     threshold=0.3, record=runs[-1].append, runtime=runtime)
         stats, widths = calibration(runs)
         print(f"batch {b}: forwards by tokens fed per sample {dict(sorted(widths.items()))}")
         for kind, (n, expected, matched) in stats.items():

@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mars_core import generate, load  # noqa: E402
+from mars_core import generate, load, prepare  # noqa: E402
 from mars_core.evaluation.prompts import prompt_set  # noqa: E402
 from mars_core.generate import DEFAULT_THRESHOLDS  # noqa: E402
 
@@ -56,6 +56,7 @@ def main() -> None:
     p.add_argument("--profile", action="store_true", help="also print torch.profiler's top operators per row")
     args = p.parse_args()
     model, tokenizer = load(args.model, dtype=args.dtype)
+    runtime = prepare(model)
     prompts = [r["prompt"] for r in prompt_set(args.limit)]
     batches = [prompts[i : i + args.batch_size] for i in range(0, len(prompts), args.batch_size)]
     seconds, calls = timed_model(model)
@@ -65,7 +66,8 @@ def main() -> None:
                                 ("block", args.threshold), ("verified", 1.0), ("verified", checked)):
         if strategy not in args.strategies.split(","):
             continue
-        generate(model, tokenizer, prompts[:1], strategy=strategy, block_size=args.block_size, max_new_tokens=4)
+        generate(model, tokenizer, prompts[:1], strategy=strategy, block_size=args.block_size, max_new_tokens=4,
+                 runtime=runtime)
         seconds.clear()
         calls.clear()
         profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if args.profile else None
@@ -73,7 +75,7 @@ def main() -> None:
         with profiler or contextlib.nullcontext():
             for batch in batches:
                 r = generate(model, tokenizer, batch, strategy=strategy, block_size=args.block_size,
-                             threshold=threshold, max_new_tokens=args.max_new_tokens)
+                             threshold=threshold, max_new_tokens=args.max_new_tokens, runtime=runtime)
                 sample_forwards, tokens = sample_forwards + sum(r.sample_forwards), tokens + r.generated_tokens
         total = time.perf_counter() - t0
         inside = sum(seconds)

@@ -21,7 +21,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mars_core import TreeLayout, generate, load  # noqa: E402
+from mars_core import Runtime, TreeLayout, generate, load, prepare  # noqa: E402
 from mars_core.evaluation.bench import forward_seconds  # noqa: E402
 from mars_core.evaluation.prompts import load_split  # noqa: E402
 
@@ -37,7 +37,7 @@ def cost_curve(model, tokenizer, prompt: str, widths: list[int], rounds: int = 3
 
 
 def decode_widths(model, tokenizer, prompts: list[str], block_size: int, threshold: float, max_new: int,
-                  layout: TreeLayout):
+                  layout: TreeLayout, runtime: Runtime):
     """(tokens, forwards, widths of every forward after the prefill) over the prompts, one at a time."""
     widths: list[int] = []
     hook = model.get_decoder().register_forward_pre_hook(
@@ -47,7 +47,7 @@ def decode_widths(model, tokenizer, prompts: list[str], block_size: int, thresho
         for p in prompts:
             start = len(widths)
             r = generate(model, tokenizer, p, strategy="verified", block_size=block_size, threshold=threshold,
-                         max_new_tokens=max_new, layout=layout)
+                         max_new_tokens=max_new, layout=layout, runtime=runtime)
             tokens, forwards = tokens + r.generated_tokens, forwards + r.forwards
             del widths[start]  # the prefill: the prompt's width, the same for every layout
     finally:
@@ -71,6 +71,7 @@ def main() -> None:
                    help="skip the timing: t(w)/t(1) = 1 + slope * (w - 1) (on a busy machine)")
     args = p.parse_args()
     model, tokenizer = load(args.model, dtype=args.dtype)
+    runtime = prepare(model, measure_cost=False)
     prompts = [r["prompt"] for r in load_split(args.split, args.limit)]
     g = args.block_size - 1
     widest = 1 + g + (g + 1) * g
@@ -86,7 +87,7 @@ def main() -> None:
     for look, odds, t, floor in grid:
         layout = TreeLayout(group_floor=floor, lookup_drafts=look, lookup_odds=odds)
         tokens, forwards, widths = decode_widths(model, tokenizer, prompts, args.block_size, t, args.max_new_tokens,
-                                                 layout)
+                                                 layout, runtime)
         cost = statistics.mean(curve.get(w, 1 + (w - 1) * (curve[widest] - 1) / (widest - 1)) for w in widths)
         tpf = tokens / forwards
         print(f"{look:>4} {odds:>5g} {t:>5g} {floor:>6g} {tpf:>8.2f} {statistics.mean(widths):>6.1f} {cost:>6.2f} "

@@ -95,3 +95,54 @@ def test_verified_equals_generate_on_held_out_prompts(default):
     assert wide.token_ids == want and any(r.by_sibling.any() for r in records)
     forwards = sum(r.forwards for r in alone)
     assert sum(map(len, want)) / forwards > 1.5  # the drafts really were accepted
+
+
+@pytest.fixture(scope="module", params=["fp32", "bf16"])
+def prepared(request, default, tmp_path_factory):
+    """(model, tokenizer, runtime) in each dtype prepare() may be given: one kernel for every width, attention row by
+    row (the width check and the cost curve kept in a folder of this test's)."""
+    model, tok = (default[0], default[1]) if request.param == "fp32" else L.load(None, dtype="bf16", device="cpu")
+    from mars_core import prepare
+
+    runtime = prepare(model, measure_cost=False, cache_dir=tmp_path_factory.mktemp(f"runtime-{request.param}"))
+    return model, tok, runtime
+
+
+@pytest.mark.parametrize("batch,widths,new", [(1, (3, 8, 32), 32), (4, (2, 5, 16), 16)])
+def test_the_embedded_model_is_width_invariant(prepared, batch, widths, new):
+    """A width-k forward against k one-token forwards after a chat prompt (and, at batch 4, prompts of other lengths:
+    holes in the cache): logits and keys/values bit-identical at widths up to 32, the widest verified tree (the tiny
+    models' test walks every width from 2 to 32; this one the real shapes, in the time CI has)."""
+    from mars_core.decoding.cache import left_pad
+    from mars_core.generate import encode_prompt
+    from mars_core.runtime import compare_widths
+
+    model, tok, runtime = prepared
+    assert runtime.invariant, runtime.width_check  # prepare()'s own check agrees
+    prompts = ["Write a long story about a dragon who learns to bake bread.", "List three fruits.",
+               "What is 17 times 23? Think step by step.", "Translate 'good morning' to French."][:batch]
+    context, valid = left_pad([encode_prompt(tok, p) for p in prompts], tok.pad_token_id, model.device)
+    text = ("Once upon a time, in a land far away, there lived a dragon named Ember who loved the smell of warm "
+            "bread and spices in the morning, and baked every day.")
+    ids = torch.tensor(tok(text)["input_ids"][:new]).expand(batch, -1)
+    assert ids.shape[1] == new
+    check = compare_widths(model, runtime, context, valid, ids, widths)
+    assert check.rows == batch * new * len(widths) and check.differing == 0, check
+
+
+def test_verified_is_one_token_decoding_in_each_dtype(prepared):
+    """Under a width-invariant runtime, verified decoding's answer is one-token decoding's token for token, same model
+    and dtype, on held-out and never-trained prompts (benchmarks/exactness.py runs whole splits)."""
+    from mars_core.evaluation.prompts import load_split, split_path
+    from mars_core.generate import generate
+
+    model, tok, runtime = prepared
+    prompts = [r["prompt"] for s in ("heldout", "never_trained") if split_path(s).is_file() for r in load_split(s, 2)]
+    prompts = prompts or PROMPTS
+    tokens = forwards = 0
+    for prompt in prompts:
+        one = generate(model, tok, prompt, strategy="ar", max_new_tokens=40, runtime=runtime)
+        ver = generate(model, tok, prompt, strategy="verified", max_new_tokens=40, runtime=runtime)
+        assert ver.token_ids == one.token_ids, prompt
+        tokens, forwards = tokens + ver.generated_tokens, forwards + ver.forwards
+    assert tokens / forwards > 1.3  # while committing several tokens per forward

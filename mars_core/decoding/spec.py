@@ -24,8 +24,11 @@ class TreeLayout:
     use_cost: bool = True  # False: the fixed rules alone, whatever curve there is
     group_floor: float = 0.1  # fixed rule: feed G_j when P(exactly j drafts match) >= this
     # fixed rule: feed the sibling e_a (d_a's second choice, with its group) when P(it is used) >= this; by cost,
-    # those at or above this floor are priced like groups; None: no siblings (a chain, as before)
-    sibling_floor: float | None = 0.1
+    # those at or above this floor are priced like groups; None (the default): no siblings, a chain. A matched
+    # sibling's bonus token is read at a row that sees the cache, then a gap, then itself: width-invariant kernels
+    # make rows that see a prefix identical to a one-token forward, not that one, so with siblings the answer is
+    # one-token decoding's up to rounding only (docs/speed.md#width-invariance)
+    sibling_floor: float | None = None
     lookup_drafts: int = 7  # longest prompt-lookup chain checked in one forward (0: mask drafts only)
     lookup_ngrams: tuple[int, ...] = (3, 2)  # n-gram sizes prompt lookup matches, the longest that matches wins
     lookup_odds: float = 0.6  # a lookup draft's assumed chance of matching (it has no confidence of its own)

@@ -34,9 +34,10 @@ from ..runtime import CostCurve, Runtime, cache_mask, new_cache, prepare
 from .prompts import load_split, prompt_set
 from .tasks import OPEN, PREDICTABLE
 
-# mars_verified_chain: verified mode with its drafts as a chain alone (no siblings), the layout before siblings
+# mars_verified_siblings: verified mode with siblings beside its drafts (TreeLayout(sibling_floor=0.1)), to compare:
+# a matched sibling's bonus is exact up to rounding only, so the default (mars_verified) feeds a chain
 METHODS = ("hf_generate", "hf_prompt_lookup", "ar", "mars_sliding", "mars_block", "mars_verified",
-           "mars_verified_chain")
+           "mars_verified_siblings")
 
 
 @dataclass
@@ -117,7 +118,7 @@ def configurations(methods, block_sizes, thresholds, verified_thresholds=(DEFAUL
             yield m, None, None, _ours("ar", 1, 1.0)
         else:
             verified = m.startswith("mars_verified")
-            layout = TreeLayout(sibling_floor=None) if m == "mars_verified_chain" else TreeLayout()
+            layout = TreeLayout(sibling_floor=0.1) if m == "mars_verified_siblings" else TreeLayout()
             for b in block_sizes:
                 for t in verified_thresholds if verified else thresholds:
                     yield m, b, t, _ours("verified" if verified else m.removeprefix("mars_"), b, t, layout)

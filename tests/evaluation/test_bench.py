@@ -35,7 +35,7 @@ def test_bench_rows_cover_every_configuration(model, tokenizer):
     assert not any(m == "hf_prompt_lookup" and b == 2 for m, b, _, _ in keys)  # batch 1 only in transformers
     assert ("mars_block", 2, 4, 0.3) in keys and ("mars_sliding", 1, 2, 1.0) in keys
     assert ("mars_verified", 2, 4, 0.3) in keys  # verified rows use their own draft thresholds
-    assert ("mars_verified_chain", 2, 4, 0.3) in keys  # verified without siblings, to compare
+    assert ("mars_verified_siblings", 2, 4, 0.3) in keys  # verified with siblings, to compare
     assert len(rows) == 2 * (1 + 1 + 2 * 2 * 2 + 2 + 2) + 1
     for r in rows:
         assert r.generated_tokens == 3 * 8  # every method decodes every prompt to max_new_tokens (no EOS here)
