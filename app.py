@@ -60,8 +60,8 @@ def intro_markdown() -> str:
         "token plus B−1 mask tokens and keeps the predictions whose confidence reaches the threshold τ "
         "(τ = 1 is exactly one-token decoding). *Verified* MARS checks those predictions with the model's own "
         "in the next forward, so its answer is one-token decoding's ("
-        f"{race.verified_guarantee('float32')} in float32, {race.verified_guarantee('bfloat16')} in bfloat16), in "
-        "fewer forwards.  \n"
+        f"{race.verified_guarantee(True)}, bit for bit, where the machine's forwards pass the width check that "
+        "mars_core.prepare runs; the verified lane's title says whether this one did), in fewer forwards.  \n"
         f"MARS model: {models.model_label(config.model)} · AR baseline: {ar}.{note}"
     )
 

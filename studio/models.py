@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from mars_core.load import load
+from mars_core.runtime import Runtime, prepare
 from mars_core.serving import LoadTracker
 
 log = logging.getLogger("mars_studio")
@@ -49,6 +50,7 @@ class AppConfig:
 CONFIG = AppConfig()
 PRELOADING = False  # main() sets it when the models are prepared at start (else on the first Run)
 MODELS: dict[str, tuple[Any, Any]] = {}  # loaded (model, tokenizer) by name: read-only once loaded
+RUNTIMES: dict[str, Runtime] = {}  # each loaded model's runtime on this machine (mars_core.prepare), by name
 _LOAD_LOCK = threading.Lock()
 T = TypeVar("T")  # a frame: what a handler yields to the page
 TRACKER = LoadTracker()  # the one shared counter: generations running now, for "adapt to load"
@@ -121,17 +123,26 @@ class Preparation:
 PREPARING: dict[str, Preparation] = {}  # by name, from the first request to load it
 CONVERT = "converting the GGUF file into a model folder (once: cached under MARS_CACHE)"
 MERGE = "merging the MARS adapter into the weights (once: cached)"
-LOAD = "loading the weights"  # (the runtime's kernel and cost timing, once wired here, is a stage of its own)
+LOAD = "loading the weights"
+PREPARE = ("packing this machine's kernels, checking width invariance and timing forwards by width "
+           "(once per machine: cached)")
 
 
 def stages(name: str | None) -> list[tuple[str, Callable[[], Any]]]:
     """The stages that prepare `name`, as (what it does, the call that does it), skipping what the cache already
     holds: the embedded default converts its GGUF file and merges the shipped adapter before it loads; a .gguf file
-    converts first; anything else only loads. The last stage returns (model, tokenizer)."""
+    converts first; anything else only loads; then the runtime is prepared. The last stage returns (model, tokenizer,
+    runtime)."""
     loading = importlib.import_module("mars_core.load")  # the module (mars_core.load is also the function)
+    loaded: list[tuple[Any, Any]] = []
 
     def final() -> tuple[Any, Any]:
-        return load(name, dtype=CONFIG.dtype) if CONFIG.dtype else load(name)
+        loaded.append(load(name, dtype=CONFIG.dtype) if CONFIG.dtype else load(name))
+        return loaded[0]
+
+    def runtime() -> tuple[Any, Any, Runtime]:
+        model, tokenizer = loaded[0]
+        return model, tokenizer, prepare(model)
 
     done = lambda folder: (folder / "config.json").is_file() and any(folder.glob("*.safetensors"))  # noqa: E731
     steps: list[tuple[str, Callable[[], Any]]] = []
@@ -149,7 +160,7 @@ def stages(name: str | None) -> list[tuple[str, Callable[[], Any]]]:
                 steps.append((CONVERT, lambda: loading.convert_gguf(name)))
     except Exception:  # noqa: BLE001 - whatever is missing, load() says it as the failure's message
         steps = []
-    return [*steps, (LOAD, final)]
+    return [*steps, (LOAD, final), (PREPARE, runtime)]
 
 
 def status_markdown() -> tuple[str, bool]:
@@ -203,7 +214,8 @@ def get_model(name: str | None) -> tuple[Any, Any]:
                     for k, (_, step) in enumerate(steps):
                         prep.enter(key, k)
                         result = step()
-                    MODELS[key] = result
+                    model, tokenizer, RUNTIMES[key] = result
+                    MODELS[key] = model, tokenizer
                 except Exception as err:  # any failure becomes a message in the UI
                     log.exception("loading %s failed", key)
                     prep.error = f"{type(err).__name__}: {err}" if not isinstance(err, ValueError) else str(err)
@@ -212,6 +224,13 @@ def get_model(name: str | None) -> tuple[Any, Any]:
                 model = MODELS[key][0]
                 log.info("loaded model %s from %s (%s)", key, getattr(model, "name_or_path", "?"), model.dtype)
     return MODELS[key]
+
+
+def get_runtime(name: str | None) -> Runtime:
+    """The runtime get_model prepared for `name` (prepared with it on first use); a plain one (torch's kernels,
+    nothing promised) for a model registered without one."""
+    get_model(name)
+    return RUNTIMES.get(name or "default", Runtime())
 
 
 def prepare_in_background(name: str | None) -> None:
@@ -265,7 +284,7 @@ def forward_seconds(name: str | None) -> float | None:
         model, tokenizer = MODELS[key]
         ids = torch.tensor([tokenizer("How long does one forward take?")["input_ids"]], device=model.device)
         times = []
-        with torch.inference_mode():
+        with torch.inference_mode(), RUNTIMES[key].active():
             cache = DynamicCache(config=model.config)
             model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
             for _ in range(5):

@@ -168,24 +168,17 @@ def legend_html() -> str:
         '#dc2626">dotted</span> = confidence below 0.5 &nbsp;·&nbsp; hover a token for its forward and confidence')
 
 
-def width_invariant(dtype: str) -> bool:
-    """Whether the served model's wide forwards give one-token decoding's tokens exactly, so that the verified lane's
-    answer is one-token decoding's: for now, float32 weights (bf16 rounds a wide forward differently)."""
-    return str(dtype).removeprefix("torch.") == "float32"
-
-
-def verified_guarantee(dtype: str, invariant: bool | None = None) -> str:
+def verified_guarantee(exact: bool) -> str:
     """What the verified lane promises, said in one place (its title, the page's words): identical to one-token
-    decoding where the model's forwards are width-invariant (`invariant`; by default width_invariant(dtype)), else
-    identical up to rounding."""
-    invariant = width_invariant(dtype) if invariant is None else invariant
-    return "identical to one-token decoding" if invariant else "identical up to rounding"
+    decoding where the served model's runtime passed its width check on this machine (mars_core.prepare: a row's
+    numbers do not depend on how many rows share its forward), else identical up to rounding."""
+    return "identical to one-token decoding" if exact else "identical up to rounding"
 
 
-def lane_title(key: str, dtype: str = "bfloat16") -> str:
+def lane_title(key: str, exact: bool = False) -> str:
     """A lane's title: its name and what it does (the verified lane: what it promises, verified_guarantee)."""
     what = {"ar": "one token per forward", "mars": "keeps mask predictions while confidence ≥ τ",
-            "verified": f"drafts checked by the model: {verified_guarantee(dtype)}"}[key]
+            "verified": f"drafts checked by the model: {verified_guarantee(exact)}"}[key]
     return f"<b>{LANE_NAMES[key]}</b><small>{html.escape(what)}</small>"
 
 
@@ -234,7 +227,7 @@ def lane_note(key: str, run: Run | None, depart: int | None, tau: float | None, 
 
 
 def pane_html(run: Run | None, status: str = "", depart: int | None = None, key: str | None = None,
-              dtype: str = "bfloat16", tau: float | None = None) -> str:
+              exact: bool = False, tau: float | None = None) -> str:
     """A lane: its title and big counters (with `key`), a note (departure, τ, drafts), then its text, each forward's
     tokens on a background coloured by how many it committed; token `depart` (the first that differs from AR's)
     outlined in red; on the MARS τ lane a chip where τ changed."""
@@ -261,7 +254,7 @@ def pane_html(run: Run | None, status: str = "", depart: int | None = None, key:
             index += 1 if len(pieces) == n else n
     body = "".join(spans) or '<span style="color:#94a3b8">(the text streams here)</span>'
     foot = f'<div style="margin-top:8px;color:#64748b;font-size:0.85em">{html.escape(status)}</div>' if status else ""
-    head = (f'<div class="mars-title">{lane_title(key, dtype)}</div>{counters_html(run)}'
+    head = (f'<div class="mars-title">{lane_title(key, exact)}</div>{counters_html(run)}'
             f"{lane_note(key, run, depart, tau, dep_text)}" if key else "")
     return (
         f'<div class="mars-lane">{head}<div class="mars-pane mars-body" style="white-space:pre-wrap;line-height:2;'
@@ -354,7 +347,7 @@ def acceptance_figure(run: Run | None) -> dict:
     return {"data": data, "layout": layout}
 
 
-def headline(key: str, run: Run, ar: Run, depart: int | None, done: bool, dtype: str = "bfloat16",
+def headline(key: str, run: Run, ar: Run, depart: int | None, done: bool, exact: bool = False,
              tau: str = "") -> str:
     """What is deterministic about a MARS lane: forwards, tokens per forward, and how its answer compares to AR's
     (`tau`: the MARS τ lane's threshold in force, as said after its name)."""
@@ -363,10 +356,10 @@ def headline(key: str, run: Run, ar: Run, depart: int | None, done: bool, dtype:
     facts = f"{s['forwards']} forwards for {s['tokens']} tokens · **{s['tokens_per_forward']:.2f} tokens/forward**"
     if depart is not None:
         verdict = f"departs from AR's answer at token {depart + 1}"
-        if key == "verified" and dtype != "float32":
-            verdict += f" ({dtype} rounding: a wide forward rounds differently from a one-token one)"
+        if key == "verified" and not exact:
+            verdict += " (rounding: on this machine a wide forward rounds differently from a one-token one)"
         elif key == "verified":
-            verdict += " (in float32 this is a bug: please report it)"
+            verdict += " (this machine passed the width check, so this is a bug: please report it)"
     elif done:
         verdict = f"**same answer as AR, {fewer:.2f}× fewer forwards**" if fewer else "same answer as AR"
     else:
@@ -382,7 +375,7 @@ def headline(key: str, run: Run, ar: Run, depart: int | None, done: bool, dtype:
 
 
 def stats_markdown(runs: dict[str, Run], session: dict, block_size: int, status: str, done: bool,
-                   dtype: str = "bfloat16") -> str:
+                   exact: bool = False) -> str:
     """The stats block: each MARS lane's facts against AR, then wall-clock, labelled as a measurement."""
     ar = runs["ar"]
     tau = runs["mars"].thresholds[-1] if runs["mars"].thresholds else threshold_in_force(session)
@@ -392,7 +385,7 @@ def stats_markdown(runs: dict[str, Run], session: dict, block_size: int, status:
              f"{status}"]
     for key in ("mars", "verified"):
         said = f" (τ in force {tau:.2f}{load_note})" if key == "mars" else ""
-        lines.append(headline(key, runs[key], ar, departure(ar.ids, runs[key].ids, done), done, dtype, said))
+        lines.append(headline(key, runs[key], ar, departure(ar.ids, runs[key].ids, done), done, exact, said))
     lines.append(f"<small>Measured on this shared CPU, each lane timed by its own forwards: {speeds(runs)}. "
                  "A lane's tokens/s over AR's is its tokens per forward over what its forward costs against AR's "
                  "(a wider forward costs more). Forwards are the machine-independent count; seconds vary with "
@@ -436,7 +429,7 @@ def trace(runs: dict[str, Run | None], status: str, message: str = "") -> dict:
 
 
 def frame(runs: dict[str, Run | None], session: dict, block_size: int, status: str, done: bool = False,
-          dtype: str = "bfloat16", charts: bool = True, message: str = "") -> tuple:
+          exact: bool = False, charts: bool = True, message: str = "") -> tuple:
     """One update of every output: the three lanes, the three charts (or gr.skip(): left as they are), stats, the
     message line (cleared) and the trace."""
     ar = runs["ar"]
@@ -447,18 +440,18 @@ def frame(runs: dict[str, Run | None], session: dict, block_size: int, status: s
         run = runs[key]
         depart = departure(ar.ids, run.ids, done) if key != "ar" else None
         panes.append(pane_html(run, f"{status} · {sum(run.counts)} tokens in {len(run.counts)} forwards", depart, key,
-                               dtype, tau if key == "mars" else None))
+                               exact, tau if key == "mars" else None))
     figures = ((plotly_data(forwards_figure(runs, block_size)), plotly_data(time_figure(runs)),
                 plotly_data(acceptance_figure(runs["verified"]))) if charts else (gr.skip(),) * 3)
-    return (*panes, *figures, stats_markdown(runs, session, block_size, status, done, dtype), message,
+    return (*panes, *figures, stats_markdown(runs, session, block_size, status, done, exact), message,
             trace(runs, status))
 
 
-def placeholder(status: str, message: str = "", dtype: str = "bfloat16") -> tuple:
+def placeholder(status: str, message: str = "", exact: bool = False) -> tuple:
     """Outputs before anything was generated (the page's first content without a recording): empty lanes, the
     charts as empty axes, the message in the stats line."""
     note = message or status
-    return (*(pane_html(None, note, key=key, dtype=dtype) for key in LANES),
+    return (*(pane_html(None, note, key=key, exact=exact) for key in LANES),
             plotly_data(forwards_figure({}, 4)), plotly_data(time_figure({})), plotly_data(acceptance_figure(None)),
             note, "", trace({}, status, message))
 
@@ -512,18 +505,21 @@ def _race(prompt: str, block: int, new: int, controls: dict, session: dict,
         yield notice("stopped", "Stopped before the race began.")
         return
     model, tokenizer = models.get_model(config.model)
+    runtime = models.get_runtime(config.model)
     ar_model, ar_tokenizer = models.get_model(config.ar_model) if config.ar_model else (model, tokenizer)
+    ar_runtime = models.get_runtime(config.ar_model) if config.ar_model else runtime
     runs = {
         "ar": Run("AR", stream(ar_model, ar_tokenizer, prompt, strategy="ar", max_new_tokens=new,
-                               control=controls["ar"]), ar_tokenizer),
+                               control=controls["ar"], runtime=ar_runtime), ar_tokenizer),
         "mars": Run("MARS τ", stream(model, tokenizer, prompt, strategy="sliding", block_size=block,
-                                     max_new_tokens=new, control=controls["mars"]), tokenizer),
+                                     max_new_tokens=new, control=controls["mars"], runtime=runtime), tokenizer),
         "verified": Run("MARS verified", stream(model, tokenizer, prompt, strategy="verified", block_size=block,
-                                                max_new_tokens=new, control=controls["verified"]), tokenizer),
+                                                max_new_tokens=new, control=controls["verified"], runtime=runtime),
+                        tokenizer),
     }
-    dtype = str(model.dtype).removeprefix("torch.")
+    dtype, exact = str(model.dtype).removeprefix("torch."), runtime.invariant and not config.ar_model
     if keep is not None:
-        keep.update(runs, dtype=dtype)
+        keep.update(runs, dtype=dtype, exact=exact)
     throttle, turns = Throttle(), Turns()
     with models.TRACKER:
         while not all(r.finished for r in runs.values()):
@@ -537,7 +533,7 @@ def _race(prompt: str, block: int, new: int, controls: dict, session: dict,
             finished = all(r.finished for r in runs.values())
             status = "stopped" if stopped else ("done" if finished else "running")
             if throttle.due(sum(len(r.ids) for r in runs.values()), finished):
-                yield frame(runs, session, block, status, finished and not stopped, dtype, throttle.charts)
+                yield frame(runs, session, block, status, finished and not stopped, exact, throttle.charts)
                 turns.framed()
 
 
@@ -560,7 +556,7 @@ def record_example(path: Path = EXAMPLE_FILE) -> Path:
         pass
     lanes = {key: {name: getattr(keep[key], name) for name in LANE_STATE} for key in LANES}
     record = {"prompt": DEFAULT_PROMPT, "threshold": tau, "block_size": block, "max_new_tokens": new,
-              "model": models.model_label(models.CONFIG.model), "dtype": keep["dtype"],
+              "model": models.model_label(models.CONFIG.model), "dtype": keep["dtype"], "exact": keep["exact"],
               "machine": f"{platform.machine()} CPU" if keep["dtype"] else "", "recorded": time.strftime("%Y-%m-%d"),
               "lanes": lanes}
     path.write_text(json.dumps(record, ensure_ascii=False))
@@ -588,7 +584,7 @@ def example_outputs(path: Path = EXAMPLE_FILE) -> tuple:
     runs = {key: Run(LANE_NAMES[key], iter(()), None, **recorded_lane(lane)) for key, lane in record["lanes"].items()}
     session = {**new_session(), "threshold": record["threshold"]}
     status = (f"recorded on {record['recorded']} ({record['machine']}, {record['dtype']}): press Run to race live")
-    return frame(runs, session, record["block_size"], status, True, record["dtype"])
+    return frame(runs, session, record["block_size"], status, True, record.get("exact", False))
 
 
 # ----------------------------------------------------------------------------- the tab
@@ -658,8 +654,9 @@ def build(demo: gr.Blocks) -> list[gr.Button]:
                 "then. MARS verified checks the mask slots' drafts (and, where the text repeats itself, "
                 "prompt-lookup drafts) with the model's own next-token predictions in the same forward that "
                 "proposes the next drafts: every token is the one one-token decoding picks ("
-                + verified_guarantee("float32") + " in float32; in bfloat16 "
-                + verified_guarantee("bfloat16") + "), several per forward when the drafts are right.")
+                + verified_guarantee(True) + " where this machine's forwards passed the width check: a row's "
+                "numbers do not depend on how many rows share its forward; the lane's title says which holds here), "
+                "several per forward when the drafts are right.")
         data = lanes.trace_json()
     outputs = [*panes, forwards_plot, time_plot, acceptance_plot, stats, message, data]
     demo.load(example_outputs, None, outputs, api_visibility="undocumented", show_progress="hidden")

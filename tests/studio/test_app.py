@@ -154,22 +154,42 @@ def test_the_verified_lanes_draft_counts_add_up():
 
 
 def test_the_verified_lanes_promise_is_said_in_one_place():
-    assert race.verified_guarantee("float32") == "identical to one-token decoding"
-    assert race.verified_guarantee("bfloat16") == "identical up to rounding"
-    assert race.verified_guarantee("bfloat16", invariant=True) == "identical to one-token decoding"
-    assert race.verified_guarantee("torch.float32", invariant=False) == "identical up to rounding"
-    assert "identical up to rounding" in race.pane_html(None, key="verified", dtype="bfloat16")
-    assert "AR's answer" not in race.pane_html(None, key="verified", dtype="bfloat16")
+    assert race.verified_guarantee(True) == "identical to one-token decoding"
+    assert race.verified_guarantee(False) == "identical up to rounding"
+    assert "identical up to rounding" in race.pane_html(None, key="verified")
+    assert "identical to one-token decoding" in race.pane_html(None, key="verified", exact=True)
+    assert "AR's answer" not in race.pane_html(None, key="verified", exact=True)
+
+
+def test_the_verified_lane_says_what_this_machines_runtime_passed(served, monkeypatch):
+    """The lane's title follows the served model's runtime: "identical to one-token decoding" where its width check
+    passed on this machine (a prepared runtime), "up to rounding" under a plain one."""
+    from mars_core import DecodeControl
+    from mars_core.runtime import ATTENTION, prepare
+
+    from tiny import tiny_qwen2, tiny_tokenizer
+
+    def title() -> str:
+        controls = {k: DecodeControl(threshold=t) for k, t in (("ar", 1.0), ("mars", 0.9), ("verified", 0.3))}
+        frames = list(race._race("Count to five.", 4, 8, controls, race.new_session(), None))
+        return frames[-1][2]  # the verified lane's pane
+
+    assert "identical up to rounding" in title()  # registered without a runtime: plain torch, nothing promised
+    tok = tiny_tokenizer(mask_token=True)
+    model = tiny_qwen2(len(tok), attn_implementation=ATTENTION)
+    monkeypatch.setitem(models.MODELS, "tiny", (model, tok))
+    monkeypatch.setitem(models.RUNTIMES, "tiny", prepare(model, measure_cost=False))
+    assert models.get_runtime("tiny").invariant and "identical to one-token decoding" in title()
 
 
 def test_the_models_preparation_is_said_step_by_step(monkeypatch, tmp_path, caplog):
     """Preparing a model goes through named steps (a model folder: one, loading and timing); while it runs the page's
     line says the step, its number and its seconds, and the log says each step; once loaded, nothing is said."""
-    assert [what for what, _ in models.stages(str(tmp_path))] == [models.LOAD]
+    assert [what for what, _ in models.stages(str(tmp_path))] == [models.LOAD, models.PREPARE]
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
     monkeypatch.setenv("MARS_CACHE", str(tmp_path / "cache"))
-    assert [what for what, _ in models.stages(str(gguf))] == [models.CONVERT, models.LOAD]
+    assert [what for what, _ in models.stages(str(gguf))] == [models.CONVERT, models.LOAD, models.PREPARE]
     monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="slow"))
     prep = models.Preparation([models.CONVERT, models.LOAD])
     monkeypatch.setitem(models.PREPARING, "slow", prep)
