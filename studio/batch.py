@@ -336,10 +336,12 @@ def decode(prompts: list[str], tau: float, block_size: int, new: int, controls: 
         yield notice("preparing", said)
     model, tokenizer = models.get_model(models.CONFIG.model)
     check_request(model, tokenizer, [encode_prompt(tokenizer, p) for p in prompts], "block", block_size, new)
+    runtime = models.get_runtime(models.CONFIG.model)
     block = BatchRun("MARS (block)", stream(model, tokenizer, prompts, strategy="block", block_size=block_size,
-                                            max_new_tokens=new, control=controls[0]), tokenizer, len(prompts))
-    ar = BatchRun("AR", stream(model, tokenizer, prompts, strategy="ar", max_new_tokens=new, control=controls[1]),
-                  tokenizer, len(prompts))
+                                            max_new_tokens=new, control=controls[0], runtime=runtime),
+                     tokenizer, len(prompts))
+    ar = BatchRun("AR", stream(model, tokenizer, prompts, strategy="ar", max_new_tokens=new, control=controls[1],
+                               runtime=runtime), tokenizer, len(prompts))
     device = model.device.type.upper()  # what the wall-clock line measured: CPU, CUDA, MPS
     throttle, turns = Throttle(), Turns()
     try:

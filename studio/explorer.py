@@ -210,7 +210,8 @@ def decode(values: list[float], block: int, new: int, prompts: list[dict], strat
         try:
             with models.TRACKER:
                 state["rows"] = threshold_sweep(model, tok, prompts, values, block_size=block, max_new_tokens=new,
-                                                strategy=strategy, progress=step)
+                                                strategy=strategy, progress=step,
+                                                runtime=models.get_runtime(models.CONFIG.model))
         except Exception as err:  # noqa: BLE001 - handed to the generator, which says it (guarded)
             state["error"] = err
 

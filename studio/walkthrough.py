@@ -112,20 +112,27 @@ def walk_steps(prompt: str, threshold: float, block_size: int, max_new_tokens: i
     """The Decode button: the inputs checked, then the decode in a generation slot (until one is free, the view says
     so); its one frame is the first forward's view and the walk."""
     yield from checked_in_a_slot((prompt, threshold, block_size, max_new_tokens), "walk", decode, failure,
-                                 lambda: (f"<p>{models.WAITING}</p>", gr.skip()))
+                                 lambda said: (f"<p>{said}</p>", gr.skip()))
 
 
 def checked_in_a_slot(inputs: tuple, tab: str, run: Callable[..., Iterator], failure: Callable[[str], tuple],
-                      waiting: Callable[[], tuple]) -> Iterator[tuple]:
+                      waiting: Callable[[str], tuple]) -> Iterator[tuple]:
     """Check (prompt, threshold, block size, max new tokens), then run(prompt, tau, block, new) in a generation slot,
-    saying so while every slot is taken; bad input or an error is one message."""
+    saying so (waiting(what)) while every slot is taken and while the model is being prepared; bad input or an error
+    is one message."""
     prompt, threshold, block_size, max_new_tokens = inputs
     try:
         prompt, tau, block, _, new = check_inputs(prompt, threshold, block_size, 0.0, max_new_tokens, tab=tab)
     except ValueError as err:
         yield failure(str(err))
         return
-    yield from models.in_a_slot(guarded(run(prompt, tau, block, new), failure, "Decoding"), waiting)
+
+    def prepared_then_run() -> Iterator[tuple]:
+        for said in models.preparing([models.CONFIG.model]):  # the page's line is markdown; the view is HTML
+            yield waiting(html.escape(said.replace("**", "")))
+        yield from run(prompt, tau, block, new)
+
+    yield from models.in_a_slot(guarded(prepared_then_run(), failure, "Decoding"), lambda: waiting(models.WAITING))
 
 
 def walk_decode(prompt: str, threshold: float, block_size: int, max_new_tokens: int) -> tuple[str, dict]:
@@ -142,7 +149,7 @@ def decode(prompt: str, tau: float, block: int, new: int) -> Iterator[tuple[str,
     steps, context = [], ""
     with models.TRACKER:
         for event in stream(model, tok, prompt, strategy="sliding", block_size=block, max_new_tokens=new,
-                            threshold=tau):
+                            threshold=tau, runtime=models.get_runtime(models.CONFIG.model)):
             steps.append({
                 "forward": event.forward, "threshold": event.threshold, "context": context,
                 "fed": [tok.decode([i]) for i in fed[-16:]], "fed_count": len(fed),
@@ -332,7 +339,7 @@ def verified_steps(prompt: str, threshold: float, block_size: int, max_new_token
     """The Decode verified button: the inputs checked, then the decode in a generation slot; its one frame is the
     first forward's view, its tree mask and the walk."""
     yield from checked_in_a_slot((prompt, threshold, block_size, max_new_tokens), "walkv", decode_verified,
-                                 verified_failure, lambda: (f"<p>{models.WAITING}</p>", gr.skip(), gr.skip()))
+                                 verified_failure, lambda said: (f"<p>{said}</p>", gr.skip(), gr.skip()))
 
 
 def walk_verified(prompt: str, threshold: float, block_size: int, max_new_tokens: int) -> tuple[str, object, dict]:
@@ -348,7 +355,7 @@ def decode_verified(prompt: str, tau: float, block: int, new: int) -> Iterator[t
     records, steps, context = [], [], ""
     with models.TRACKER:
         for event in stream(model, tok, prompt, strategy="verified", block_size=block, max_new_tokens=new,
-                            threshold=tau, record=records.append):
+                            threshold=tau, record=records.append, runtime=models.get_runtime(models.CONFIG.model)):
             before = records[-2] if len(records) > 1 else None
             steps.append(verified_step(tok, records[-1], before, event, context, block - 1))
             context += event.texts[0]
