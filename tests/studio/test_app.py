@@ -689,3 +689,18 @@ def test_the_recorded_example_is_what_the_page_shows_first(tmp_path, monkeypatch
     assert [trace[k]["text"] for k in race.LANES] == [record["lanes"][k]["text"] for k in race.LANES]
     assert "same answer as AR" in part(shown, "stats") and "forward 0" in part(shown, "mars")
     assert race.example_outputs(tmp_path / "missing.json")[-1]["status"] == "ready"
+
+
+def test_every_tab_says_the_models_preparation_while_it_waits_for_it(monkeypatch):
+    """A Run that comes while the model is being prepared says the step (then runs): the race and the batch on their
+    message line, the walkthrough in its view, the explorer in its status."""
+    from studio import batch
+
+    said = "**Preparing `tiny`: step 1 of 1, loading the weights** · 3 s in this step"
+    monkeypatch.setattr(models, "preparing", lambda names, stopped=lambda: False: iter([said]))
+    first = next(race.race(PROMPT, 0.9, 4, 0.0, 8, False, race.new_session()))
+    assert part(first, "message") == said and part(first, "trace")["status"] == "preparing"
+    assert next(batch.batch_race("a\nb\nc\nd", 0.9, 4, 8, batch.new_session()))[3] == said
+    assert "Preparing `tiny`: step 1 of 1, loading the weights" in next(walkthrough.walk_steps(PROMPT, 0.9, 4, 8))[0]
+    assert "step 1 of 1" in next(walkthrough.verified_steps(PROMPT, 0.3, 4, 8))[0]
+    assert next(explorer.sweep("1", 4, 8, ["lists"], 1, progress=lambda *a: None))[3] == said
