@@ -66,6 +66,8 @@ def test_the_import_graph_has_no_cycles():
 
 
 @pytest.mark.parametrize("room,forbidden", [
+    ("mars_core.runtime", ("mars_core.decoding", "mars_core.training", "mars_core.evaluation", "mars_core.generate",
+                           "mars_core.load")),
     ("mars_core.decoding", ("mars_core.training", "mars_core.evaluation", "mars_core.generate")),
     ("mars_core.training", ("mars_core.decoding", "mars_core.evaluation", "mars_core.generate")),
 ])
