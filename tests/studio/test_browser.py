@@ -88,6 +88,15 @@ def set_number(driver, elem_id: str, value: str) -> None:
     box.send_keys(value, Keys.TAB)
 
 
+def press(driver, elem_id: str, timeout: float = 600) -> None:
+    """Click a button that runs the model once it is enabled (it waits, disabled, while the model is prepared)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, timeout).until(lambda d: d.find_element(By.ID, elem_id).is_enabled())
+    driver.find_element(By.ID, elem_id).click()
+
+
 def visible_errors(driver) -> list[str]:
     """Error badges or toasts Gradio shows on the page (the text of each visible one)."""
     from selenium.webdriver.common.by import By
@@ -147,7 +156,7 @@ def test_race_in_a_browser(driver, tmp_path):
         set_number(driver, "race-threshold", os.environ.get("MARS_SCREENSHOT_THRESHOLD", "0.3"))
         set_number(driver, "race-max-new", os.environ.get("MARS_SCREENSHOT_MAX_NEW_TOKENS", "64"))
         time.sleep(0.5)
-        driver.find_element(By.CSS_SELECTOR, "#race-run").click()
+        press(driver, "race-run")
         wait.until(lambda d: "done" in d.find_element(By.ID, "race-stats").text)
         time.sleep(1.0)  # let the last chart update paint
         panes = [driver.find_element(By.ID, f"{key}-pane") for key in ("ar", "mars", "verified")]
@@ -180,7 +189,7 @@ def start_race(driver, url: str, prompt: str, threshold: str, max_new: str, time
     set_number(driver, "race-threshold", threshold)
     set_number(driver, "race-max-new", max_new)
     time.sleep(0.5)
-    driver.find_element(By.CSS_SELECTOR, "#race-run").click()
+    press(driver, "race-run")
     return wait
 
 
@@ -254,7 +263,7 @@ def test_batch_in_a_browser(driver, tmp_path):
         set_number(driver, "batch-threshold", os.environ.get("MARS_SCREENSHOT_THRESHOLD", "0.3"))
         set_number(driver, "batch-max-new", os.environ.get("MARS_SCREENSHOT_MAX_NEW_TOKENS", "48"))
         time.sleep(0.5)
-        driver.find_element(By.CSS_SELECTOR, "#batch-run").click()
+        press(driver, "batch-run")
         wait.until(lambda d: "done" in d.find_element(By.ID, "batch-stats").text)
         time.sleep(1.5)  # the last chart update paints
         assert not visible_errors(driver)
@@ -365,7 +374,7 @@ def test_the_first_five_minutes(driver, tmp_path):
         before = [driver.find_element(By.ID, f"{k}-pane").text for k in ("ar", "mars", "verified")]
         set_number(driver, "race-max-new", "600")  # the slider's top is 512
         time.sleep(0.5)
-        driver.find_element(By.ID, "race-run").click()
+        press(driver, "race-run")
         wait.until(lambda d: "must be between" in d.find_element(By.ID, "race-message").text)
         time.sleep(1.5)
         assert messages(driver, "must be between") == ["⚠ Max new tokens must be between 8 and 512, got 600."]
@@ -378,7 +387,7 @@ def test_the_first_five_minutes(driver, tmp_path):
         driver.find_element(By.CSS_SELECTOR, "#race-settings button").click()  # fold the settings again
         time.sleep(0.5)
         driver.execute_script("window.scrollTo(0, 0)")
-        driver.find_element(By.ID, "race-run").click()
+        press(driver, "race-run")
         wait.until(lambda d: any(w in d.find_element(By.ID, "mars-pane").text for w in ("running", "done")))
         assert not driver.find_element(By.ID, "race-message").text.strip()  # the message is gone
         assert driver.execute_script("return window.scrollY") == 0
@@ -401,7 +410,7 @@ def test_the_first_five_minutes(driver, tmp_path):
         set_number(driver, "sweep-max-new", "64")
         set_number(driver, "sweep-limit", "4")
         time.sleep(1.0)
-        driver.find_element(By.ID, "sweep-run").click()
+        press(driver, "sweep-run")
         started, estimate = time.monotonic(), None
         while time.monotonic() - started < 240:
             status = driver.find_element(By.ID, "sweep-status").text
@@ -485,10 +494,10 @@ def test_screenshots_of_every_tab(driver, tmp_path):
             box = driver.find_element(By.CSS_SELECTOR, "#race-prompt textarea")
             box.clear()
             box.send_keys(os.environ["MARS_SCREENSHOT_PROMPT"])
-            driver.find_element(By.ID, "race-run").click()
+            press(driver, "race-run")
             wait.until(lambda d: "done" in d.find_element(By.ID, "race-stats").text)
         tab("Batch")
-        driver.find_element(By.ID, "batch-run").click()
+        press(driver, "batch-run")
         wait.until(lambda d: "done" in d.find_element(By.ID, "batch-stats").text)
         tab("Walkthrough")
         button = driver.find_element(By.ID, "walkv-decode")
@@ -499,7 +508,7 @@ def test_screenshots_of_every_tab(driver, tmp_path):
         set_number(driver, "sweep-limit", "3")
         set_number(driver, "sweep-max-new", "32")
         time.sleep(1.0)
-        driver.find_element(By.ID, "sweep-run").click()
+        press(driver, "sweep-run")
         wait.until(lambda d: "Swept" in d.find_element(By.ID, "sweep-status").text)
         time.sleep(1.5)
         for width, height in (SCREEN, PHONE):
