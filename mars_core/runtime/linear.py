@@ -59,6 +59,12 @@ class Packed:
 PackedLinears = dict[int, Packed]  # by id() of the weight
 
 
+def version(w: torch.Tensor) -> int:
+    """The weight's version counter (moved by every in-place update through autograd); -1 for an inference tensor,
+    which has none (and cannot be updated in place outside inference mode)."""
+    return -1 if w.is_inference() else w._version
+
+
 def pack_linears(model: nn.Module) -> PackedLinears:
     """Packed copies of every CPU nn.Linear weight of a packed dtype (a tied lm_head included); {} where packing
     does not apply (packing_pays) or this torch build lacks the oneDNN ops."""
@@ -74,7 +80,7 @@ def pack_linears(model: nn.Module) -> PackedLinears:
                 copy = torch.ops.mkldnn._reorder_linear_weight(w.detach(), BATCH_HINT)
             except (AttributeError, RuntimeError):  # a torch build without these oneDNN ops
                 return {}
-            packed[id(w)] = Packed(w, copy, w._version)
+            packed[id(w)] = Packed(w, copy, version(w))
     return packed
 
 
@@ -98,7 +104,7 @@ class LinearKernels(TorchFunctionMode):
             x, w = args[0], args[1]
             entry = self.linears.get(id(w))
             if (entry is not None and entry.weight is w and not torch.is_grad_enabled() and x.device.type == "cpu"
-                    and x.dtype == w.dtype and w._version == entry.version and x.numel() >= self.rows * x.shape[-1]):
+                    and x.dtype == w.dtype and version(w) == entry.version and x.numel() >= self.rows * x.shape[-1]):
                 bias = args[2] if len(args) > 2 else kwargs.get("bias")
                 return packed_linear(x, entry, bias)
         return func(*args, **kwargs)
