@@ -11,20 +11,21 @@ benchmarks/linear_kernels.py` prints them by layer shape and width.)
     with LinearKernels(linears, rows=1):   # inside, every F.linear on a packed weight runs the packed kernel
         model(...)
 
-Nothing is set on the model: a TorchFunctionMode routes `F.linear` calls whose weight has a packed copy. With grad
-enabled (training), on another device or dtype, or once the weight was updated in place (its version counter moved,
-as an optimizer step does), the call computes F.linear as before, so a packed copy is never stale.
+Nothing is set on the model: inside LinearKernels, `F.linear` calls whose weight has a packed copy are answered from
+it (routed_linear). With grad enabled (training), on another device or dtype, or once the weight was updated in place
+(its version counter moved, as an optimizer step does), the call computes F.linear as before, so a packed copy is
+never stale.
 """
 
 from __future__ import annotations
 
 import platform
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.overrides import TorchFunctionMode
 
 from .timing import fastest_seconds
 
@@ -89,25 +90,47 @@ def packed_linear(x: torch.Tensor, entry: Packed, bias: torch.Tensor | None) -> 
     return torch.ops.mkldnn._linear_pointwise(x, entry.packed, bias, "none", [], "")
 
 
-class LinearKernels(TorchFunctionMode):
-    """Inside this mode, F.linear on a weight with a packed copy runs the packed kernel for inputs of at least `rows`
-    rows (fewer: torch's own kernel), unless grad is on, the input is elsewhere or of another dtype, or the weight
-    changed since packing."""
+_TORCH_LINEAR = F.linear  # torch's own, which every call that a runtime does not route goes to
+_ACTIVE: ContextVar[LinearKernels | None] = ContextVar("mars_linear_kernels", default=None)
+
+
+def routed_linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear, answered from a packed copy when the LinearKernels active in this context serve the call."""
+    kernels = _ACTIVE.get()
+    entry = kernels.serves(input, weight) if kernels is not None else None
+    if entry is None:
+        return _TORCH_LINEAR(input, weight, bias)
+    return packed_linear(input, entry, bias)
+
+
+class LinearKernels:
+    """Inside this context, F.linear on a weight with a packed copy runs the packed kernel for inputs of at least
+    `rows` rows (fewer: torch's own kernel), unless grad is on, the input is elsewhere or of another dtype, or the
+    weight changed since packing. Entering routes `torch.nn.functional.linear` (which nn.Linear calls) through
+    routed_linear, once per process: every call outside such a context, in this thread or another, goes to torch's
+    own as before. (A TorchFunctionMode would route it too, but it sees every op of the forward, which cost more
+    than packing saves: docs/speed.md#width-invariance-verified-is-one-token-decoding-bit-for-bit.)"""
 
     def __init__(self, linears: PackedLinears, rows: int = 1):
-        super().__init__()
         self.linears, self.rows = linears, rows
+        self._tokens: list[Token] = []
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is F.linear:
-            x, w = args[0], args[1]
-            entry = self.linears.get(id(w))
-            if (entry is not None and entry.weight is w and not torch.is_grad_enabled() and x.device.type == "cpu"
-                    and x.dtype == w.dtype and version(w) == entry.version and x.numel() >= self.rows * x.shape[-1]):
-                bias = args[2] if len(args) > 2 else kwargs.get("bias")
-                return packed_linear(x, entry, bias)
-        return func(*args, **kwargs)
+    def serves(self, x: torch.Tensor, w: torch.Tensor) -> Packed | None:
+        """The packed copy that answers x W^T, or None (torch's kernel answers)."""
+        entry = self.linears.get(id(w))
+        if (entry is None or entry.weight is not w or torch.is_grad_enabled() or x.device.type != "cpu"
+                or x.dtype != w.dtype or version(w) != entry.version or x.numel() < self.rows * x.shape[-1]):
+            return None
+        return entry
+
+    def __enter__(self) -> LinearKernels:
+        if F.linear is not routed_linear:
+            F.linear = routed_linear
+        self._tokens.append(_ACTIVE.set(self))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _ACTIVE.reset(self._tokens.pop())
 
 
 ROWS = (1, 2, 3, 4, 6, 8)  # row counts fewest_packed_rows times both kernels at
