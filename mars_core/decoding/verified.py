@@ -471,7 +471,9 @@ def plan_by_cost(conf: torch.Tensor, count: torch.Tensor, done: torch.Tensor, se
                & (sib > 0))  # [K, f, b, a]
     width = 1 + (capped * live).amax(-1)[:, None] + fed.any(2).sum(-1) * g + sib_fed.any(2).sum(-1) * (1 + g)
     checking = seconds[1] / seconds[min(1 + g, len(seconds) - 1)]  # a group's drafts are checked at that width
-    proposals = GROUP_YIELD_WEIGHT * checking * draft_yield
+    # a group's proposals are worth at least one matched draft: the running yield moves only in forwards that check
+    # drafts, so a low one would otherwise stop every group, and with them every later draft, for good
+    proposals = GROUP_YIELD_WEIGHT * checking * draft_yield.clamp_min(1.0)
     gain = (tokens[:, None] + proposals * (odds[:, None] * fed).sum((-2, -1))
             + (1 + proposals) * (sib * sib_fed).sum((-2, -1)))
     best = (gain / seconds[width]).flatten().argmax()  # the first of equals: fewer drafts, fewer branches
