@@ -1,7 +1,7 @@
 """What machine a measurement was taken on: CPU model, the instruction sets that decide matmul speed, threads.
 
-Speeds differ by machine kind (a bf16 forward with AMX is about 4x an fp32 one without), so every speed figure and
-every measured cost curve carries this record.
+Speeds differ severalfold by machine kind (docs/speed.md: a bf16 forward with AMX against an fp32 one without), so
+every speed figure and every measured cost curve carries this record.
 """
 
 from __future__ import annotations

@@ -269,30 +269,25 @@ _FORWARD: dict[str, float] = {}
 
 
 def forward_seconds(name: str | None) -> float | None:
-    """How long one cached one-token forward of a loaded model takes here (timed once, median of 5); None when the
-    model is not loaded yet (an estimate must not load it)."""
+    """How long one cached one-token forward of a loaded model takes here (timed once: the median of 5 after a
+    warm-up); None when the model is not loaded yet (an estimate must not load it)."""
     key = name or "default"
     if key not in MODELS:
         return None
     if key not in _FORWARD:
-        import statistics
-        import time
-
         import torch
         from transformers import DynamicCache
 
+        from mars_core.runtime.timing import median_seconds
+
         model, tokenizer = MODELS[key]
         ids = torch.tensor([tokenizer("How long does one forward take?")["input_ids"]], device=model.device)
-        times = []
         with torch.inference_mode(), RUNTIMES[key].active():
             cache = DynamicCache(config=model.config)
             model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-            for _ in range(5):
-                start = time.perf_counter()
-                model(input_ids=ids[:, -1:], past_key_values=cache, use_cache=True, logits_to_keep=1)
-                times.append(time.perf_counter() - start)
-                cache.crop(-1)
-        _FORWARD[key] = statistics.median(times)
+            step = lambda: model(input_ids=ids[:, -1:], past_key_values=cache, use_cache=True,  # noqa: E731
+                                 logits_to_keep=1)
+            _FORWARD[key] = median_seconds(step, 5, model.device, after=lambda: cache.crop(-1))
     return _FORWARD[key]
 
 

@@ -31,6 +31,7 @@ from ..decoding.spec import TreeLayout
 from ..generate import DEFAULT_THRESHOLDS, encode_prompt, generate, stop_token_ids
 from ..machine import machine_line
 from ..runtime import CostCurve, Runtime, cache_mask, new_cache, prepare
+from ..runtime.timing import median_seconds
 from .prompts import load_split, prompt_set
 from .tasks import OPEN, PREDICTABLE
 
@@ -134,29 +135,22 @@ def forward_seconds(
     explicit_mask: pass the boolean 4D mask and position ids our decoders pass (else the model builds its own
     causal mask, as generate does); keep: logits kept per sample (default: one per new token); runtime: the kernels
     (default: plain torch)."""
-    with (runtime or Runtime()).active():
-        return _forward_seconds(model, tokenizer, prompts, new_tokens, context, repeats, explicit_mask, keep)
-
-
-def _forward_seconds(model, tokenizer, prompts: list[str], new_tokens: int, context: int, repeats: int,
-                     explicit_mask: bool, keep: int | None) -> float:
     ids = [encode_prompt(tokenizer, p) for p in prompts]
     prefix = torch.tensor([(x * (context // len(x) + 1))[:context] for x in ids], device=model.device)
+    extra = _decoder_mask(model, len(ids), context, new_tokens) if explicit_mask else {}
     cache = new_cache(model)
-    model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
-    step = prefix[:, -new_tokens:]
-    extra = {}
-    if explicit_mask:
-        valid = torch.ones(len(ids), context + new_tokens, dtype=torch.bool, device=model.device)
-        positions = torch.arange(context, context + new_tokens, device=model.device).expand(len(ids), -1)
-        extra = {"attention_mask": as_model_mask(cache_mask(valid, new_tokens), model), "position_ids": positions}
-    times = []
-    for _ in range(repeats + 1):
-        t0 = time.perf_counter()
-        model(input_ids=step, past_key_values=cache, use_cache=True, logits_to_keep=keep or new_tokens, **extra)
-        times.append(time.perf_counter() - t0)
-        cache.crop(-new_tokens)
-    return statistics.median(times[1:])  # the first is a warm-up
+    with (runtime or Runtime()).active():
+        model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        step = lambda: model(input_ids=prefix[:, -new_tokens:], past_key_values=cache, use_cache=True,  # noqa: E731
+                             logits_to_keep=keep or new_tokens, **extra)
+        return median_seconds(step, repeats, model.device, after=lambda: cache.crop(-new_tokens))
+
+
+def _decoder_mask(model, batch: int, context: int, new_tokens: int) -> dict[str, torch.Tensor]:
+    """The attention mask and position ids our decoders pass for `new_tokens` tokens after `context` cached ones."""
+    valid = torch.ones(batch, context + new_tokens, dtype=torch.bool, device=model.device)
+    positions = torch.arange(context, context + new_tokens, device=model.device).expand(batch, -1)
+    return {"attention_mask": as_model_mask(cache_mask(valid, new_tokens), model), "position_ids": positions}
 
 
 def time_pass(runner: Runner, model, tokenizer, batches: list[list[str]], max_new: int, runtime: Runtime

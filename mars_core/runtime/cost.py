@@ -18,7 +18,7 @@ import torch
 from .curve import CostCurve, interpolate
 from .forward import cache_mask, forward, new_cache
 from .runtime import Runtime
-from .timing import busy, read_json, seconds, write_json
+from .timing import machine_busy, read_json, seconds, write_json
 
 __all__ = ["CostCurve", "forward_cost", "interpolate", "measure_cost", "spot_seconds"]
 
@@ -64,9 +64,8 @@ def _timed_forward(model: torch.nn.Module, runtime: Runtime, cache, ids: torch.T
     b, w = ids.shape
     positions = torch.arange(context, context + w, device=ids.device).expand(b, -1)
     mask = cache_mask(torch.ones(b, context + w, dtype=torch.bool, device=ids.device), w)
-    took = seconds(lambda: forward(model, ids, positions, mask, cache, min(w, 8), runtime), ids.device)
-    cache.crop(-w)
-    return took
+    return seconds(lambda: forward(model, ids, positions, mask, cache, min(w, 8), runtime), ids.device,
+                   after=lambda: cache.crop(-w))
 
 
 STALE = 1.15  # a kept curve that reads this much slower than forwards timed now (SPOT_WIDTHS) was timed under load
@@ -101,9 +100,9 @@ def forward_cost(model: torch.nn.Module, runtime: Runtime, cache_dir: str | Path
             curve = CostCurve.from_dict(kept)
         except (ValueError, KeyError, TypeError):
             curve = None  # a damaged file is measured again
-        if curve is not None and (busy() or not inflated(curve, spot_seconds(model, runtime))):
+        if curve is not None and (machine_busy() or not inflated(curve, spot_seconds(model, runtime))):
             return curve
-    crowded = busy()  # asked before timing: the timing itself loads the cores
+    crowded = machine_busy()  # asked before timing: the timing itself loads the cores
     curve = measure_cost(model, runtime)
     if crowded:
         _UNKEPT[key] = curve

@@ -29,7 +29,7 @@ from torch import nn
 
 from .timing import fastest_seconds
 
-BATCH_HINT = 16  # rows oneDNN packs the weight for; measured as good as 1 or 4 at 1-4 rows, better from 8 rows on
+BATCH_HINT = 16  # rows oneDNN packs the weight for (how it was chosen: docs/speed.md#packed-linear-layers)
 DTYPES = (torch.float32, torch.bfloat16)  # bf16 F.linear runs oneDNN already, but reorders W on every call
 
 
@@ -150,8 +150,8 @@ def kernel_seconds(linears: PackedLinears, rows: tuple[int, ...] = ROWS, rounds:
 
 def fewest_packed_rows(linears: PackedLinears, rows: tuple[int, ...] = ROWS, rounds: int = 5) -> int:
     """The fewest rows R from which the packed kernel is at least as fast as torch's at every count timed: the
-    fastest choice by rows, when one kernel for every width is not asked for (an Intel Xeon in fp32, where MKL's
-    one- and two-row kernels are fast, measured R = 4; where packing wins from one row, R = 1)."""
+    fastest choice by rows, when one kernel for every width is not asked for (what it picks by machine:
+    docs/speed.md#packed-linear-layers)."""
     if not linears:
         return 1
     seconds = kernel_seconds(linears, rows, rounds)

@@ -12,17 +12,17 @@ from .cost import forward_cost
 from .invariance import width_check
 from .linear import fewest_packed_rows, pack_linears
 from .runtime import Runtime
-from .timing import busy, cache_root, read_json, write_json
+from .timing import cache_root, machine_busy, read_json, write_json
 
 
 def kernel_rows(model: torch.nn.Module, runtime: Runtime, cache_dir: Path | None) -> int:
-    """The fewest rows from which the packed kernel is as fast as torch's on this machine (linear.fewest_packed_rows:
-    2-3 s for the 135M model), kept in cache_dir/kernels-<key>.json unless the machine was busy while timing."""
+    """The fewest rows from which the packed kernel is as fast as torch's on this machine (linear.fewest_packed_rows,
+    seconds: docs/speed.md#packed-linear-layers), kept in cache_dir/kernels-<key>.json unless the machine was busy."""
     path = cache_dir / f"kernels-{runtime.key(model)}.json" if cache_dir is not None else None
     kept = read_json(path)
     if kept is not None and isinstance(kept.get("packed_from"), int):
         return kept["packed_from"]
-    crowded = busy()
+    crowded = machine_busy()
     rows = fewest_packed_rows(runtime.linears)
     if not crowded:
         write_json(path, {"packed_from": rows, "machine": runtime.record(model)})

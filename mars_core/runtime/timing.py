@@ -1,14 +1,21 @@
 """Timing a piece of work on a shared CPU, and keeping what was measured on disk.
 
-The fastest of interleaved rounds is a forward's own cost: other work on the machine only ever adds time. A value
-measured once per machine and model (a cost curve, a kernel choice, a width check) is kept as JSON, written
-atomically so that two processes measuring at once never leave half a file.
+Every timed loop in the package goes through `round_seconds` (the cost curve, the kernel choice, mars-bench's bound,
+the app's forward estimate): warm-up calls, then timed calls, each followed by an untimed `after` (a forward that
+grew the KV cache crops it back, so every round feeds the same context). The fastest of the rounds is a forward's own
+cost: other work on the machine only ever adds time; the median says what a caller typically waits. A value measured
+once per machine and model (a cost curve, a kernel choice, a width check) or a measurement run's report is kept as
+JSON with `write_json`, written atomically so that two processes measuring at once never leave half a file.
+
+(torch.utils.benchmark.Timer does not fit here: it runs its setup once per measurement, not between calls, so a
+cached forward's KV cache would grow with every call, and it times one thread unless told otherwise.)
 """
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +24,7 @@ from typing import Any
 import torch
 
 
-def busy() -> bool:
+def machine_busy() -> bool:
     """Whether other work holds the cores (1-minute load average above their count): timings taken now overstate."""
     try:
         return os.getloadavg()[0] > (os.cpu_count() or 1)
@@ -25,8 +32,11 @@ def busy() -> bool:
         return False
 
 
-def seconds(work: Callable[[], Any], device: torch.device | None = None) -> float:
-    """Seconds of one call of work (CUDA work is waited for)."""
+Work = Callable[[], Any]
+
+
+def seconds(work: Work, device: torch.device | None = None, after: Work | None = None) -> float:
+    """Seconds of one call of work (CUDA work is waited for); `after` runs once it is timed, untimed."""
     cuda = device is not None and device.type == "cuda"
     if cuda:
         torch.cuda.synchronize(device)
@@ -34,13 +44,30 @@ def seconds(work: Callable[[], Any], device: torch.device | None = None) -> floa
     work()
     if cuda:
         torch.cuda.synchronize(device)
-    return time.perf_counter() - t0
+    took = time.perf_counter() - t0
+    if after is not None:
+        after()
+    return took
 
 
-def fastest_seconds(work: Callable[[], Any], rounds: int = 5, device: torch.device | None = None) -> float:
-    """The fastest of `rounds` timed calls, after one call that warms up."""
-    work()
-    return min(seconds(work, device) for _ in range(max(rounds, 1)))
+def round_seconds(work: Work, rounds: int = 5, *, device: torch.device | None = None, after: Work | None = None,
+                  warmup: int = 1) -> list[float]:
+    """Seconds of each of `rounds` calls of work, after `warmup` untimed calls (first-use setup, caches)."""
+    for _ in range(warmup):
+        seconds(work, device, after)
+    return [seconds(work, device, after) for _ in range(max(rounds, 1))]
+
+
+def fastest_seconds(work: Work, rounds: int = 5, device: torch.device | None = None, after: Work | None = None
+                    ) -> float:
+    """The fastest of `rounds` timed calls after one that warms up: the work's own cost on a shared machine."""
+    return min(round_seconds(work, rounds, device=device, after=after))
+
+
+def median_seconds(work: Work, rounds: int = 5, device: torch.device | None = None, after: Work | None = None
+                   ) -> float:
+    """The median of `rounds` timed calls after one that warms up: what a caller typically waits."""
+    return statistics.median(round_seconds(work, rounds, device=device, after=after))
 
 
 def read_json(path: Path | None) -> dict | None:
@@ -54,13 +81,14 @@ def read_json(path: Path | None) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-def write_json(path: Path | None, value: dict) -> None:
-    """Keep value at path, atomically (a temporary file beside it, then a rename)."""
+def write_json(path: str | os.PathLike | None, value: dict, indent: int = 1) -> None:
+    """Keep value at path, atomically (a temporary file beside it, then a rename), its folder made if missing."""
     if path is None:
         return
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(value, indent=1))
+    tmp.write_text(json.dumps(value, indent=indent) + "\n")
     tmp.replace(path)
 
 

@@ -50,7 +50,7 @@ def end_of_turn_ids(tokenizer) -> set[int]:
     """Ids that end an assistant turn: the eos token plus the known end-of-turn specials in the vocabulary."""
     ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
     # One lookup per known token, checked by the reverse lookup (an unknown token maps to unk or None):
-    # get_vocab() builds the whole 49k-entry dict and cost 90% of tokenizing a chat.
+    # get_vocab() builds the whole vocabulary as a dict, which took most of a chat's tokenizing time.
     for token in END_OF_TURN_TOKENS:
         token_id = tokenizer.convert_tokens_to_ids(token)
         if token_id is not None and token != tokenizer.pad_token and tokenizer.convert_ids_to_tokens(token_id) == token:

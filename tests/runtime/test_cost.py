@@ -59,7 +59,7 @@ def test_the_curve_is_measured_once_per_machine_and_model(model, tmp_path, monke
     fixed = CostCurve.from_function(lambda b, w: 0.001 * w, widths=(1, 2))
     monkeypatch.setattr(cost, "measure_cost", lambda m, rt: calls.append(m) or fixed)
     monkeypatch.setattr(cost, "spot_seconds", lambda m, rt: [0.001, 0.004])  # the machine as fast as when it was timed
-    monkeypatch.setattr(cost, "busy", lambda: False)
+    monkeypatch.setattr(cost, "machine_busy", lambda: False)
     monkeypatch.setattr(cost, "_UNKEPT", {})
     assert forward_cost(model, PLAIN, tmp_path) == fixed
     assert forward_cost(model, PLAIN, tmp_path) == fixed  # read back from the file
@@ -75,12 +75,12 @@ def test_a_curve_timed_on_a_busy_machine_is_used_but_not_kept(model, tmp_path, m
     calls = []
     fixed = CostCurve.from_function(lambda b, w: 0.001 * w, widths=(1, 2))
     monkeypatch.setattr(cost, "measure_cost", lambda m, rt: calls.append(m) or fixed)
-    monkeypatch.setattr(cost, "busy", lambda: True)
+    monkeypatch.setattr(cost, "machine_busy", lambda: True)
     monkeypatch.setattr(cost, "_UNKEPT", {})
     assert forward_cost(model, PLAIN, tmp_path) == fixed and not list(tmp_path.glob("*.json"))
     assert forward_cost(model, PLAIN, tmp_path) == fixed and len(calls) == 1  # this process keeps it in memory
     monkeypatch.setattr(cost, "_UNKEPT", {})  # a new process
-    monkeypatch.setattr(cost, "busy", lambda: False)
+    monkeypatch.setattr(cost, "machine_busy", lambda: False)
     assert forward_cost(model, PLAIN, tmp_path) == fixed and len(calls) == 2 and len(list(tmp_path.glob("*.json"))) == 1
 
 
@@ -96,11 +96,11 @@ def test_a_kept_curve_slower_than_the_machine_now_is_timed_again(model, tmp_path
     monkeypatch.setattr(cost, "_UNKEPT", {})
     (tmp_path / f"{PLAIN.key(model)}.json").write_text(inflated.to_json())
 
-    monkeypatch.setattr(cost, "busy", lambda: True)  # busy now: a timing now would be inflated too
+    monkeypatch.setattr(cost, "machine_busy", lambda: True)  # busy now: a timing now would be inflated too
     monkeypatch.setattr(cost, "spot_seconds", lambda m, rt: pytest.fail("timed on a busy machine"))
     assert forward_cost(model, PLAIN, tmp_path) == inflated and not calls
 
-    monkeypatch.setattr(cost, "busy", lambda: False)
+    monkeypatch.setattr(cost, "machine_busy", lambda: False)
     monkeypatch.setattr(cost, "spot_seconds", lambda m, rt: [0.042, 0.050])  # 1.10x and 1.08x: within the margin
     assert forward_cost(model, PLAIN, tmp_path) == inflated and not calls
 
