@@ -15,6 +15,7 @@ import gradio as gr
 
 from studio import batch, explorer, lanes, models, race, walkthrough
 from studio.inputs import page_js
+from studio.race_html import LANE_CSS, verified_guarantee
 
 log = logging.getLogger("mars_studio")
 
@@ -25,7 +26,7 @@ CSS = (".gradio-container {max-width: 1400px !important; margin: 0 auto; min-wid
        ".gradio-container .form>*{min-width:100% !important}}"
        # wide content (a displayed equation, the sweep's table) scrolls inside its box rather than widening the page
        ".katex-display{overflow-x:auto;overflow-y:hidden;max-width:100%}#sweep-table{overflow-x:auto;max-width:100%}"
-       + lanes.PANE_CSS + race.LANE_CSS)
+       + lanes.PANE_CSS + LANE_CSS)
 THEME = gr.themes.Soft(primary_hue="blue")
 
 
@@ -60,7 +61,7 @@ def intro_markdown() -> str:
         "token plus B−1 mask tokens and keeps the predictions whose confidence reaches the threshold τ "
         "(τ = 1 is exactly one-token decoding). *Verified* MARS checks those predictions with the model's own "
         "in the next forward, so its answer is one-token decoding's ("
-        f"{race.verified_guarantee(True)}, bit for bit, where the machine's forwards pass the width check that "
+        f"{verified_guarantee(True)}, bit for bit, where the machine's forwards pass the width check that "
         "mars_core.prepare runs; the verified lane's title says whether this one did), in fewer forwards.  \n"
         f"MARS model: {models.model_label(config.model)} · AR baseline: {ar}.{note}"
     )

@@ -38,9 +38,11 @@ WAIT_COLOUR = "#fb923c"  # a sample that committed nothing in a forward: waiting
 LABEL_WORDS = 4  # words of the prompt in a chart row label
 
 
-def new_session() -> dict:
-    """Per-session batch state: the two running controls (block, AR), or None when nothing runs."""
-    return {"batch": None}
+@dataclass
+class BatchSession:
+    """One visitor's batch state (the tab's gr.State)."""
+
+    controls: tuple[DecodeControl, DecodeControl] | None = None  # the running batches' (block, AR); None: none runs
 
 
 def parse_prompts(text: Any) -> list[str]:
@@ -56,9 +58,9 @@ def parse_prompts(text: Any) -> list[str]:
     return prompts
 
 
-def stop_batch(session: dict) -> None:
+def stop_batch(session: BatchSession) -> None:
     """Stop button: both batches end before their next forward; what they generated stays."""
-    for control in session.get("batch") or ():
+    for control in session.controls or ():
         control.stop()
 
 
@@ -117,7 +119,7 @@ class BatchRun(Lane):
         """Forwards, tokens, seconds and tokens/s of the batch, and per sample counts, texts and ids."""
         forwards, tokens = len(self.counts), sum(map(sum, self.counts))
         return {
-            "forwards": forwards, "tokens": tokens, "seconds": self.busy,
+            "forwards": forwards, "tokens": tokens, "seconds": self.own_seconds,
             "tokens_per_second": self.per_second(tokens),
             "counts": [list(c) for c in self.counts], "texts": list(self.texts), "ids": [list(i) for i in self.ids],
             "done": self.done(), "finished_at": list(self.finished_at),  # copies: a frame keeps its own state
@@ -293,8 +295,8 @@ def failure(message: str) -> tuple:
 
 
 def frame(
-    prompts: list[str], block: BatchRun, ar: BatchRun, block_size: int, threshold: float, status: str, device: str,
-    chart: bool = True,
+    prompts: list[str], block: BatchRun, ar: BatchRun, *, block_size: int, threshold: float, status: str,
+    device: str, chart: bool = True,
 ) -> tuple:
     """One update of the tab: cells, slot chart (or gr.skip(): left as it is), stats and trace."""
     figure = slots_figure(block.counts, [row_label(i, p) for i, p in enumerate(prompts)], block_size,
@@ -307,7 +309,7 @@ def frame(
 
 
 def batch_race(
-    prompts_text: str, threshold: float, block_size: int, max_new_tokens: int, session: dict
+    prompts_text: str, threshold: float, block_size: int, max_new_tokens: int, session: BatchSession
 ) -> Iterator[tuple]:
     """Decode the prompts as one batch, block-cached MARS against AR, one forward each in turn; yield a frame each."""
     try:
@@ -318,15 +320,15 @@ def batch_race(
         yield failure(str(err))
         return
     controls = (DecodeControl(threshold=tau), DecodeControl(threshold=1.0))  # greedy both: block, AR
-    session["batch"] = controls
+    session.controls = controls
     try:
         yield from models.in_a_slot(
             guarded(decode(prompts, tau, block_size, new, controls), failure, "Generation"),
             lambda: placeholder(prompts, block_size, "waiting", WAITING), lambda: any(c.stopped for c in controls),
             lambda: placeholder(prompts, block_size, "stopped"))
     finally:
-        if session.get("batch") is controls:
-            session["batch"] = None
+        if session.controls is controls:
+            session.controls = None
 
 
 def decode(prompts: list[str], tau: float, block_size: int, new: int, controls: tuple) -> Iterator[tuple]:
@@ -354,7 +356,8 @@ def decode(prompts: list[str], tau: float, block_size: int, new: int, controls: 
                 finished = block.finished and ar.finished
                 status = "stopped" if stopped else ("done" if finished else "running")
                 if throttle.due(sum(map(len, block.ids + ar.ids)), finished):
-                    yield frame(prompts, block, ar, block_size, tau, status, device, throttle.charts)
+                    yield frame(prompts, block, ar, block_size=block_size, threshold=tau, status=status, device=device,
+                                chart=throttle.charts)
                     turns.framed()
     finally:
         block.events.close()
@@ -364,7 +367,7 @@ def decode(prompts: list[str], tau: float, block_size: int, new: int, controls: 
 def build(demo: gr.Blocks) -> list[gr.Button]:
     """The Batch tab: the prompts, settings, the message line, the cells, the slot chart, stats and the trace, and
     their events; returns its Run button (enabled once the model is ready)."""
-    session = gr.State(new_session())
+    session = gr.State(BatchSession())
     with gr.Tab("Batch"):
         gr.Markdown(
             "The paper's strategy for batches: the **block-level KV cache**. Generation is cut into blocks of B "
@@ -378,12 +381,12 @@ def build(demo: gr.Blocks) -> list[gr.Button]:
         with gr.Row():
             tau, block, new = (slider(f"batch-{name}") for name in ("threshold", "block", "max-new"))
         message = gr.Markdown("", elem_id="batch-message")
+        stats = gr.Markdown("Press **Run batch**.", elem_id="batch-stats")  # above the cells: in view on a laptop
         panes = gr.HTML(panes_html(EXAMPLES), label="batch", elem_id="batch-panes")
-        stats = gr.Markdown("Press **Run batch**.", elem_id="batch-stats")
         labels = [row_label(i, p) for i, p in enumerate(EXAMPLES)]
         plot = gr.Plot(plotly_data(slots_figure([], labels, 4, [], [])), label="block slots", show_label=False,
                        elem_id="batch-plot")
         data = lanes.trace_json()
-    lanes.wire(run_button, stop_button, batch_race, stop_batch, [prompts, tau, block, new, session],
-               [panes, plot, stats, message, data], "batch", "stop_batch")
+    lanes.wire(run_button, stop_button, handlers=(batch_race, stop_batch), inputs=[prompts, tau, block, new, session],
+               outputs=[panes, plot, stats, message, data], api_names=("batch", "stop_batch"))
     return [run_button]

@@ -123,8 +123,8 @@ class Lane:
                 for i, (s, timed) in enumerate(zip(self.spent, self.timed))]
 
     @property
-    def busy(self) -> float:
-        """Own seconds: the lane's clock over all its forwards."""
+    def own_seconds(self) -> float:
+        """The lane's own seconds: its clock over all its forwards (not the other lanes' turns between them)."""
         return sum(self.clocked())
 
     def pieces(self, ids: list[int], text: str) -> list[str]:
@@ -135,7 +135,7 @@ class Lane:
 
     def per_second(self, tokens: int) -> float:
         """Tokens per second of this stream's own forward time."""
-        return tokens / self.busy if self.busy > 0 else 0.0
+        return tokens / self.own_seconds if self.own_seconds > 0 else 0.0
 
 
 # ----------------------------------------------------------------------------- the token colours
@@ -195,15 +195,15 @@ def trace_json() -> gr.JSON:
         return gr.JSON(label="trace", show_label=False)
 
 
-def wire(run: gr.Button, stop: gr.Button, handler: Callable, stopper: Callable, inputs: list, outputs: list,
-         api_name: str, stop_name: str) -> None:
-    """A streaming tab's Run and Stop (the session State last of `inputs`). No Gradio concurrency limit: the handler
-    takes an app-wide generation slot itself (models.in_a_slot), so a run exists from the moment it is submitted and
-    a /set_threshold sent with it is not lost. Stop ends the run from inside (its controls): Gradio's `cancels` would
-    mark every output as an error."""
-    run.click(models.gpu(handler), inputs, outputs, api_name=api_name, show_progress="minimal",
+def wire(run: gr.Button, stop: gr.Button, *, handlers: tuple[Callable, Callable], inputs: list, outputs: list,
+         api_names: tuple[str, str]) -> None:
+    """A streaming tab's Run and Stop: `handlers` and `api_names` are (run, stop), the session State last of
+    `inputs`. No Gradio concurrency limit: the run handler takes an app-wide generation slot itself
+    (models.in_a_slot), so a run exists from the moment it is submitted and a /set_threshold sent with it is not
+    lost. Stop ends the run from inside (its controls): Gradio's `cancels` would mark every output as an error."""
+    run.click(models.gpu(handlers[0]), inputs, outputs, api_name=api_names[0], show_progress="minimal",
               concurrency_limit=None, js=typed_js(inputs, True))
-    stop.click(stopper, inputs[-1], None, api_name=stop_name, **QUICK)
+    stop.click(handlers[1], inputs[-1], None, api_name=api_names[1], **QUICK)
 
 
 # ----------------------------------------------------------------------------- the error guard

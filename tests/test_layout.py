@@ -92,6 +92,9 @@ def test_the_engine_never_imports_the_app():
 STUDIO_FLOORS = (
     ("studio", "studio.inputs", "studio.charts", "studio.models"),  # limits and checks, chart basics, the models
     ("studio.lanes",),  # what the tabs share: recorder, frame policy, colours, Run/Stop, error guard
+    ("studio.race_state",),  # the Race tab's rooms, under it: what a race keeps (session, lanes' records, facts)
+    ("studio.race_html", "studio.race_figures"),  # its panes, counters, notes and stats; its charts
+    ("studio.race_loop",),  # the race itself and the frames it sends the page
     ("studio.race", "studio.batch", "studio.walkthrough", "studio.explorer"),  # one tab each: build(demo)
     ("app",),  # the header, the tabs, theme and launch
 )

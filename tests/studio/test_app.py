@@ -14,7 +14,7 @@ import torch
 import app
 from mars_core import stream
 from mars_core.serving import adaptive_threshold
-from studio import explorer, inputs, lanes, models, race, walkthrough
+from studio import explorer, inputs, lanes, models, race, race_figures, race_html, race_loop, race_state, walkthrough
 
 PROMPT = "Count from one to ten"
 
@@ -40,7 +40,7 @@ def final(outputs: list) -> dict:
 
 
 def test_race_streams_every_lane_and_tau_one_is_ar():
-    session = race.new_session()
+    session = race_state.RaceSession()
     outputs = list(race.race(PROMPT, 1.0, 4, 0.0, 40, False, session))
     assert len(outputs) >= 20  # one update per forward of each lane
     trace = final(outputs)
@@ -61,26 +61,27 @@ def test_race_streams_every_lane_and_tau_one_is_ar():
     assert "Measured on this shared CPU" in stats and "**" not in stats.split("Measured")[1]  # wall-clock: not bold
     times = trace["mars"]["times"]
     assert times == sorted(times) and trace["mars"]["seconds"] == pytest.approx(times[-1])
-    assert session["mars"] is None and session["ar"] is None and session["verified"] is None
+    assert session.mars is None and session.ar is None and session.verified is None
 
 
 def test_acceptance_by_draft_position_counts_only_drafts_that_were_checked():
     """(drafts checked, matched) per forward: d_a counts as checked once every draft before it matched."""
-    run = race.Run("MARS verified", iter(()), None, counts=[1, 3, 1, 4, 2], checks=[(3, 2), (3, 0), (3, 3), (2, 1)])
-    acc = race.acceptance(run)
+    run = race_state.Run("MARS verified", iter(()), None, counts=[1, 3, 1, 4, 2],
+                         checks=[(3, 2), (3, 0), (3, 3), (2, 1)])
+    acc = race_state.acceptance(run)
     assert acc["forwards_checking"] == 4 and acc["mean_accepted"] == 1.5 and acc["tokens_per_forward"] == 2.2
     assert [(p["checked"], p["matched"]) for p in acc["positions"]] == [(4, 3), (3, 2), (2, 1)]
     assert acc["positions"][0]["rate"] == 0.75
-    plot = race.acceptance_figure(run)
+    plot = race_figures.acceptance_figure(run)
     assert plot["data"][0]["x"] == ["d1", "d2", "d3"] and plot["data"][0]["text"] == ["3/4", "2/3", "1/2"]
     assert "mean accepted length 1.50 drafts<br>per forward that checked drafts (4 forwards) · 2.20 tokens per " \
         "forward" in plot["layout"]["title"]["text"]
-    assert race.acceptance(None)["positions"] == [] and "no drafts checked yet" in json.dumps(
-        race.acceptance_figure(None))
+    assert race_state.acceptance(None)["positions"] == [] and "no drafts checked yet" in json.dumps(
+        race_figures.acceptance_figure(None))
 
 
 def test_the_race_reports_the_verified_lanes_acceptance_live():
-    outputs = list(race.race(PROMPT, 0.9, 4, 0.0, 40, False, race.new_session()))
+    outputs = list(race.race(PROMPT, 0.9, 4, 0.0, 40, False, race_state.RaceSession()))
     acc = final(outputs)["acceptance"]
     trace = final(outputs)
     assert acc["forwards_checking"] >= 1 and acc["drafts_checked"] == trace["verified"]["drafted"]
@@ -96,7 +97,7 @@ def test_the_race_reports_the_verified_lanes_acceptance_live():
 def test_a_departure_from_ar_is_said_and_marked():
     """At a low τ the random tiny model's MARS answer leaves AR's: the headline says where, not a bold speedup,
     and the MARS pane outlines that token; the verified lane keeps AR's answer."""
-    trace = final(outputs := list(race.race(PROMPT, 0.05, 4, 0.0, 40, False, race.new_session())))
+    trace = final(outputs := list(race.race(PROMPT, 0.05, 4, 0.0, 40, False, race_state.RaceSession())))
     k = trace["departs_at"]["mars"]
     assert k is not None and trace["mars"]["ids"][:k] == trace["ar"]["ids"][:k]
     assert trace["mars"]["ids"][k : k + 1] != trace["ar"]["ids"][k : k + 1]
@@ -108,7 +109,7 @@ def test_a_departure_from_ar_is_said_and_marked():
 
 
 def test_threshold_change_acts_on_the_running_generation():
-    session = race.new_session()
+    session = race_state.RaceSession()
     running = race.race(PROMPT, 1.0, 4, 0.0, 40, False, session)
     for _ in range(4):
         next(running)
@@ -117,13 +118,13 @@ def test_threshold_change_acts_on_the_running_generation():
     taus, counts = trace["mars"]["thresholds"], trace["mars"]["counts"]
     assert taus[:4] == [1.0] * 4 and set(taus[4:]) == {0.05}
     assert set(counts[:4]) == {1} and max(counts[4:]) > 1
-    assert session["threshold"] == 0.05
+    assert session.threshold == 0.05
 
 
 def test_a_threshold_change_is_marked_on_the_lane_it_governs():
     """Where τ changed, the MARS τ lane says so: a chip in its text at the forward that first used the new τ, and
     the change in the line under its counters (not on the AR lane)."""
-    session = race.new_session()
+    session = race_state.RaceSession()
     running = race.race(PROMPT, 1.0, 4, 0.0, 40, False, session)
     for _ in range(4):
         next(running)
@@ -140,7 +141,7 @@ def test_a_threshold_change_is_marked_on_the_lane_it_governs():
 
 def test_the_verified_lanes_draft_counts_add_up():
     """fed = matched + first mismatches + not compared, and the acceptance bars count the compared ones."""
-    outputs = list(race.race(PROMPT, 0.9, 4, 0.0, 64, False, race.new_session()))
+    outputs = list(race.race(PROMPT, 0.9, 4, 0.0, 64, False, race_state.RaceSession()))
     trace = part(outputs[-1], "trace")
     positions = trace["acceptance"]["positions"]
     compared = sum(p["checked"] for p in positions)
@@ -154,11 +155,11 @@ def test_the_verified_lanes_draft_counts_add_up():
 
 
 def test_the_verified_lanes_promise_is_said_in_one_place():
-    assert race.verified_guarantee(True) == "identical to one-token decoding"
-    assert race.verified_guarantee(False) == "identical up to rounding"
-    assert "identical up to rounding" in race.pane_html(None, key="verified")
-    assert "identical to one-token decoding" in race.pane_html(None, key="verified", exact=True)
-    assert "AR's answer" not in race.pane_html(None, key="verified", exact=True)
+    assert race_html.verified_guarantee(True) == "identical to one-token decoding"
+    assert race_html.verified_guarantee(False) == "identical up to rounding"
+    assert "identical up to rounding" in race_html.pane_html(None, key="verified")
+    assert "identical to one-token decoding" in race_html.pane_html(None, key="verified", exact=True)
+    assert "AR's answer" not in race_html.pane_html(None, key="verified", exact=True)
 
 
 def test_the_verified_lane_says_what_this_machines_runtime_passed(served, monkeypatch):
@@ -171,7 +172,7 @@ def test_the_verified_lane_says_what_this_machines_runtime_passed(served, monkey
 
     def title() -> str:
         controls = {k: DecodeControl(threshold=t) for k, t in (("ar", 1.0), ("mars", 0.9), ("verified", 0.3))}
-        frames = list(race._race("Count to five.", 4, 8, controls, race.new_session(), None))
+        frames = list(race_loop.run_race("Count to five.", 4, 8, controls, race_state.RaceSession()))
         return frames[-1][2]  # the verified lane's pane
 
     assert "identical up to rounding" in title()  # registered without a runtime: plain torch, nothing promised
@@ -205,9 +206,9 @@ def test_the_models_preparation_is_said_step_by_step(monkeypatch, tmp_path, capl
 
 
 def test_bad_threshold_from_the_slider_is_refused_with_one_message():
-    session = race.new_session()
+    session = race_state.RaceSession()
     said = race.set_threshold(1.7, session)  # one message for the message line: no toast, no traceback
-    assert said == "⚠ Threshold τ must be between 0.05 and 1, got 1.7." and session["threshold"] == 0.9
+    assert said == "⚠ Threshold τ must be between 0.05 and 1, got 1.7." and session.threshold == 0.9
     # the Run that follows with the same typed value says the same, on the same line, touching nothing else
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no toast (gr.Warning) anywhere
@@ -215,7 +216,7 @@ def test_bad_threshold_from_the_slider_is_refused_with_one_message():
     assert len(outputs) == 1 and final(outputs)["status"] == "error"
     assert part(outputs[0], "message") == said and final(outputs)["message"] == said
     assert all(isinstance(part(outputs[0], k), type(gr.skip())) for k in OUT[:7])  # nothing on screen is wiped
-    assert race.set_threshold(0.5, session) == "" and session["threshold"] == 0.5  # a good value clears it
+    assert race.set_threshold(0.5, session) == "" and session.threshold == 0.5  # a good value clears it
 
 
 def test_the_page_hands_typed_values_to_the_handlers():
@@ -230,13 +231,13 @@ def test_the_page_hands_typed_values_to_the_handlers():
 
 
 def test_a_threshold_still_being_typed_changes_nothing():
-    session = race.new_session()
+    session = race_state.RaceSession()
     said = race.set_threshold(None, session)  # what the page sends for "0" on the way to "0.3"
-    assert session["threshold"] == 0.9 and isinstance(said, type(gr.skip()))
+    assert session.threshold == 0.9 and isinstance(said, type(gr.skip()))
 
 
 def test_adapt_to_load_lowers_the_threshold_in_force():
-    session = race.new_session()
+    session = race_state.RaceSession()
     with models.TRACKER, models.TRACKER:  # two other generations are running
         outputs = list(race.race(PROMPT, 0.9, 4, 0.0, 12, True, session))
     expected = adaptive_threshold(0.9, 3)
@@ -247,7 +248,7 @@ def test_adapt_to_load_lowers_the_threshold_in_force():
 
 
 def test_adapt_switch_acts_mid_run():
-    session = race.new_session()
+    session = race_state.RaceSession()
     with models.TRACKER, models.TRACKER, models.TRACKER:
         running = race.race(PROMPT, 0.9, 4, 0.0, 16, False, session)
         for _ in range(3):
@@ -258,7 +259,7 @@ def test_adapt_switch_acts_mid_run():
 
 
 def test_stop_ends_both_runs_before_their_next_forward():
-    session = race.new_session()
+    session = race_state.RaceSession()
     running = race.race(PROMPT, 0.9, 4, 0.0, 500, False, session)
     for _ in range(3):
         next(running)
@@ -267,17 +268,17 @@ def test_stop_ends_both_runs_before_their_next_forward():
     assert len(rest) <= 1
     trace = final(rest) if rest else None
     assert trace is None or trace["status"] == "stopped"
-    assert session["mars"] is None
+    assert session.mars is None
 
 
 def test_a_cancelled_race_gives_back_its_load_slot():
-    session = race.new_session()
+    session = race_state.RaceSession()
     running = race.race(PROMPT, 0.9, 4, 0.0, 500, False, session)
     next(running)
     next(running)
     assert models.TRACKER.active == 1
     running.close()  # what Gradio's cancel does to the generator
-    assert models.TRACKER.active == 0 and session["mars"] is None
+    assert models.TRACKER.active == 0 and session.mars is None
 
 
 @pytest.mark.parametrize(
@@ -302,7 +303,7 @@ def test_a_cancelled_race_gives_back_its_load_slot():
 def test_bad_input_yields_a_message_not_a_traceback(args, message):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no toast
-        outputs = list(race.race(*args, False, race.new_session()))
+        outputs = list(race.race(*args, False, race_state.RaceSession()))
     said = part(outputs[-1], "message")
     assert part(outputs[-1], "trace")["status"] == "error"
     assert message in said and said.startswith("⚠") and said.count("⚠") == 1
@@ -311,7 +312,7 @@ def test_bad_input_yields_a_message_not_a_traceback(args, message):
 
 def test_a_model_that_fails_to_load_gives_a_message(monkeypatch, tmp_path):
     monkeypatch.setattr(models, "CONFIG", models.AppConfig(model=str(tmp_path / "missing")))
-    outputs = list(race.race(PROMPT, 0.9, 4, 0.0, 10, False, race.new_session()))
+    outputs = list(race.race(PROMPT, 0.9, 4, 0.0, 10, False, race_state.RaceSession()))
     assert "Could not load model" in part(outputs[-1], "message") and final(outputs)["status"] == "error"
     assert str(tmp_path / "missing") not in models.MODELS  # a failure is not cached: a retry tries again
 
@@ -328,14 +329,14 @@ def test_models_load_once_per_name(monkeypatch, tiny):
 def test_separate_ar_model(monkeypatch, tiny):
     monkeypatch.setitem(models.MODELS, "ar-tiny", tiny)
     monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="tiny", ar_model="ar-tiny"))
-    trace = final(list(race.race(PROMPT, 1.0, 4, 0.0, 16, False, race.new_session())))
+    trace = final(list(race.race(PROMPT, 1.0, 4, 0.0, 16, False, race_state.RaceSession())))
     assert trace["ar"]["text"] == trace["mars"]["text"]
     assert "ar-tiny" in app.intro_markdown()
 
 
 def test_sessions_do_not_share_settings_or_text():
-    alone = [final(list(race.race(p, 0.3, 4, 0.0, 24, False, race.new_session()))) for p in (PROMPT, "hello")]
-    a_session, b_session = race.new_session(), race.new_session()
+    alone = [final(list(race.race(p, 0.3, 4, 0.0, 24, False, race_state.RaceSession()))) for p in (PROMPT, "hello")]
+    a_session, b_session = race_state.RaceSession(), race_state.RaceSession()
     a = race.race(PROMPT, 0.3, 4, 0.0, 24, False, a_session)
     b = race.race("hello", 0.3, 4, 0.0, 24, False, b_session)
     outs_a, outs_b = [], []
@@ -346,23 +347,23 @@ def test_sessions_do_not_share_settings_or_text():
             race.set_threshold(0.3, a_session)  # touches session a only
     outs_a += list(a)
     outs_b += list(b)
-    assert b_session["threshold"] == 0.3 and a_session is not b_session
+    assert b_session.threshold == 0.3 and a_session is not b_session
     for solo, together in zip(alone, (final(outs_a), final(outs_b))):
         assert solo["mars"]["text"] == together["mars"]["text"]
         assert solo["mars"]["counts"] == together["mars"]["counts"]
 
 
 def test_pane_html_escapes_and_colours_by_tokens_per_forward(tiny):
-    run = race.Run("MARS", iter(()), tiny[1])
+    run = race_state.Run("MARS", iter(()), tiny[1])
     run.chunks = [(0, ["<script>"], [0.2], ""), (1, ["a", "b", "c"], [0.9, 0.95, 0.99], " · 2 of 3 drafts")]
-    page = race.pane_html(run, "done")
+    page = race_html.pane_html(run, "done")
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert f'class="tk {lanes.count_class(1)} fs ls low"' in page  # one token, confidence 0.2 < 0.5: dotted
     assert f'class="tk {lanes.count_class(3)} fs"' in page and f'class="tk {lanes.count_class(3)} ls"' in page
     for k, (_, colour, _) in enumerate(lanes.COUNT_COLOURS):  # each class is the colour of its count
         assert f".n{k}{{background:{colour}}}" in lanes.PANE_CSS
     assert "forward 1 · 3 tokens · confidence 0.95 · 2 of 3 drafts" in page
-    assert not marked(page) and len(marked(race.pane_html(run, "done", depart=2))) == 1
+    assert not marked(page) and len(marked(race_html.pane_html(run, "done", depart=2))) == 1
     colours = [c for _, c, _ in lanes.COUNT_COLOURS]
     assert [lanes.count_colour(n) for n in (1, 2, 3, 4, 5, 8, 9, 16)] == [
         colours[0], colours[1], colours[2], colours[3], colours[4], colours[4], colours[5], colours[5]]
@@ -698,9 +699,9 @@ def test_every_tab_says_the_models_preparation_while_it_waits_for_it(monkeypatch
 
     said = "**Preparing `tiny`: step 1 of 1, loading the weights** · 3 s in this step"
     monkeypatch.setattr(models, "preparing", lambda names, stopped=lambda: False: iter([said]))
-    first = next(race.race(PROMPT, 0.9, 4, 0.0, 8, False, race.new_session()))
+    first = next(race.race(PROMPT, 0.9, 4, 0.0, 8, False, race_state.RaceSession()))
     assert part(first, "message") == said and part(first, "trace")["status"] == "preparing"
-    assert next(batch.batch_race("a\nb\nc\nd", 0.9, 4, 8, batch.new_session()))[3] == said
+    assert next(batch.batch_race("a\nb\nc\nd", 0.9, 4, 8, batch.BatchSession()))[3] == said
     assert "Preparing `tiny`: step 1 of 1, loading the weights" in next(walkthrough.walk_steps(PROMPT, 0.9, 4, 8))[0]
     assert "step 1 of 1" in next(walkthrough.verified_steps(PROMPT, 0.3, 4, 8))[0]
     assert next(explorer.sweep("1", 4, 8, ["lists"], 1, progress=lambda *a: None))[3] == said

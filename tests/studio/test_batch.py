@@ -65,7 +65,7 @@ def test_parse_prompts_one_per_non_empty_line():
 
 
 def test_tau_one_block_batch_is_ar():
-    session = batch.new_session()
+    session = batch.BatchSession()
     outputs = list(batch.batch_race(TEXT, 1.0, 4, 24, session))
     trace = final(outputs)
     block, ar = trace["block"], trace["ar"]
@@ -85,11 +85,11 @@ def test_tau_one_block_batch_is_ar():
     assert "0 of 144 sample-forwards waiting" in stats
     wall = stats.splitlines()[-1]
     assert wall.startswith("Wall clock, a measurement on a shared CPU") and "**" not in wall
-    assert session["batch"] is None
+    assert session.controls is None
 
 
 def test_low_threshold_commits_several_tokens_and_fast_samples_wait():
-    outputs = list(batch.batch_race(TEXT, 0.1, 4, 32, batch.new_session()))
+    outputs = list(batch.batch_race(TEXT, 0.1, 4, 32, batch.BatchSession()))
     trace = final(outputs)
     block, ar = trace["block"], trace["ar"]
     counts = block["counts"]
@@ -110,7 +110,7 @@ def test_low_threshold_commits_several_tokens_and_fast_samples_wait():
 
 
 def test_the_slot_chart_is_a_heatmap_of_the_counts_with_block_lines():
-    outputs = list(batch.batch_race(TEXT, 0.1, 4, 32, batch.new_session()))
+    outputs = list(batch.batch_race(TEXT, 0.1, 4, 32, batch.BatchSession()))
     trace, plot = final(outputs), outputs[-1][1]
     assert plot.type == "plotly"
     fig = json.loads(plot.plot)
@@ -180,7 +180,7 @@ def test_batch_run_records_waits_finishes_and_blocks(tiny):
 def test_bad_input_gives_one_error_frame_and_never_decodes(monkeypatch, text, threshold, block_size, max_new,
                                                             message):
     monkeypatch.setattr(batch, "stream", lambda *a, **k: pytest.fail("decoded despite a bad input"))
-    session = batch.new_session()
+    session = batch.BatchSession()
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no toast
         outputs = list(batch.batch_race(text, threshold, block_size, max_new, session))
@@ -189,24 +189,24 @@ def test_bad_input_gives_one_error_frame_and_never_decodes(monkeypatch, text, th
     assert trace["status"] == "error" and message in trace["message"]
     assert said.startswith("⚠") and message in said and said.count("⚠") == 1  # one message, on the message line
     assert all(isinstance(x, type(gr.skip())) for x in (panes, plot, stats))  # nothing on screen is wiped
-    assert trace["block"] == trace["ar"] == {} and session["batch"] is None
+    assert trace["block"] == trace["ar"] == {} and session.controls is None
 
 
 def test_a_model_that_fails_to_load_gives_a_message(monkeypatch, tmp_path):
     monkeypatch.setattr(models, "CONFIG", models.AppConfig(model=str(tmp_path / "missing")))
-    outputs = list(batch.batch_race(TEXT, 0.9, 4, 8, batch.new_session()))
+    outputs = list(batch.batch_race(TEXT, 0.9, 4, 8, batch.BatchSession()))
     assert outputs[-1][TRACE]["status"] == "error"
     assert {o[TRACE]["status"] for o in outputs[:-1]} <= {"preparing"}  # the preparation, said while it runs
     assert "Could not load model" in outputs[-1][MESSAGE]
 
 
 def test_stop_mid_run_ends_stopped_and_keeps_the_text():
-    session = batch.new_session()
+    session = batch.BatchSession()
     running = batch.batch_race(TEXT, 0.9, 4, 200, session)
     before = [next(running) for _ in range(3)]
-    assert models.TRACKER.active == 1 and len(session["batch"]) == 2
+    assert models.TRACKER.active == 1 and len(session.controls) == 2
     batch.stop_batch(session)
-    assert all(c.stopped for c in session["batch"])
+    assert all(c.stopped for c in session.controls)
     rest = list(running)
     assert len(rest) == 1  # both batches end before their next forward
     trace, kept = final(rest), before[-1][TRACE]
@@ -216,22 +216,22 @@ def test_stop_mid_run_ends_stopped_and_keeps_the_text():
     tokens = [len(ids) for ids in trace["block"]["ids"]]
     assert min(tokens) >= 3 and tokens == [sum(row) for row in per_sample(trace["block"]["counts"])]
     assert all(f"MARS (block): {n} tokens" in rest[0][0] for n in tokens) and "· running" in rest[0][0]
-    assert session["batch"] is None
+    assert session.controls is None
 
 
 def test_closing_a_half_consumed_run_gives_back_its_slot():
-    session = batch.new_session()
+    session = batch.BatchSession()
     running = batch.batch_race(TEXT, 0.9, 4, 200, session)
     next(running)
     next(running)
     assert models.TRACKER.active == 1
     running.close()  # what Gradio's cancel does to the generator
-    assert models.TRACKER.active == 0 and session["batch"] is None
+    assert models.TRACKER.active == 0 and session.controls is None
 
 
 def test_a_batch_waits_for_a_free_generation_slot_and_stays_stoppable(monkeypatch):
     monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="tiny", concurrency=1))
-    slot, session = models.slots(), batch.new_session()
+    slot, session = models.slots(), batch.BatchSession()
     assert slot.acquire(timeout=5)  # another generation holds the only slot
     try:
         running = batch.batch_race(TEXT, 0.9, 4, 8, session)
@@ -242,7 +242,7 @@ def test_a_batch_waits_for_a_free_generation_slot_and_stays_stoppable(monkeypatc
         batch.stop_batch(session)
         rest = list(running)
         assert [o[TRACE]["status"] for o in rest] == ["stopped"] and rest[0][TRACE]["block"] == {}
-        assert session["batch"] is None
+        assert session.controls is None
     finally:
         slot.release()
 
@@ -251,7 +251,7 @@ def test_a_waiting_batch_runs_once_the_slot_is_free(monkeypatch):
     monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="tiny", concurrency=1))
     slot = models.slots()
     assert slot.acquire(timeout=5)
-    running = batch.batch_race(TEXT, 0.9, 4, 8, batch.new_session())
+    running = batch.batch_race(TEXT, 0.9, 4, 8, batch.BatchSession())
     try:
         assert next(running)[TRACE]["status"] == "waiting"
     finally:
@@ -263,8 +263,9 @@ def test_a_waiting_batch_runs_once_the_slot_is_free(monkeypatch):
 
 
 def test_stop_without_a_run_does_nothing():
-    batch.stop_batch(batch.new_session())
-    batch.stop_batch({})
+    session = batch.BatchSession()
+    batch.stop_batch(session)
+    assert session.controls is None
 
 
 def test_panes_escape_prompts_and_show_a_placeholder():

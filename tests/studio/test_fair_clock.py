@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from mars_core import DecodeControl, StreamEvent
-from studio import lanes, models, race
+from studio import lanes, models, race_loop, race_state
 
 from tiny import tiny_qwen2, tiny_tokenizer
 
@@ -73,8 +73,8 @@ def page(monkeypatch):
     """Every lane's stream slowed by one Page; the page updated after every round (a real model's round lasts longer
     than the frame interval, so it gets one each round too)."""
     page = Page()
-    stream = race.stream
-    monkeypatch.setattr(race, "stream", lambda *a, **k: page.slowed(stream(*a, **k)))
+    stream = race_loop.stream
+    monkeypatch.setattr(race_loop, "stream", lambda *a, **k: page.slowed(stream(*a, **k)))
     monkeypatch.setattr(lanes, "FRAME_SECONDS", 0.0)
     yield page
     assert models.TRACKER.active == 0
@@ -88,9 +88,9 @@ def serve(monkeypatch, model, tokenizer) -> None:
 def race_frames(page: Page, prompt: str, new: int) -> tuple:
     """Race every lane at threshold 1 (one-token forwards each: the same work), the page drawing every frame; the
     last frame."""
-    controls = {key: DecodeControl(threshold=1.0) for key in race.LANES}
-    session = {**race.new_session(), "threshold": 1.0}
-    for outputs in race._race(prompt, 4, new, controls, session):
+    controls = {key: DecodeControl(threshold=1.0) for key in race_state.LANES}
+    session = race_state.RaceSession(threshold=1.0)
+    for outputs in race_loop.run_race(prompt, 4, new, controls, session):
         page.draw()
     return outputs
 
@@ -101,19 +101,20 @@ def equal_race(page: Page, prompt: str, new: int) -> dict:
 
 
 def spread(trace: dict) -> float:
-    rates = [trace[key]["tokens_per_second"] for key in race.LANES]
+    rates = [trace[key]["tokens_per_second"] for key in race_state.LANES]
     return max(rates) / min(rates)
 
 
 def check_equal_work(page: Page, prompt: str, warm: int, new: int) -> None:
     """Time a forward here (a race with no page), give the page that long, race: every lane's tokens/s alike."""
     trace = equal_race(page, prompt, warm)
-    page.seconds = PAGE_FORWARDS * statistics.median(trace[k]["seconds"] / trace[k]["forwards"] for k in race.LANES)
+    page.seconds = PAGE_FORWARDS * statistics.median(trace[k]["seconds"] / trace[k]["forwards"]
+                                                     for k in race_state.LANES)
     trace = equal_race(page, prompt, new)
-    for key in race.LANES:  # the same work: as many one-token forwards, the same answer
+    for key in race_state.LANES:  # the same work: as many one-token forwards, the same answer
         assert trace[key]["forwards"] == trace[key]["tokens"] == new, (key, trace[key]["forwards"])
         assert trace[key]["ids"] == trace["ar"]["ids"]
-    rates = {key: round(trace[key]["tokens_per_second"], 1) for key in race.LANES}
+    rates = {key: round(trace[key]["tokens_per_second"], 1) for key in race_state.LANES}
     assert spread(trace) <= TOLERANCE, f"tokens/s {rates}: max/min {spread(trace):.2f} > {TOLERANCE}"
 
 
@@ -179,7 +180,7 @@ def virtual_race(monkeypatch) -> tuple:
     page = Page(now=clock, wait=clock.advance)
     page.seconds = PAGE_FORWARDS * WORK["ar"][1]
     strategies = {"ar": "ar", "sliding": "mars", "verified": "verified"}
-    monkeypatch.setattr(race, "stream", lambda *a, strategy, **k: page.slowed(fake_stream(clock,
+    monkeypatch.setattr(race_loop, "stream", lambda *a, strategy, **k: page.slowed(fake_stream(clock,
                                                                                            *WORK[strategies[strategy]])))
     monkeypatch.setattr(lanes, "TIMER", clock)
     monkeypatch.setattr(lanes, "FRAME_SECONDS", 0.0)
@@ -194,12 +195,12 @@ def own_speed(key: str) -> float:
 
 def errors(outputs: tuple) -> dict[str, float]:
     """Each lane's reported tokens/s over its own."""
-    return {key: outputs[-1][key]["tokens_per_second"] / own_speed(key) for key in race.LANES}
+    return {key: outputs[-1][key]["tokens_per_second"] / own_speed(key) for key in race_state.LANES}
 
 
 def test_each_lane_is_charged_its_own_forwards_only(monkeypatch, served):
     outputs = virtual_race(monkeypatch)
-    assert errors(outputs) == {key: pytest.approx(1.0, rel=1e-9) for key in race.LANES}
+    assert errors(outputs) == {key: pytest.approx(1.0, rel=1e-9) for key in race_state.LANES}
     trace, stats = outputs[-1], outputs[-3]  # the outputs end with stats, the message line, the trace
     # the small print: each MARS lane's tokens per forward and its mean forward against AR's, whose ratio its
     # tokens/s over AR's is (a forward of 3 tokens costs 2 of AR's here, the prompt's forward included)
@@ -210,7 +211,7 @@ def test_each_lane_is_charged_its_own_forwards_only(monkeypatch, served):
         assert f"({tokens:.2f} tokens/forward, a forward {mean[key] / mean['ar']:.2f}× AR's)" in stats
         assert trace[key]["tokens_per_second"] / trace["ar"]["tokens_per_second"] == pytest.approx(
             tokens * mean["ar"] / mean[key])
-    for key in race.LANES:
+    for key in race_state.LANES:
         timed = trace[key]["timed"]
         assert timed[0] and any(timed[1:]) and not all(timed)  # the forwards right after a frame: not timed
         assert trace[key]["times"] == sorted(trace[key]["times"])
