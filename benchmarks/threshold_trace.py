@@ -4,7 +4,7 @@ and confidence, which were committed, and whether each committed draft is the mo
     python benchmarks/threshold_trace.py --split heldout --index 4 [--threshold 0.9] [--dtype fp32]
     python benchmarks/threshold_trace.py --prompt "List the numbers from 1 to 15, separated by commas."
 
-A committed draft is checked by one causal re-read of prompt + answer (mars_core.evaluation.eval.ar_choices): ✗
+A committed draft is checked by one causal re-read of prompt + answer (mars_core.evaluation.drafts.ar_choices): ✗
 means the model, given the text committed before it, would have written another token. Threshold mode never
 takes that back; every later forward conditions on it (verified mode would have committed the model's token).
 """
@@ -20,7 +20,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mars_core import generate, load  # noqa: E402
-from mars_core.evaluation.eval import ar_choices  # noqa: E402
+from mars_core.evaluation.drafts import ar_choices  # noqa: E402
 from mars_core.evaluation.prompts import load_split  # noqa: E402
 from mars_core.generate import encode_prompt, stream  # noqa: E402
 

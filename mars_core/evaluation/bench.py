@@ -30,8 +30,9 @@ from ..attention import as_model_mask
 from ..decoding.spec import TreeLayout
 from ..generate import DEFAULT_THRESHOLDS, encode_prompt, generate, stop_token_ids
 from ..machine import machine_line
-from ..runtime import CostCurve, Runtime, cache_mask, new_cache, prepare
-from ..runtime.timing import median_seconds
+from ..runtime import CostCurve, Runtime, cache_mask, new_cache
+from ..runtime.timing import median_seconds, write_json
+from .loading import load_prepared
 from .prompts import load_split, prompt_set
 from .tasks import OPEN, PREDICTABLE
 
@@ -167,10 +168,15 @@ def total(results) -> tuple[float, Counts]:
     return sum(r[0] for r in results), sum((r[1] for r in results[1:]), results[0][1])
 
 
-def _row(method, category, bs, b, t, seconds, c: Counts) -> Row:
+Configuration = tuple[str, int | None, float | None]  # (method, block size, threshold)
+
+
+def _row(config: Configuration, category: str, batch_size: int, seconds: float, c: Counts) -> Row:
+    """One table row: a configuration's counts and median seconds at a batch size, in one category."""
+    method, b, t = config
     tpf = c.tokens / c.sample_forwards if c.sample_forwards else None
     spf = c.ar_steps / c.forwards if c.forwards else None
-    return Row(method, category, bs, b, t, tpf, c.tokens, seconds, c.tokens / seconds, steps_per_forward=spf,
+    return Row(method, category, batch_size, b, t, tpf, c.tokens, seconds, c.tokens / seconds, steps_per_forward=spf,
                answers=c.answers)
 
 
@@ -226,10 +232,10 @@ def bench(
     for (bs, (method, b, t, runner)), done in zip(jobs, passes):
         for c in parts[bs]:
             runs = [p[c] for p in done]
-            rows.append(_row(method, c, bs, b, t, statistics.median(r[0] for r in runs), runs[0][1]))
+            rows.append(_row((method, b, t), c, bs, statistics.median(r[0] for r in runs), runs[0][1]))
         for group, members in groups(parts[bs]).items():
             totals = [total(p[c] for c in members) for p in done]
-            rows.append(_row(method, group, bs, b, t, statistics.median(x[0] for x in totals), totals[0][1]))
+            rows.append(_row((method, b, t), group, bs, statistics.median(x[0] for x in totals), totals[0][1]))
     add_speedups(rows)
     add_agreement(rows)
     add_bounds(rows, model, tokenizer, prompts, runtime)
@@ -279,7 +285,7 @@ def add_bounds(rows: list[Row], model, tokenizer, prompts: list[str], runtime: R
             r.speedup_over_bound = r.speedup_vs_hf_generate / r.bound
 
 
-def format_table(rows: list[Row], category: str | None = "all") -> str:
+def bench_table(rows: list[Row], category: str | None = "all") -> str:
     """A fixed-width table of the rows of one category (None: every row)."""
     head = (f"{'method':<20}{'category':>13}{'batch':>6}{'B':>3}{'τ':>6}{'tok/fwd':>8}{'stp/fwd':>8}{'tokens':>7}"
             f"{'sec':>8}{'tok/s':>8}{'speedup':>8}{'bound':>7}{'/bound':>7}{'same':>6}")
@@ -344,7 +350,19 @@ def read_cost(path: Path) -> CostCurve:
     return CostCurve.from_dict(data)
 
 
+def bench_record(args: argparse.Namespace, machine: dict, runtime: Runtime, rows: list[Row], prompts: int) -> dict:
+    """What --json keeps: where and how the run ran (machine, kernels, width check, cost curve), then the rows."""
+    curve = runtime.cost
+    return {"machine": machine, "device": machine_line(machine), "dtype": machine["dtype"],
+            "model": args.model or "default", "split": args.split, "prompts": prompts,
+            "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "layout": args.layout,
+            "width_check": runtime.width_check.to_dict() if runtime.width_check else None,
+            "cost_curve": curve.to_dict() if curve is not None else None,
+            "rows": [{k: v for k, v in asdict(r).items() if k != "answers"} for r in rows]}
+
+
 def main(argv: list[str] | None = None) -> None:
+    """Entry point of the mars-bench command."""
     p = argparse.ArgumentParser(prog="mars-bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default=None, help="name or path for mars_core.load (default: the embedded model)")
     p.add_argument("--methods", default=",".join(METHODS), help=f"comma list of {', '.join(METHODS)}")
@@ -384,12 +402,10 @@ def main(argv: list[str] | None = None) -> None:
         args.batch_sizes, args.block_sizes, args.thresholds = "1", "4", "1.0,0.9"
         args.verified_thresholds = f"{DEFAULT_THRESHOLDS['verified']:g}"
 
-    from ..load import load
-
     records = prompt_set(args.limit) if args.split == "heldout" else load_split(args.split, args.limit)
-    model, tokenizer = load(args.model, dtype=args.dtype)
-    runtime = prepare(model, pack=not args.no_pack, invariant=not args.fastest_kernels,
-                      measure_cost=args.layout == "cost" and not args.cost)
+    model, tokenizer, runtime = load_prepared(args.model, dtype=args.dtype, pack=not args.no_pack,
+                                              invariant=not args.fastest_kernels,
+                                              measure_cost=args.layout == "cost" and not args.cost)
     if args.cost:
         runtime = replace(runtime, cost=read_cost(Path(args.cost)))
     machine = runtime.record(model)
@@ -401,18 +417,9 @@ def main(argv: list[str] | None = None) -> None:
         verified_thresholds=parse_list(args.verified_thresholds, float),
         max_new_tokens=args.max_new_tokens, repeats=args.repeats, runtime=runtime,
     )
-    print(format_table(rows))
-    if args.json:
-        curve = runtime.cost
-        info = {"machine": machine, "device": machine_line(machine), "dtype": machine["dtype"],
-                "model": args.model or "default", "split": args.split, "prompts": len(records),
-                "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "layout": args.layout,
-                "width_check": runtime.width_check.to_dict() if runtime.width_check else None,
-                "cost_curve": curve.to_dict() if curve is not None else None}
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)  # a new folder: the run must not be lost to it
-        with open(args.json, "w") as f:
-            table = [{k: v for k, v in asdict(r).items() if k != "answers"} for r in rows]
-            json.dump({**info, "rows": table}, f, indent=2)
+    print(bench_table(rows))
+    if args.json:  # a new folder is made: the run must not be lost to it
+        write_json(args.json, bench_record(args, machine, runtime, rows, len(records)), indent=2)
     path = args.plot or (args.json.rsplit(".", 1)[0] + ".png" if args.json else None)
     if path and plot(rows, path, f"mars-bench: speedup over transformers generate ({machine_line(machine)})"):
         print(f"plot: {path}")

@@ -29,10 +29,8 @@ rules, so tokens per forward is the same on every machine; cost: sized by this m
 
 from __future__ import annotations
 
-import json
 import sys
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -46,7 +44,9 @@ from tqdm import tqdm
 import mars_core
 
 from ..decoding.spec import TreeLayout
+from ..runtime.timing import write_json
 from .lm_eval_tasks import TASKS_DIR
+from .loading import load_prepared
 
 MODEL_NAME = "mars_studio"
 STRATEGIES = ("ar", "sliding", "block", "verified")
@@ -68,6 +68,7 @@ class MarsStudioLM(TemplateLM):
     def __init__(
         self,
         pretrained: Any = None,
+        *,  # lm-eval passes model_args as keywords
         strategy: str = "verified",
         threshold: float | str | None = None,
         block_size: int | str = 4,
@@ -102,15 +103,16 @@ class MarsStudioLM(TemplateLM):
             if tokenizer is None:
                 raise ValueError("pass the tokenizer along with a loaded model")
             self.model, self.tokenizer = pretrained.eval(), tokenizer
+            self.runtime = mars_core.prepare(self.model, measure_cost=layout == "cost")
             self.source = getattr(pretrained.config, "_name_or_path", type(pretrained).__name__)
         else:
             pretrained, device = _none(pretrained), _none(device)
             if device is not None and str(device).startswith("cuda") and not torch.cuda.is_available():
                 device = None  # lm-eval's command line passes --device cuda by default: run where we can
             self.source = pretrained or "default"
-            self.model, self.tokenizer = mars_core.load(pretrained, dtype=_none(dtype), device=device,
-                                                        trust_remote_code=_bool(trust_remote_code))
-        self.runtime = mars_core.prepare(self.model, measure_cost=layout == "cost")
+            self.model, self.tokenizer, self.runtime = load_prepared(
+                pretrained, dtype=_none(dtype), device=device, trust_remote_code=_bool(trust_remote_code),
+                measure_cost=layout == "cost")
         self.strategy = strategy
         self.threshold = None if _none(threshold) is None else float(threshold)
         self.block_size = int(block_size)
@@ -280,10 +282,9 @@ class MarsStudioLM(TemplateLM):
         return lo + int(lo < len(ids) and ids[lo] in self.stop_ids)
 
     def _write_stats(self) -> None:
+        """Keep the per-task statistics at stats_path (written atomically, as every measured value is)."""
         if self.stats_path:
-            path = Path(self.stats_path)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(self.report(), indent=2) + "\n")
+            write_json(self.stats_path, self.report(), indent=2)
 
     # ------------------------------------------------------------------ scoring
 

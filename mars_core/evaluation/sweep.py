@@ -19,9 +19,9 @@ from ..runtime import Runtime
 from .metrics import agreement
 from .prompts import DEFAULT_PROMPTS
 
-__all__ = ["DEFAULT_THRESHOLDS", "threshold_sweep", "SWEEP_COLUMNS"]
+__all__ = ["SWEEP_THRESHOLDS", "threshold_sweep", "SWEEP_COLUMNS"]
 
-DEFAULT_THRESHOLDS = (1.0, 0.95, 0.9, 0.8, 0.7, 0.6, 0.5)
+SWEEP_THRESHOLDS = (1.0, 0.95, 0.9, 0.8, 0.7, 0.6, 0.5)  # a sweep's thresholds unless given
 SWEEP_COLUMNS = (
     "threshold", "tokens_per_forward", "quality", "exact_match", "forwards", "tokens", "seconds",
     "tokens_per_second", "prompts",
@@ -76,7 +76,7 @@ def threshold_sweep(
     model: torch.nn.Module,
     tokenizer: Any,
     prompts: Sequence[str | dict] | None = None,
-    thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
+    thresholds: Sequence[float] = SWEEP_THRESHOLDS,
     *,
     block_size: int = 4,
     max_new_tokens: int = 64,

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mars_core.decoding.spec import TreeLayout
-from mars_core.evaluation.bench import METHODS, bench, format_table, main
+from mars_core.evaluation.bench import METHODS, bench, bench_table, main
 from mars_core.runtime import CostCurve
 from mars_core.runtime.linear import packing_pays
 
@@ -62,7 +62,7 @@ def test_bench_rows_cover_every_configuration(model, tokenizer):
             if r.threshold == 1.0:  # one token per forward: nothing to gain, nothing fed beyond AR
                 assert r.bound == 1.0
             assert r.speedup_over_bound == pytest.approx(r.speedup_vs_hf_generate / r.bound)
-    assert "mars_sliding" in format_table(rows)
+    assert "mars_sliding" in bench_table(rows)
 
 
 def test_bench_interleaves_repeats_across_configurations(model, tokenizer, monkeypatch):

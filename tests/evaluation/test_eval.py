@@ -1,4 +1,5 @@
-"""Tests for mars-eval (mars_core.evaluation.eval): held-out loading, the report schema, the JSON and the plot."""
+"""Tests for mars-eval (mars_core.evaluation.eval and the modules it runs: runs, drafts, report, plots): held-out
+loading, the report schema, the JSON and the plot."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import pytest
 
 from mars_core.evaluation import eval as mars_eval
 from mars_core.evaluation import prompts
+from mars_core.evaluation.drafts import ar_choices, draft_stats
+from mars_core.evaluation.plots import calibration_plot
+from mars_core.evaluation.runs import decode_records
 
 from tiny import tiny_qwen2, tiny_tokenizer
 
@@ -99,9 +103,9 @@ def test_ar_choices_reproduce_greedy_decoding():
     prompt = "count to five"
     out = mars_core.generate(model, tok, prompt, strategy="ar", max_new_tokens=8).token_ids[0]
     ids = encode_prompt(tok, prompt)
-    assert mars_eval.ar_choices(model, ids, out) == out
+    assert ar_choices(model, ids, out) == out
     shifted = out[1:] + out[:1]
-    assert mars_eval.ar_choices(model, ids, shifted) != shifted
+    assert ar_choices(model, ids, shifted) != shifted
 
 
 def test_draft_stats_counts_slots_and_bins():
@@ -110,21 +114,21 @@ def test_draft_stats_counts_slots_and_bins():
         {"checks": [(0, 0.6, True)]},
         {"text": "no checks at threshold 1"},
     ]
-    stats = mars_eval.draft_stats(results, block_size=4)
+    stats = draft_stats(results, block_size=4)
     assert stats["drafts"] == 3 and stats["precision"] == round(2 / 3, 4)
     assert stats["precision_by_slot"] == [1.0, 0.0, None]
     assert stats["ar_consistency"] == round(2 / 3, 4) and stats["samples_with_a_wrong_draft"] == 1
     assert [(b["confidence"], b["n"], b["precision"]) for b in stats["calibration"]] == [
         ([0.9, 0.95], 1, 0.0), ([0.95, 0.98], 1, 1.0), ([0.999, 1.0], 1, 1.0)]
-    assert mars_eval.draft_stats([{"checks": []}], block_size=4) is None
+    assert draft_stats([{"checks": []}], block_size=4) is None
 
 
 def test_calibration_plot(tmp_path):
     report = {"drafts": {"0.5": {"drafts": 3, "calibration": [
         {"confidence": [0.5, 0.7], "n": 1, "precision": 1.0}, {"confidence": [0.9, 0.95], "n": 2, "precision": 0.5}]}}}
-    assert mars_eval.calibration_plot({"a": {"drafts": {}}}, tmp_path / "none.png") is None
+    assert calibration_plot({"a": {"drafts": {}}}, tmp_path / "none.png") is None
     if _have_matplotlib():
-        assert mars_eval.calibration_plot({"a": report, "b": report}, tmp_path / "c.png") == str(tmp_path / "c.png")
+        assert calibration_plot({"a": report, "b": report}, tmp_path / "c.png") == str(tmp_path / "c.png")
         assert (tmp_path / "c.png").stat().st_size > 1000
 
 
@@ -139,8 +143,8 @@ def test_verified_rows_follow_the_fixed_rules_whatever_cost_curve_the_runtime_ca
     records = [{"prompt": p, "category": "chat"} for p in ANSWERS]
 
     def forwards(runtime=None) -> list[int]:
-        results, _, _ = mars_eval.decode_records(model, tokenizer, records, threshold=0.05, block_size=4,
-                                                 batch_size=8, max_new_tokens=40, strategy="verified", runtime=runtime)
+        results, _, _ = decode_records(model, tokenizer, records, threshold=0.05, block_size=4,
+                                       batch_size=8, max_new_tokens=40, strategy="verified", runtime=runtime)
         assert sum(r["tokens"] for r in results) > 1.3 * sum(r["forwards"] for r in results)  # it really drafts
         return [r["forwards"] for r in results]
 
@@ -168,8 +172,8 @@ def test_confidence_kind_reaches_the_decoder(tokenizer):
     assert all(len(ANSWERS) <= margin <= prob for prob, margin in pairs), pairs
     assert any(margin < prob for prob, margin in pairs), pairs
     records = [{"prompt": p, "category": "chat"} for p in ANSWERS]  # and mars-eval passes it on
-    results, _, _ = mars_eval.decode_records(model, tokenizer, records[:2], threshold=0.6, block_size=4,
-                                             batch_size=2, max_new_tokens=8, confidence="margin")
+    results, _, _ = decode_records(model, tokenizer, records[:2], threshold=0.6, block_size=4,
+                                   batch_size=2, max_new_tokens=8, confidence="margin")
     assert all(r["tokens"] for r in results)
 
 
