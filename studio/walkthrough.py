@@ -9,7 +9,7 @@ import gradio as gr
 import plotly.graph_objects as go
 import torch
 
-from mars_core import TreeLayout, stream, training_attention_mask
+from mars_core import TreeLayout, stream
 from mars_core.decoding.lookup import expected_run
 from mars_core.decoding.verified import FLOORS, leading, sibling_odds
 from mars_core.generate import encode_prompt
@@ -51,11 +51,10 @@ def mask_view(n: int, block_size: int) -> tuple[go.Figure | object, str]:
 
 
 def mask_figure(n: int, block_size: int) -> go.Figure:
-    """The training attention mask as a heatmap, each visibility rule in its own colour."""
+    """The training attention mask as a heatmap, each visibility rule in its own colour (the colours equal
+    mars_core.training_attention_mask cell for cell: tests/studio/test_app.py checks it)."""
     n, block_size = int(n), int(block_size)
-    mask = training_attention_mask(n, block_size)
     cats = mask_categories(n, block_size)
-    assert torch.equal(mask, cats > 0), "the rule colours disagree with mars_core.training_attention_mask"
     labels = [f"x̃{i}" for i in range(n)] + [f"x{i}" for i in range(n)]
     scale = []
     for i, colour in enumerate(CATEGORY_COLOURS):
@@ -278,6 +277,11 @@ def tree_categories(pending: int, drafts: int, groups: list[int], g: int, fed: l
     return cats
 
 
+def step_categories(step: dict) -> torch.Tensor:
+    """tree_categories of one forward of the walkthrough (a verified_step)."""
+    return tree_categories(step["pending"], step["drafts"], step["groups"], step["g"], step["fed"], step["siblings"])
+
+
 def verified_step(tok, record, before, event, context: str, g: int) -> dict:
     """One verified forward as the walkthrough shows it, from the decoder's own record of it (and the record of the
     forward before, whose choices made this tree): plain lists, nothing redrawn by hand."""
@@ -400,7 +404,8 @@ def readable_ticks(labels: list[str], cache: bool, pending: int) -> list[int]:
 
 def tree_figure(walk: dict) -> go.Figure:
     """The mask the decoder fed in the shown forward, each rule in its colour (the cache's slots as one column): the
-    colours are computed from the tree's rules and must equal the recorded mask cell for cell."""
+    colours are computed from the tree's rules and equal the recorded mask cell for cell (tests/studio/test_app.py
+    checks every forward)."""
     steps = walk.get("steps", [])
     if not steps:
         fig = go.Figure()
@@ -409,9 +414,7 @@ def tree_figure(walk: dict) -> go.Figure:
                           xaxis=dict(visible=False), yaxis=dict(visible=False))
         return fig
     s = steps[walk.get("index", 0)]
-    cats = tree_categories(s["pending"], s["drafts"], s["groups"], s["g"], s["fed"], s["siblings"])
-    assert torch.equal(cats > 0, torch.tensor(s["mask"], dtype=torch.bool)), \
-        "the rule colours disagree with the mask the decoder fed"
+    cats = step_categories(s)
     labels = axis_labels(s)
     z = cats.tolist()
     x = labels

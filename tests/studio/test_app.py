@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import app
-from mars_core import stream
+from mars_core import stream, training_attention_mask
 from mars_core.serving import adaptive_threshold
 from studio import explorer, inputs, lanes, models, race, race_figures, race_html, race_loop, race_state, walkthrough
 
@@ -372,7 +372,8 @@ def test_pane_html_escapes_and_colours_by_tokens_per_forward(tiny):
 @pytest.mark.parametrize("n, block", [(1, 1), (5, 2), (8, 4), (9, 4), (16, 8), (6, 16)])
 def test_mask_colours_follow_the_rules_and_agree_with_the_mask(n, block):
     cats = walkthrough.mask_categories(n, block)
-    fig = walkthrough.mask_figure(n, block)  # asserts agreement with training_attention_mask
+    assert torch.equal(training_attention_mask(n, block), cats > 0)  # the rule colours are mars_core's mask
+    fig = walkthrough.mask_figure(n, block)
     assert fig.data[0].z is not None
     assert (cats[n:, :n] == 0).all()  # clean -> noisy: never
     for q in range(n):
@@ -442,6 +443,8 @@ def test_verified_walkthrough_draws_the_mask_the_decoder_fed(tiny):
         hook.remove()
     steps = walk["steps"]
     assert len(steps) == len(fed) > 5 and "Forward 1 of" in page and "the mask it fed" in fig.layout.title.text
+    for s in steps:  # the rule colours are the decoder's recorded mask, cell for cell
+        assert torch.equal(walkthrough.step_categories(s) > 0, torch.tensor(s["mask"], dtype=torch.bool))
     for index, mask in enumerate(fed):
         view, figure, _ = walkthrough.verified_move({"steps": steps, "index": 0}, index)
         z = torch.tensor(figure.data[0].z)
@@ -517,6 +520,8 @@ def test_verified_walkthrough_draws_and_explains_siblings(tokenizer):
             steps.append(walkthrough.verified_step(tokenizer, records[-1], before, event, "", 3))
     took = [i for i, s in enumerate(steps) if s["by_sibling"]]
     assert took and any(s["siblings"] for s in steps)
+    for s in steps:  # the rule colours, siblings and their groups included, are the decoder's recorded mask
+        assert torch.equal(walkthrough.step_categories(s) > 0, torch.tensor(s["mask"], dtype=torch.bool))
     for i in took:
         view, figure, _ = walkthrough.verified_move({"steps": steps, "index": i}, 0)
         assert "but its sibling e<sub>" in view and "the bonus: the model's token after e<sub>" in view
