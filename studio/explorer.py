@@ -8,6 +8,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
@@ -104,8 +105,20 @@ def speed_note(rows: list[dict]) -> str:
 MODES = {"threshold mode": "sliding", "verified": "verified"}  # what the explorer sweeps -> mars_core strategy
 
 
+@dataclass(frozen=True)
+class SweepPlan:
+    """A sweep's settings, checked (chosen): what decode runs."""
+
+    values: list[float]  # the thresholds swept (τ = 1 is decoded too: the reference answers)
+    block: int  # block size B
+    new: int  # max new tokens per answer
+    prompts: list[dict]  # the prompts (each with its category)
+    strategy: str  # mars_core's strategy: "sliding" (threshold mode) or "verified"
+    mode: str  # the mode as the page names it (MODES)
+
+
 def chosen(thresholds: str, block_size: Any, max_new_tokens: Any, categories: list[str] | None, limit: Any,
-           mode: str) -> tuple[list[float], int, int, list[dict], str]:
+           mode: str) -> SweepPlan:
     """The validated sweep settings: thresholds, B, max new tokens, the prompts, the strategy (a ValueError else)."""
     values = parse_thresholds(thresholds)
     _, _, block, _, new = check_inputs("sweep", 1.0, block_size, 0.0, max_new_tokens, tab="sweep")
@@ -117,7 +130,7 @@ def chosen(thresholds: str, block_size: Any, max_new_tokens: Any, categories: li
     prompts = prompts_in(list(categories), limit=count)
     if not prompts:
         raise ValueError("Pick at least one prompt category.")
-    return values, block, new, prompts, MODES[mode]
+    return SweepPlan(values, block, new, prompts, MODES[mode], mode)
 
 
 def plural(n: int, word: str) -> str:
@@ -131,9 +144,10 @@ def plan(thresholds: str, block_size: Any, max_new_tokens: Any, categories: list
     if any(v is None for v in (block_size, max_new_tokens, limit)):
         return gr.skip()  # a value still being typed (typed_js): nothing to say yet
     try:
-        values, block, new, prompts, _ = chosen(thresholds, block_size, max_new_tokens, categories, limit, mode)
+        chose = chosen(thresholds, block_size, max_new_tokens, categories, limit, mode)
     except ValueError as err:
         return f"⚠ {err}"
+    values, new, prompts = chose.values, chose.new, chose.prompts
     runs = len(set(values) | {1.0})  # the τ = 1 answers are decoded too: quality is agreement with them
     forwards = len(prompts) * runs * new  # at most: every answer to max new tokens, one token per forward
     listing = "\n".join(f"{i + 1}. *{p['category']}*: {p['prompt'][:90]}" for i, p in enumerate(prompts))
@@ -149,20 +163,20 @@ def sweep(
 ) -> Iterator[tuple[Any, pd.DataFrame | None, str | None, str]]:
     """The Run sweep button: the settings checked, then the sweep in a generation slot (until one is free, the status
     says so and the results on screen stay); while it runs, the status gives the time elapsed and left; its last
-    frame is chart, table, CSV and status."""
+    frame is chart, table, CSV and status. (The Run sweep button's handler: Gradio passes its six inputs
+    positionally and fills `progress`.)"""
     try:
-        values, block, new, prompts, strategy = chosen(thresholds, block_size, max_new_tokens, categories, limit,
-                                                       mode)
+        chose = chosen(thresholds, block_size, max_new_tokens, categories, limit, mode)
     except ValueError as err:
         yield failure(str(err))
         return
-    yield from models.in_a_slot(guarded(decode(values, block, new, prompts, strategy, mode, progress), failure,
-                                        "Sweep"), lambda: (gr.skip(), gr.skip(), gr.skip(), models.WAITING))
+    yield from models.in_a_slot(guarded(decode(chose, progress), failure, "Sweep"),
+                                lambda: (gr.skip(), gr.skip(), gr.skip(), models.WAITING))
 
 
 def run_sweep(
     thresholds: str, block_size: int, max_new_tokens: int, categories: list[str], limit: int = 9,
-    mode: str = "threshold mode", progress: Any = gr.Progress(),
+    mode: str = "threshold mode", *, progress: Any = gr.Progress(),
 ) -> tuple[Any, pd.DataFrame | None, str | None, str]:
     """Sweep the thresholds over the first `limit` prompts of the chosen categories: chart, table, CSV, status (the
     last frame of sweep)."""
@@ -190,10 +204,11 @@ class Stopped(Exception):
     """The page left while the sweep ran: its thread ends before the next answer."""
 
 
-def decode(values: list[float], block: int, new: int, prompts: list[dict], strategy: str, mode: str,
-           progress: Any) -> Iterator[tuple[Any, pd.DataFrame, str, str]]:
+def decode(chose: SweepPlan, progress: Any) -> Iterator[tuple[Any, pd.DataFrame, str, str]]:
     """The sweep itself, inside a generation slot: decoded in a thread while this generator yields the status each
     second (time elapsed and left, from this run's answers), then one frame with the results."""
+    values, block, new, prompts, strategy, mode = (chose.values, chose.block, chose.new, chose.prompts,
+                                                   chose.strategy, chose.mode)
     for said in models.preparing([models.CONFIG.model]):
         yield gr.skip(), gr.skip(), gr.skip(), said
     model, tok = models.get_model(models.CONFIG.model)
