@@ -169,8 +169,9 @@ def apply_lora(model: PreTrainedModel, script: ScriptArguments, mask_token_id: i
     return get_peft_model(model, config)
 
 
-def load_model(script: ScriptArguments) -> tuple[torch.nn.Module, Any]:
-    """(model, tokenizer) via mars_core.load on the CPU (the Trainer/accelerate place it), LoRA-wrapped if asked."""
+def model_to_train(script: ScriptArguments) -> tuple[torch.nn.Module, Any]:
+    """(model, tokenizer) via mars_core.load on the CPU (the Trainer/accelerate place it), without a KV cache or a
+    runtime (those are for decoding), LoRA-wrapped if asked."""
     from ..load import load
 
     model, tokenizer = load(script.model, dtype=script.dtype, device="cpu", trust_remote_code=script.trust_remote_code,
@@ -241,7 +242,7 @@ def save_final(trainer: Trainer, script: ScriptArguments, config: MarsConfig | S
 
 def run(script: ScriptArguments, config: MarsConfig | SFTConfig) -> Trainer:
     """Load, train (resuming if asked), evaluate if there is eval data, save. Returns the trainer."""
-    model, tokenizer = load_model(script)
+    model, tokenizer = model_to_train(script)
     if isinstance(config, MarsConfig) and config.mask_token_id is None:
         config.mask_token_id = tokenizer.mask_token_id
     trainer = build_trainer(script, config, model, tokenizer)

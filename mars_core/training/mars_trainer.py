@@ -65,14 +65,10 @@ class MarsTrainer(ChatTrainer):
         self.mask_token_id = resolve_mask_token_id(args, kwargs.get("processing_class"), model)
         super().__init__(model=model, args=args, **kwargs)
 
-    def compute_loss(
-        self,
-        model: torch.nn.Module,
-        inputs: dict[str, torch.Tensor],
-        return_outputs: bool = False,
-        num_items_in_batch: torch.Tensor | int | None = None,
-    ):
-        """loss = Σ_i CE(noisy logits'[i], y_i) / N + α · Σ_i CE(clean logits'[i], y_i) / N over label tokens i."""
+    def token_loss_sum(self, model: torch.nn.Module, inputs: dict[str, torch.Tensor]
+                       ) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """Σ_i CE(noisy logits'[i], y_i) + α · Σ_i CE(clean logits'[i], y_i) over label tokens i (compute_loss divides
+        by their count N); each term is recorded for the logs."""
         input_ids, labels = inputs["input_ids"], inputs["labels"]
         b, n = input_ids.shape
         sequence, position_ids = mars_inputs(input_ids, labels, self.mask_token_id)
@@ -97,5 +93,4 @@ class MarsTrainer(ChatTrainer):
         clean_sum = ce.masked_fill(~is_clean, 0.0).sum()
         count = keep_one.sum()
         self.record_terms({"loss_noisy": noisy_sum, "loss_clean": clean_sum}, count)
-        loss = self.normalize_loss(noisy_sum + self.args.ar_weight * clean_sum, count, num_items_in_batch)
-        return (loss, outputs) if return_outputs else loss
+        return noisy_sum + self.args.ar_weight * clean_sum, count, outputs

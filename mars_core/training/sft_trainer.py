@@ -44,6 +44,7 @@ def default_pad_token_id(processing_class: Any, model: torch.nn.Module | None) -
 class ChatTrainer(Trainer):
     """Trainer base for token-level CE on chat data: default collator, token-count normalisation, extra loss logs.
 
+    A subclass says how its loss is summed (token_loss_sum); compute_loss, the Trainer's hook, is written once here.
     The loss is a sum of per-token CE divided by the number of label tokens. Under gradient accumulation
     (and across processes when average_tokens_across_devices) the Trainer counts the label tokens of all
     micro-batches first and passes the total as `num_items_in_batch`; dividing each micro-batch's sum by it
@@ -60,6 +61,7 @@ class ChatTrainer(Trainer):
         data_collator: Any = None,
         train_dataset: Any = None,
         eval_dataset: Any = None,
+        *,  # transformers.Trainer's order up to here; the rest by name
         processing_class: Any = None,
         **kwargs: Any,
     ) -> None:
@@ -81,6 +83,23 @@ class ChatTrainer(Trainer):
         self.model_accepts_loss_kwargs = True
         self._loss_shifts_labels = True
         self._term_sums: dict[str, dict[str, torch.Tensor]] = {}
+
+    def token_loss_sum(self, model: torch.nn.Module, inputs: dict[str, torch.Tensor]
+                       ) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """(sum of the token losses, label tokens counted, the model's outputs) of one micro-batch."""
+        raise NotImplementedError
+
+    def compute_loss(
+        self,
+        model: torch.nn.Module,
+        inputs: dict[str, torch.Tensor],
+        return_outputs: bool = False,
+        num_items_in_batch: torch.Tensor | int | None = None,
+    ):
+        """The subclass's token-loss sum as a mean per label token (normalize_loss)."""
+        loss_sum, count, outputs = self.token_loss_sum(model, inputs)
+        loss = self.normalize_loss(loss_sum, count, num_items_in_batch)
+        return (loss, outputs) if return_outputs else loss
 
     def normalize_loss(
         self, loss_sum: torch.Tensor, count: torch.Tensor, num_items_in_batch: torch.Tensor | int | None
@@ -135,14 +154,10 @@ class SFTTrainer(ChatTrainer):
     def __init__(self, model: torch.nn.Module | None = None, args: TrainingArguments | None = None, **kwargs: Any):
         super().__init__(model=model, args=args if args is not None else SFTConfig(), **kwargs)
 
-    def compute_loss(
-        self,
-        model: torch.nn.Module,
-        inputs: dict[str, torch.Tensor],
-        return_outputs: bool = False,
-        num_items_in_batch: torch.Tensor | int | None = None,
-    ):
-        """loss = mean over label tokens i of -log p(x_i | x_<i), logits computed only where a label is."""
+    def token_loss_sum(self, model: torch.nn.Module, inputs: dict[str, torch.Tensor]
+                       ) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """Σ over label tokens i of -log p(x_i | x_<i) (compute_loss divides by their count), logits computed only
+        where a label is."""
         labels = inputs["labels"]
         keep, targets = shifted_targets(labels)
         outputs = model(
@@ -151,7 +166,4 @@ class SFTTrainer(ChatTrainer):
             logits_to_keep=keep,  # a bool [b, n] mask: logits come back flattened as [keep.sum(), V]
             use_cache=False,
         )
-        ce_sum = token_cross_entropy(outputs.logits, targets[keep]).sum()
-        count = keep.sum()
-        loss = self.normalize_loss(ce_sum, count, num_items_in_batch)
-        return (loss, outputs) if return_outputs else loss
+        return token_cross_entropy(outputs.logits, targets[keep]).sum(), keep.sum(), outputs

@@ -107,7 +107,7 @@ def test_a_model_in_a_runtime_answers_as_before():
 
 def test_a_runtime_prepared_after_merging_an_adapter_answers_with_the_merged_weights(tmp_path):
     """merge_adapter writes the weights in place (through .data, which moves no version counter): the runtime is
-    prepared after it, as mars-eval's load_model does, and answers with the merged weights."""
+    prepared after it, as evaluation.loading.load_prepared does, and answers with the merged weights."""
     from peft import LoraConfig, get_peft_model
 
     base = tiny_qwen2(64)
