@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 import gradio as gr
 import plotly.graph_objects as go
@@ -24,6 +25,18 @@ DEFAULT_PROMPT = "Name 4 colours, as a numbered list."
 CATEGORY_NAMES = ("hidden", "clean → clean (causal)", "noisy → noisy (same block, causal)",
                   "noisy → clean (earlier blocks)")
 CATEGORY_COLOURS = ("#f1f5f9", "#64748b", "#2563eb", "#f59e0b")
+
+
+@dataclass
+class Walk:
+    """One visitor's stepped decode (a gr.State of each walkthrough): every forward, and the one on screen."""
+
+    steps: list[dict] = field(default_factory=list)  # each forward as the page shows it (walk_steps, verified_step)
+    index: int = 0  # the forward on screen
+
+    def moved(self, delta: int) -> Walk:
+        """The same decode, `delta` forwards on (Previous/Next), kept within its forwards."""
+        return Walk(self.steps, min(max(self.index + int(delta), 0), max(len(self.steps) - 1, 0)))
 
 
 def mask_categories(n: int, block_size: int) -> torch.Tensor:
@@ -107,7 +120,7 @@ def token_chip(text: str, colour: str = "#e2e8f0") -> str:
             f'white-space:pre;display:inline-block">{shown}</code>')
 
 
-def walk_steps(prompt: str, threshold: float, block_size: int, max_new_tokens: int) -> Iterator[tuple[str, dict]]:
+def walk_steps(prompt: str, threshold: float, block_size: int, max_new_tokens: int) -> Iterator[tuple[str, Walk]]:
     """The Decode button: the inputs checked, then the decode in a generation slot (until one is free, the view says
     so); its one frame is the first forward's view and the walk."""
     yield from checked_in_a_slot((prompt, threshold, block_size, max_new_tokens), "walk", decode, failure,
@@ -134,14 +147,14 @@ def checked_in_a_slot(inputs: tuple, tab: str, run: Callable[..., Iterator], fai
     yield from models.in_a_slot(guarded(prepared_then_run(), failure, "Decoding"), lambda: waiting(models.WAITING))
 
 
-def walk_decode(prompt: str, threshold: float, block_size: int, max_new_tokens: int) -> tuple[str, dict]:
+def walk_decode(prompt: str, threshold: float, block_size: int, max_new_tokens: int) -> tuple[str, Walk]:
     """Decode a prompt with the sliding strategy and keep, per forward, its input, proposals and verdicts: the first
     forward's view and the walk (walk_steps' last frame)."""
     *_, last = walk_steps(prompt, threshold, block_size, max_new_tokens)
     return last
 
 
-def decode(prompt: str, tau: float, block: int, new: int) -> Iterator[tuple[str, dict]]:
+def decode(prompt: str, tau: float, block: int, new: int) -> Iterator[tuple[str, Walk]]:
     """The walkthrough's decode itself, inside a generation slot: one frame once every forward is kept."""
     model, tok = models.get_model(models.CONFIG.model)
     fed = encode_prompt(tok, prompt)
@@ -159,13 +172,13 @@ def decode(prompt: str, tau: float, block: int, new: int) -> Iterator[tuple[str,
             })
             context += event.texts[0]
             fed = event.token_ids[0]
-    walk = {"steps": steps, "index": 0}
+    walk = Walk(steps)
     yield step_html(walk), walk
 
 
-def failure(message: str) -> tuple[str, dict]:
+def failure(message: str) -> tuple[str, Walk]:
     """The walkthrough's outputs for a message instead of a decode: the message (and its toast), an empty walk."""
-    return f"<p>{html.escape(warn(message))}</p>", {"steps": [], "index": 0}
+    return f"<p>{html.escape(warn(message))}</p>", Walk()
 
 
 def verdict(step: dict, slot: int) -> str:
@@ -186,12 +199,12 @@ def verdict(step: dict, slot: int) -> str:
 CELL = 'style="border:1px solid #e2e8f0;padding:4px 10px"'
 
 
-def step_html(walk: dict) -> str:
+def step_html(walk: Walk) -> str:
     """One forward of the walkthrough: its input, each slot's proposal and confidence, and what was accepted."""
-    steps = walk["steps"]
+    steps = walk.steps
     if not steps:
         return "<p>Press <b>Decode</b> to step through a generation one forward at a time.</p>"
-    s = steps[walk["index"]]
+    s = steps[walk.index]
     more = "…" if s["fed_count"] > len(s["fed"]) else ""
     masks = (f"{s['masks']} mask token{'s' * (s['masks'] != 1)}" if s["masks"]
              else "no mask tokens (τ = 1: none could be accepted)")
@@ -226,10 +239,9 @@ forward.</p>
 </div>"""
 
 
-def walk_move(walk: dict, delta: int) -> tuple[str, dict]:
+def walk_move(walk: Walk, delta: int) -> tuple[str, Walk]:
     """Previous/next: show another forward of the walkthrough."""
-    steps = walk.get("steps", [])
-    walk = {"steps": steps, "index": min(max(walk.get("index", 0) + int(delta), 0), max(len(steps) - 1, 0))}
+    walk = walk.moved(delta)
     return step_html(walk), walk
 
 
@@ -339,20 +351,20 @@ def before_sibling_odds(before) -> list[float]:
 
 
 def verified_steps(prompt: str, threshold: float, block_size: int, max_new_tokens: int
-                   ) -> Iterator[tuple[str, object, dict]]:
+                   ) -> Iterator[tuple[str, object, Walk]]:
     """The Decode verified button: the inputs checked, then the decode in a generation slot; its one frame is the
     first forward's view, its tree mask and the walk."""
     yield from checked_in_a_slot((prompt, threshold, block_size, max_new_tokens), "walkv", decode_verified,
                                  verified_failure, lambda said: (f"<p>{said}</p>", gr.skip(), gr.skip()))
 
 
-def walk_verified(prompt: str, threshold: float, block_size: int, max_new_tokens: int) -> tuple[str, object, dict]:
+def walk_verified(prompt: str, threshold: float, block_size: int, max_new_tokens: int) -> tuple[str, object, Walk]:
     """Decode a prompt in verified mode and keep every forward's record: the last frame of verified_steps."""
     *_, last = verified_steps(prompt, threshold, block_size, max_new_tokens)
     return last
 
 
-def decode_verified(prompt: str, tau: float, block: int, new: int) -> Iterator[tuple[str, object, dict]]:
+def decode_verified(prompt: str, tau: float, block: int, new: int) -> Iterator[tuple[str, object, Walk]]:
     """The verified decode itself, inside a generation slot: every forward's record (DecodeOptions.record) beside
     its event, then one frame."""
     model, tok = models.get_model(models.CONFIG.model)
@@ -363,13 +375,13 @@ def decode_verified(prompt: str, tau: float, block: int, new: int) -> Iterator[t
             before = records[-2] if len(records) > 1 else None
             steps.append(verified_step(tok, records[-1], before, event, context, block - 1))
             context += event.texts[0]
-    walk = {"steps": steps, "index": 0}
+    walk = Walk(steps)
     yield verified_html(walk), tree_figure(walk), walk
 
 
-def verified_failure(message: str) -> tuple[str, object, dict]:
+def verified_failure(message: str) -> tuple[str, object, Walk]:
     """The verified walkthrough's outputs for a message instead of a decode."""
-    return f"<p>{html.escape(warn(message))}</p>", tree_figure({"steps": []}), {"steps": [], "index": 0}
+    return f"<p>{html.escape(warn(message))}</p>", tree_figure(Walk()), Walk()
 
 
 def axis_labels(step: dict) -> list[str]:
@@ -402,18 +414,18 @@ def readable_ticks(labels: list[str], cache: bool, pending: int) -> list[int]:
     return [*range(first), *shown, *range(first + pending, len(labels))]
 
 
-def tree_figure(walk: dict) -> go.Figure:
+def tree_figure(walk: Walk) -> go.Figure:
     """The mask the decoder fed in the shown forward, each rule in its colour (the cache's slots as one column): the
     colours are computed from the tree's rules and equal the recorded mask cell for cell (tests/studio/test_app.py
     checks every forward)."""
-    steps = walk.get("steps", [])
+    steps = walk.steps
     if not steps:
         fig = go.Figure()
         fig.update_layout(title=dict(text="Press Decode verified: the tree mask of each forward appears here",
                                      font=dict(size=14)), height=200, plot_bgcolor="#ffffff", paper_bgcolor="#ffffff",
                           xaxis=dict(visible=False), yaxis=dict(visible=False))
         return fig
-    s = steps[walk.get("index", 0)]
+    s = steps[walk.index]
     cats = step_categories(s)
     labels = axis_labels(s)
     z = cats.tolist()
@@ -601,12 +613,12 @@ def next_drafts(s: dict) -> str:
                    f"them (P(used)): {beside}.</p>")
 
 
-def verified_html(walk: dict) -> str:
+def verified_html(walk: Walk) -> str:
     """One verified forward: what it fed and why, each draft's check, the commit, and the next drafts."""
-    steps = walk["steps"]
+    steps = walk.steps
     if not steps:
         return "<p>Press <b>Decode verified</b> to step through a verified decode one forward at a time.</p>"
-    s = steps[walk["index"]]
+    s = steps[walk.index]
     P, K, g = s["pending"], s["drafts"], s["g"]
     shown = max(0, P - 16)
     pending = ("…" if shown else "") + chip_row(s, "pending", shown, P)
@@ -649,10 +661,9 @@ tokens and {kept}; everything else fed is cropped.</p>
 </div>"""
 
 
-def verified_move(walk: dict, delta: int) -> tuple[str, object, dict]:
+def verified_move(walk: Walk, delta: int) -> tuple[str, object, Walk]:
     """Previous/next: show another forward of the verified walkthrough."""
-    steps = walk.get("steps", [])
-    walk = {"steps": steps, "index": min(max(walk.get("index", 0) + int(delta), 0), max(len(steps) - 1, 0))}
+    walk = walk.moved(delta)
     return verified_html(walk), tree_figure(walk), walk
 
 
@@ -678,10 +689,10 @@ def verified_section(demo: gr.Blocks) -> gr.Button:
         decode_button = gr.Button("Decode verified", variant="primary", elem_id="walkv-decode")
         prev_button = gr.Button("◀ Previous forward", elem_id="walkv-prev")
         next_button = gr.Button("Next forward ▶", elem_id="walkv-next")
-    walk = gr.State({"steps": [], "index": 0})
+    walk = gr.State(Walk())
     with gr.Row(elem_id="walkv-forward"):
-        view = gr.HTML(verified_html({"steps": [], "index": 0}), label="verified forward", elem_id="walkv-view")
-        plot = gr.Plot(tree_figure({"steps": []}), label="tree mask", show_label=False, elem_id="walkv-mask")
+        view = gr.HTML(verified_html(Walk()), label="verified forward", elem_id="walkv-view")
+        plot = gr.Plot(tree_figure(Walk()), label="tree mask", show_label=False, elem_id="walkv-mask")
     inputs, outputs = [prompt, tau, block, new], [view, plot, walk]
     decode_button.click(models.gpu(verified_steps), inputs, outputs, api_name="walkthrough_verified",
                         js=typed_js(inputs, True))
@@ -709,8 +720,8 @@ def build(demo: gr.Blocks) -> list[gr.Button]:
             decode_button = gr.Button("Decode", variant="primary")
             prev_button = gr.Button("◀ Previous forward")
             next_button = gr.Button("Next forward ▶")
-        walk = gr.State({"steps": [], "index": 0})
-        view = gr.HTML(step_html({"steps": [], "index": 0}), label="forward")
+        walk = gr.State(Walk())
+        view = gr.HTML(step_html(Walk()), label="forward")
         verified_decode = verified_section(demo)
     gr.on([mask_n.change, mask_b.change], mask_view, [mask_n, mask_b], [mask_plot, mask_message], api_name="mask",
           show_progress="hidden", js=typed_js([mask_n, mask_b], False))

@@ -385,8 +385,8 @@ def test_mask_colours_follow_the_rules_and_agree_with_the_mask(n, block):
 
 def test_walkthrough_steps_show_inputs_proposals_and_verdicts():
     page, walk = walkthrough.walk_decode(PROMPT, 0.3, 4, 16)
-    steps = walk["steps"]
-    assert steps and walk["index"] == 0 and "Forward 1 of" in page
+    steps = walk.steps
+    assert steps and walk.index == 0 and "Forward 1 of" in page
     assert sum(s["accepted"] for s in steps) == 16
     for s in steps:
         assert len(s["proposals"]) == len(s["confidences"]) == 4
@@ -395,16 +395,16 @@ def test_walkthrough_steps_show_inputs_proposals_and_verdicts():
         assert accepted == [j < s["accepted"] for j in range(4)]
         assert all(c >= 0.3 for c in s["confidences"][1:s["accepted"]])
     second, walk2 = walkthrough.walk_move(walk, 1)
-    assert walk2["index"] == 1 and "Forward 2 of" in second and second.count("[MASK]") == 3
-    assert walkthrough.walk_move(walk, -5)[1]["index"] == 0
-    assert walkthrough.walk_move(walk, 10**6)[1]["index"] == len(steps) - 1
-    assert "Decode" in walkthrough.walk_move({"steps": [], "index": 0}, 1)[0]
+    assert walk2.index == 1 and "Forward 2 of" in second and second.count("[MASK]") == 3
+    assert walkthrough.walk_move(walk, -5)[1].index == 0
+    assert walkthrough.walk_move(walk, 10**6)[1].index == len(steps) - 1
+    assert "Decode" in walkthrough.walk_move(walkthrough.Walk(), 1)[0]
 
 
 def test_walkthrough_at_tau_one_commits_one_token_per_forward():
     page, walk = walkthrough.walk_decode(PROMPT, 1.0, 3, 6)
-    assert [s["accepted"] for s in walk["steps"]] == [1] * 6
-    assert all(s["masks"] == 0 and len(s["proposals"]) == 1 for s in walk["steps"])  # τ = 1 feeds no masks
+    assert [s["accepted"] for s in walk.steps] == [1] * 6
+    assert all(s["masks"] == 0 and len(s["proposals"]) == 1 for s in walk.steps)  # τ = 1 feeds no masks
     assert "no mask tokens" in page and "[MASK]" not in page
 
 
@@ -441,12 +441,12 @@ def test_verified_walkthrough_draws_the_mask_the_decoder_fed(tiny):
         page, fig, walk = walkthrough.walk_verified(PROMPT, 0.05, 4, 32)
     finally:
         hook.remove()
-    steps = walk["steps"]
+    steps = walk.steps
     assert len(steps) == len(fed) > 5 and "Forward 1 of" in page and "the mask it fed" in fig.layout.title.text
     for s in steps:  # the rule colours are the decoder's recorded mask, cell for cell
         assert torch.equal(walkthrough.step_categories(s) > 0, torch.tensor(s["mask"], dtype=torch.bool))
     for index, mask in enumerate(fed):
-        view, figure, _ = walkthrough.verified_move({"steps": steps, "index": 0}, index)
+        view, figure, _ = walkthrough.verified_move(walkthrough.Walk(steps, 0), index)
         z = torch.tensor(figure.data[0].z)
         cache = mask.shape[1] - mask.shape[0]
         if cache:
@@ -466,7 +466,7 @@ def test_verified_walkthrough_explains_checks_groups_and_lookup():
     """Each forward says what it fed, how each draft fared, which group proposes the next drafts, why groups were
     not fed (the odds the decoder computed), and when prompt lookup's chain was checked instead."""
     page, fig, walk = walkthrough.walk_verified(PROMPT, 0.05, 4, 32)
-    steps = walk["steps"]
+    steps = walk.steps
     pages = [walkthrough.verified_move(walk, i)[0] for i in range(len(steps))]
     assert "The prefill" in pages[0] and "G<sub>0</sub>" in pages[0]
     for s, view in zip(steps, pages):
@@ -523,7 +523,7 @@ def test_verified_walkthrough_draws_and_explains_siblings(tokenizer):
     for s in steps:  # the rule colours, siblings and their groups included, are the decoder's recorded mask
         assert torch.equal(walkthrough.step_categories(s) > 0, torch.tensor(s["mask"], dtype=torch.bool))
     for i in took:
-        view, figure, _ = walkthrough.verified_move({"steps": steps, "index": i}, 0)
+        view, figure, _ = walkthrough.verified_move(walkthrough.Walk(steps, i), 0)
         assert "but its sibling e<sub>" in view and "the bonus: the model's token after e<sub>" in view
         assert f"H<sub>{steps[i]['m']}</sub>, hung after the sibling" in view or steps[i]["done"]
         assert torch.equal(torch.tensor(figure.data[0].z)[:, 1:] > 0, records[i].mask[0, :, -records[i].ids.shape[1]:])
@@ -532,13 +532,13 @@ def test_verified_walkthrough_draws_and_explains_siblings(tokenizer):
 
 def test_verified_walkthrough_bad_input():
     page, fig, walk = walkthrough.walk_verified("", 0.3, 4, 8)
-    assert "Empty prompt" in page and walk["steps"] == [] and "Press Decode verified" in fig.layout.title.text
-    assert "Press <b>Decode verified</b>" in walkthrough.verified_move({"steps": [], "index": 0}, 1)[0]
+    assert "Empty prompt" in page and walk.steps == [] and "Press Decode verified" in fig.layout.title.text
+    assert "Press <b>Decode verified</b>" in walkthrough.verified_move(walkthrough.Walk(), 1)[0]
 
 
 def test_walkthrough_bad_input():
     page, walk = walkthrough.walk_decode("", 0.9, 4, 8)
-    assert "Empty prompt" in page and walk["steps"] == []
+    assert "Empty prompt" in page and walk.steps == []
 
 
 def test_walkthrough_and_sweep_wait_for_a_free_generation_slot(monkeypatch):
@@ -556,7 +556,7 @@ def test_walkthrough_and_sweep_wait_for_a_free_generation_slot(monkeypatch):
     finally:
         slot.release()
     page, walk = list(walking)[-1]
-    assert "Forward 1 of" in page and walk["steps"] and slot.acquire(blocking=False)  # the slot was given back
+    assert "Forward 1 of" in page and walk.steps and slot.acquire(blocking=False)  # the slot was given back
     slot.release()
 
 
