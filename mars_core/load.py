@@ -31,7 +31,7 @@ from transformers import (
 
 from .machine import cpu_flags
 from .runtime.attention import ATTENTION
-from .runtime.timing import cache_root
+from .runtime.timing import cache_root, write_json
 
 __all__ = [
     "DEFAULT_ALIASES",
@@ -126,16 +126,7 @@ def build_merged_default(adapter: Path) -> Path:
     tokenizer = AutoTokenizer.from_pretrained(str(base))
     prepare_tokenizer(model, tokenizer)  # the same mask token as the base load (it was trained with it)
     model = merge_adapter(model, adapter)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        (tmp / "mars_source.json").write_text(json.dumps({"base": str(base), "adapter": str(adapter),
-                                                          "merged": time.time()}))
-        _publish(tmp, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    _keep_folder(target, model, tokenizer, {"base": str(base), "adapter": str(adapter), "merged": time.time()})
     return target
 
 
@@ -243,19 +234,25 @@ def convert_gguf(path: str | os.PathLike) -> Path:
     target = gguf_cache_dir(src)
     if _is_complete(target):
         return target
+    model = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
+    _drop_quantization(model)
+    _keep_folder(target, model, tokenizer, {"gguf": str(src), "converted": time.time()})
+    return target
+
+
+def _keep_folder(target: Path, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, source: dict) -> None:
+    """Save model, tokenizer and where they came from (mars_source.json) in a temporary folder beside target, then
+    rename it into place: another process never reads half a folder (the cache's atomic write, as write_json's)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name, dtype=torch.float32)
-        tokenizer = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
-        _drop_quantization(model)
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        (tmp / "mars_source.json").write_text(json.dumps({"gguf": str(src), "converted": time.time()}))
+        write_json(tmp / "mars_source.json", source)
         _publish(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return target
 
 
 def _publish(tmp: Path, target: Path) -> None:

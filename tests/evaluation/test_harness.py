@@ -116,6 +116,16 @@ def write_tasks(folder: Path, stop: str) -> Path:
     return folder
 
 
+def saved_model_and_tasks(tiny, tmp_path: Path) -> tuple[Path, Path]:
+    """The tiny model saved as a folder, and the task folder whose stop sequence cuts its greedy answers."""
+    model, tokenizer = tiny
+    folder = tmp_path / "tiny-model"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    (tmp_path / "tasks").mkdir()
+    return folder, write_tasks(tmp_path / "tasks", stop_for(model, tokenizer, PROMPTS))
+
+
 def tasks_only(folder: str) -> TaskManager:
     """A task manager of one folder: indexing lm-eval's own ~15,000 task files takes half a minute."""
     return TaskManager(include_path=folder, include_defaults=False)
@@ -192,12 +202,7 @@ def test_loglikelihood_batches_with_padding_like_one_at_a_time(tiny):
 
 
 def test_a_saved_model_through_model_args_and_the_command_line(tiny, tmp_path, monkeypatch):
-    model, tokenizer = tiny
-    folder = tmp_path / "tiny-model"
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    (tmp_path / "tasks").mkdir()
-    tasks = write_tasks(tmp_path / "tasks", stop_for(model, tokenizer, PROMPTS))
+    folder, tasks = saved_model_and_tasks(tiny, tmp_path)
     args = f"pretrained={folder},strategy=sliding,threshold=0.9,block_size=4,dtype=fp32,max_new_tokens=6,threads=1"
     out = lm_eval.simple_evaluate(model="mars_studio", model_args=args, tasks=["tiny_gen"], limit=2,
                                   task_manager=tasks_only(str(tasks)), bootstrap_iters=0)
@@ -222,12 +227,7 @@ def test_a_saved_model_through_model_args_and_the_command_line(tiny, tmp_path, m
 def test_the_plain_lm_eval_command_finds_mars_studio(tiny, tmp_path):
     """`lm_eval --model mars_studio` in a fresh process that never imports mars_core itself: the entry point in
     pyproject.toml, read at start-up through mars_studio_hooks.pth, is all that tells lm-eval of the model."""
-    model, tokenizer = tiny
-    folder = tmp_path / "tiny-model"
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    (tmp_path / "tasks").mkdir()
-    tasks = write_tasks(tmp_path / "tasks", stop_for(model, tokenizer, PROMPTS))
+    folder, tasks = saved_model_and_tasks(tiny, tmp_path)
     results = tmp_path / "results"
     args = f"pretrained={folder},strategy=verified,block_size=4,dtype=fp32,threads=1"
     run = subprocess.run(
