@@ -1,0 +1,41 @@
+"""The timing and keeping helpers every measurement goes through: warm-up and rounds, an untimed after(), and JSON
+kept atomically."""
+
+from __future__ import annotations
+
+import json
+
+from mars_core.runtime import timing
+
+
+def test_round_seconds_warms_up_then_times_each_round_with_after_untimed():
+    calls = []
+    times = timing.round_seconds(lambda: calls.append("work"), 3, after=lambda: calls.append("after"), warmup=2)
+    assert len(times) == 3 and all(t >= 0 for t in times)
+    assert calls == ["work", "after"] * 5  # two warm-up calls, three timed ones, each followed by after()
+
+
+def test_fastest_and_median_read_the_same_rounds(monkeypatch):
+    rounds = iter([0.3, 0.1, 0.2])
+    monkeypatch.setattr(timing, "round_seconds", lambda *a, **k: [next(rounds) for _ in range(3)])
+    assert timing.fastest_seconds(lambda: None, 3) == 0.1
+    rounds = iter([0.3, 0.1, 0.2])
+    assert timing.median_seconds(lambda: None, 3) == 0.2
+
+
+def test_write_json_keeps_a_value_atomically_and_read_json_refuses_damage(tmp_path):
+    path = tmp_path / "new" / "folder" / "value.json"
+    timing.write_json(path, {"a": [1, 2]}, indent=2)
+    assert json.loads(path.read_text()) == {"a": [1, 2]} and timing.read_json(path) == {"a": [1, 2]}
+    assert [p.name for p in path.parent.iterdir()] == ["value.json"]  # no temporary file left beside it
+    path.write_text("{half")
+    assert timing.read_json(path) is None and timing.read_json(None) is None
+    timing.write_json(None, {"a": 1})  # nowhere to keep it: nothing happens
+
+
+def test_machine_busy_reads_the_load_average(monkeypatch):
+    monkeypatch.setattr(timing.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(timing.os, "getloadavg", lambda: (2.5, 0.0, 0.0))
+    assert timing.machine_busy()
+    monkeypatch.setattr(timing.os, "getloadavg", lambda: (1.5, 0.0, 0.0))
+    assert not timing.machine_busy()
