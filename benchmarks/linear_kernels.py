@@ -12,9 +12,7 @@ kernels prepare() chooses on this machine (runtime.linear), with what width inva
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -28,16 +26,12 @@ from mars_core.machine import machine_info, machine_line  # noqa: E402
 from mars_core.runtime import Runtime  # noqa: E402
 from mars_core.runtime.cost import measure_cost  # noqa: E402
 from mars_core.runtime.linear import BATCH_HINT, fewest_packed_rows, pack_linears  # noqa: E402
+from mars_core.runtime.timing import median_seconds  # noqa: E402
 
 
 def median_ms(fn, runs: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+    """Milliseconds of one call of fn: the median of `runs` after a warm-up."""
+    return median_seconds(fn, runs) * 1e3
 
 
 @torch.inference_mode()

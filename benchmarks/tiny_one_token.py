@@ -7,7 +7,6 @@ own overhead, since a tiny model's forward is cheap.
 """
 
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -16,6 +15,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).
 
 from mars_core import generate  # noqa: E402
 from mars_core.generate import encode_prompt  # noqa: E402
+from mars_core.runtime.timing import seconds  # noqa: E402
 
 from tiny import tiny_qwen2, tiny_tokenizer  # noqa: E402
 
@@ -48,9 +48,7 @@ def main() -> None:
         best = dict.fromkeys(runs, float("inf"))
         for _ in range(7):
             for name, run in runs.items():
-                t0 = time.perf_counter()
-                run()
-                best[name] = min(best[name], time.perf_counter() - t0)
+                best[name] = min(best[name], seconds(run))
         base = best["hf_generate"]
         print(f"batch {bs}: " + "  ".join(f"{k} {v * 1000:.0f} ms ({base / v:.2f}x)" for k, v in best.items()))
 
