@@ -1,0 +1,87 @@
+"""llama.cpp's own cost curve: seconds of one cached forward by width, the curve verified decoding sizes trees by.
+
+Widths cost differently on llama.cpp than on torch (one row takes ggml's dot products, two or more tinyBLAS: about
+2x at width 2 in BF16 and Q8_0, 1.2x in F32), so the planner must read this engine's curve, not torch's. Measured
+once per machine, GGUF, threads and mode, and kept on disk (runtime.timing); the fastest of interleaved rounds.
+
+    runtime = llamacpp_runtime(engine)      # Runtime(cost=curve): pass as generate(..., runtime=runtime)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from ...machine import cpu_flags, cpu_name
+from ...runtime.curve import CostCurve
+from ...runtime.forward import cache_mask
+from ...runtime.runtime import Runtime
+from ...runtime.timing import cache_root, machine_busy, read_json, seconds, write_json
+from .engine import LlamaCppEngine
+
+WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32)
+CONTEXT = 30  # tokens cached before the timed forward (a short chat prompt)
+
+
+def record(engine: LlamaCppEngine) -> dict:
+    """Where and how the curve was measured: the CPU, the GGUF, threads, the KV type and the mode."""
+    import llama_cpp
+
+    return {"cpu": cpu_name(), "isa": sorted(f for f in ("avx512_bf16", "avx512f", "avx2", "amx_bf16")
+                                             if f in cpu_flags()),
+            "engine": f"llama.cpp (llama-cpp-python {llama_cpp.__version__})", "gguf": engine.path.name,
+            "gguf_size": engine.path.stat().st_size, "threads": engine.threads, "kv": engine.kv_type,
+            "invariant": engine.invariant}
+
+
+def curve_path(engine: LlamaCppEngine, cache_dir: Path | None = None) -> Path:
+    """Where this engine's curve is kept: <cache>/llamacpp_cost/<hash of record()>.json."""
+    key = hashlib.sha256(json.dumps(record(engine), sort_keys=True).encode()).hexdigest()[:16]
+    return (cache_dir or cache_root() / "llamacpp_cost") / f"{key}.json"
+
+
+def chain_inputs(width: int, start: int, token: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """ids, positions and mask of `width` new tokens in a causal run after `start` cached ones."""
+    ids = torch.full((1, width), token, dtype=torch.long)
+    positions = torch.arange(start, start + width)[None]
+    return ids, positions, cache_mask(torch.ones(1, start + width, dtype=torch.bool), width)
+
+
+def time_widths(engine: LlamaCppEngine, widths: tuple[int, ...] = WIDTHS, rounds: int = 5, context: int = CONTEXT,
+                token: int = 1) -> list[float]:
+    """Fastest seconds of one forward per width (every slot's logits read, as verified does), after `context`
+    cached tokens; rounds interleave the widths, so a burst of other work spoils one round, not one width."""
+    cache = engine.new_cache()
+    engine.hidden_states(*chain_inputs(context, 0, token), cache)
+    best = [float("inf")] * len(widths)
+    for _ in range(rounds + 1):  # the first round warms up
+        for i, width in enumerate(widths):
+            ids, positions, mask = chain_inputs(width, context, token)
+            best[i] = min(best[i], seconds(lambda: engine.hidden_states(ids, positions, mask, cache)))
+            cache.crop(-width)
+    return best
+
+
+def cost_curve(engine: LlamaCppEngine, rounds: int = 5, cache_dir: Path | None = None, measure: bool = True
+               ) -> CostCurve | None:
+    """This engine's curve, from disk or measured now (and kept); None where none is kept and measure is False."""
+    path = curve_path(engine, cache_dir)
+    kept = read_json(path)
+    if kept is not None:
+        return CostCurve.from_dict(kept)
+    if not measure:
+        return None
+    times = time_widths(engine, rounds=rounds)
+    machine = {**record(engine), "busy": machine_busy(), "load_average": os.getloadavg()[0]}
+    curve = CostCurve((1,), WIDTHS, (tuple(times),), machine)
+    write_json(path, curve.to_dict())
+    return curve
+
+
+def llamacpp_runtime(engine: LlamaCppEngine, **kwargs) -> Runtime:
+    """A Runtime whose cost curve is llama.cpp's (kwargs: cost_curve's): verified then sizes its trees by it."""
+    return Runtime(cost=cost_curve(engine, **kwargs))

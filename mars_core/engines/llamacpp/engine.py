@@ -1,0 +1,256 @@
+"""The llama.cpp engine: the decoders' forwards through llama-cpp-python's low-level API, one sequence at a time.
+
+A forward feeds the tree as one llama.cpp batch: each slot's token, position, sequence ids (tree.plan: one sequence
+per root-to-leaf path, seq 0 the committed chain) and whether its logits are read. Before the batch, seq 0's cells
+(the committed tokens) are copied to every other sequence it uses (llama_memory_seq_cp), since a sequence's positions
+must continue from its cells. A crop keeps the pending tokens and a prefix of the draft chain, all on seq 0: it
+removes every other sequence and seq 0's cells from the first dropped position on.
+
+Width: ggml computes one row with its dot-product kernels and two or more with llamafile's tinyBLAS, so a row's
+numbers depend on whether its forward had one row. invariant=True feeds every forward at least two rows and reads at
+least two logits rows (a spare token on a sequence of its own, removed after): every forward takes the same kernels,
+so one-token decoding and verified decoding see the same numbers, at the price of a width-2 forward per token.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import torch
+
+from ...runtime.engine import Engine
+from .tree import SeqPlan, plan
+
+KV_TYPES = {"f32": 0, "f16": 1}  # ggml_type ids of the KV cache's element types
+
+
+def binding() -> Any:
+    """llama_cpp, imported on first use (an extra: pip install -e ".[llamacpp]")."""
+    try:
+        import llama_cpp
+        from llama_cpp import _logger
+    except ImportError as err:
+        raise ImportError('the llama.cpp engine needs llama-cpp-python: pip install -e ".[llamacpp]"') from err
+    if _logger.logger.level == logging.NOTSET:  # llama.cpp's load and graph chatter: errors only, unless asked
+        _logger.logger.setLevel(logging.ERROR)
+    return llama_cpp
+
+
+@dataclass
+class Fed:
+    """What the last forward fed and how: its slots' positions and sequence plan (until a crop settles it)."""
+
+    positions: list[int]
+    plan: SeqPlan
+
+
+class LlamaCppCache:
+    """The decoders' view of llama.cpp's memory for one decode: `length` slots held (T of the next mask), the
+    committed chain on seq 0 up to next_pos - 1, and the last forward until crop(-n) keeps a prefix of it."""
+
+    def __init__(self, engine: LlamaCppEngine, generation: int):
+        self.engine, self.generation = engine, generation
+        self.length = 0  # slots the decoder counts as cached (the T of its next mask)
+        self.next_pos = 0  # position after the committed chain's last cell
+        self.last: Fed | None = None
+
+    def get_seq_length(self) -> int:
+        """Slots held, as transformers' caches say it."""
+        return self.length
+
+    def crop(self, count: int) -> None:
+        """crop(-n): drop the last n slots fed (the decoders keep the pending tokens and the matched drafts)."""
+        if count > 0:
+            raise ValueError("llama.cpp cache: crop(-n) drops the last n slots; a positive length is not supported")
+        self.engine.check_live(self)
+        drop = -count
+        if self.last is None:
+            self.drop_committed(drop)
+            return
+        kept = len(self.last.positions) - drop
+        if kept < 0:
+            raise ValueError(f"llama.cpp cache: crop(-{drop}) drops more than the {len(self.last.positions)} slots fed")
+        self.keep(kept)
+
+    def keep(self, kept: int) -> None:
+        """Keep the last forward's first `kept` slots (a prefix of its committed chain, on seq 0); free the rest."""
+        fed, self.last = self.last, None
+        if kept > fed.plan.chain:
+            raise ValueError(f"llama.cpp cache: keeping {kept} slots of a forward whose committed chain is "
+                             f"{fed.plan.chain} long (a crop keeps the pending tokens and a prefix of the drafts)")
+        for seq in range(1, fed.plan.count):
+            self.engine.seq_rm(seq, -1, -1)
+        last_kept = fed.positions[kept - 1] + 1 if kept else self.next_pos
+        self.engine.seq_rm(0, last_kept, -1)
+        self.next_pos = last_kept
+        self.length += kept - len(fed.positions)
+
+    def drop_committed(self, drop: int) -> None:
+        """Drop the last `drop` committed cells (no forward pending)."""
+        if drop > self.length:
+            raise ValueError(f"llama.cpp cache: cannot drop {drop} of {self.length} slots")
+        self.next_pos -= drop
+        self.length -= drop
+        self.engine.seq_rm(0, self.next_pos, -1)
+
+    def settle(self) -> None:
+        """Before a forward: a last forward no crop followed is kept whole (it must have been a chain)."""
+        if self.last is not None:
+            self.keep(len(self.last.positions))
+
+
+class LlamaCppEngine(Engine):
+    """A GGUF served by llama.cpp to the decoders (batch 1): see the module's docstring."""
+
+    def __init__(self, path: str | os.PathLike, n_ctx: int = 4096, threads: int | None = None, n_seq_max: int = 64,
+                 kv_type: str = "f16", invariant: bool = False, eos_token_id: Any = None,
+                 flash_attn: bool | None = None):
+        llama_cpp = binding()
+        self.lib, self.path, self.invariant = llama_cpp, Path(path), invariant
+        self.threads = threads or os.cpu_count() or 1
+        llama_cpp.llama_backend_init()
+        params = llama_cpp.llama_model_default_params()
+        self.model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)
+        if not self.model:
+            raise ValueError(f"llama.cpp could not load {self.path}")
+        self.ctx = llama_cpp.llama_init_from_model(self.model, self.context_params(n_ctx, n_seq_max, kv_type,
+                                                                                    flash_attn))
+        if not self.ctx:
+            raise ValueError(f"llama.cpp could not make a context for {self.path} (n_ctx {n_ctx})")
+        self.memory = llama_cpp.llama_get_memory(self.ctx)
+        self.n_ctx, self.n_seq_max, self.kv_type = n_ctx, n_seq_max, kv_type
+        self.vocab_size = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(self.model))
+        self.batch = llama_cpp.llama_batch_init(n_ctx, 0, n_seq_max)
+        self.config = SimpleNamespace(max_position_embeddings=n_ctx, vocab_size=self.vocab_size)
+        self.generation_config = SimpleNamespace(eos_token_id=eos_token_id)
+        self.generation = 0
+        self.forwards = 0
+
+    def context_params(self, n_ctx: int, n_seq_max: int, kv_type: str, flash_attn: bool | None) -> Any:
+        """One unified KV cache of n_ctx cells shared by every sequence (a cell may hold several). Flash attention
+        (None: off beside an F32 cache, llama.cpp's choice otherwise) rounds the scores through F16 on the CPU: F32
+        logits then differ from torch's by 1e-3 of their range, against 2e-6 without it."""
+        params = self.lib.llama_context_default_params()
+        params.n_ctx, params.n_batch, params.n_ubatch = n_ctx, n_ctx, min(n_ctx, 512)
+        params.n_seq_max, params.kv_unified = n_seq_max, True
+        params.n_threads = params.n_threads_batch = self.threads
+        params.type_k = params.type_v = KV_TYPES[kv_type]
+        if flash_attn is None:
+            flash_attn = False if kv_type == "f32" else None
+        params.flash_attn_type = {None: -1, True: 1, False: 0}[flash_attn]  # LLAMA_FLASH_ATTN_TYPE_AUTO / ...
+        params.no_perf = False
+        return params
+
+    def close(self) -> None:
+        """Free llama.cpp's context, batch and model."""
+        if getattr(self, "ctx", None):
+            self.lib.llama_batch_free(self.batch)
+            self.lib.llama_free(self.ctx)
+            self.lib.llama_model_free(self.model)
+            self.ctx = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the binding may be gone already
+            pass
+
+    # -------------------------------------------------------------------- memory
+
+    def seq_rm(self, seq: int, p0: int, p1: int) -> None:
+        """Remove seq's cells at positions [p0, p1) (-1: open)."""
+        if not self.lib.llama_memory_seq_rm(self.memory, seq, p0, p1):
+            raise RuntimeError(f"llama.cpp refused to remove sequence {seq}'s cells [{p0}, {p1})")
+
+    def new_cache(self) -> LlamaCppCache:
+        """An empty cache: llama.cpp's memory cleared (one decode at a time per engine)."""
+        self.lib.llama_memory_clear(self.memory, True)
+        self.generation += 1
+        return LlamaCppCache(self, self.generation)
+
+    def check_live(self, cache: LlamaCppCache) -> None:
+        """A cache is valid until the next new_cache() (the engine has one memory)."""
+        if cache.generation != self.generation:
+            raise ValueError("llama.cpp engine: this cache was replaced by a newer new_cache() (one decode at a time)")
+
+    # -------------------------------------------------------------------- forwards
+
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: LlamaCppCache,
+                keep: int) -> torch.Tensor:
+        width = ids.shape[-1]
+        return self.feed(ids, positions, mask, cache, list(range(width - keep, width)))
+
+    def hidden_states(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: LlamaCppCache
+                      ) -> torch.Tensor:
+        """Logits of every fed slot [1, W, V] (llama.cpp computes them anyway; head() is then the identity)."""
+        return self.feed(ids, positions, mask, cache, list(range(ids.shape[-1])))
+
+    def head(self, hidden: torch.Tensor) -> torch.Tensor:
+        return hidden
+
+    def feed(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: LlamaCppCache,
+             outputs: list[int]) -> torch.Tensor:
+        """One llama.cpp batch for the tree; the logits [1, len(outputs), V] of the slots `outputs`."""
+        self.check_live(cache)
+        if ids.dim() != 2 or ids.shape[0] != 1:
+            raise ValueError(f"the llama.cpp engine decodes one sequence at a time (batch 1); got batch {ids.shape[0]}")
+        cache.settle()
+        width, held = ids.shape[1], cache.length
+        if tuple(mask.shape) != (1, width, held + width):
+            raise ValueError(f"llama.cpp engine: mask {tuple(mask.shape)} for {width} slots after {held} cached")
+        if not bool(mask[0, :, :held].all()):
+            raise ValueError("llama.cpp engine: every fed slot must see every cached slot (no holes at batch 1)")
+        pos = positions[0].tolist()
+        seqs = plan(mask[0, :, held:], pos, cache.next_pos)
+        if seqs.count + 1 > self.n_seq_max:
+            raise ValueError(f"llama.cpp engine: the tree has {seqs.count} paths; n_seq_max is {self.n_seq_max}")
+        for seq in range(1, seqs.count):
+            self.lib.llama_memory_seq_cp(self.memory, 0, seq, -1, -1)
+        spare = self.fill(ids[0].tolist(), pos, seqs, outputs)
+        self.decode()
+        cache.last = Fed(pos, seqs)
+        cache.length += width
+        rows = self.read(outputs)
+        if spare is not None:
+            self.seq_rm(spare, -1, -1)
+        return rows
+
+    def fill(self, tokens: list[int], positions: list[int], seqs: SeqPlan, outputs: list[int]) -> int | None:
+        """Write the batch; in invariant mode, pad to two rows and two logits rows; return the spare's sequence."""
+        want = set(outputs)
+        spare = None
+        if self.invariant and len(tokens) == 1:  # a second row on a sequence of its own, seeing only itself
+            spare = self.n_seq_max - 1
+            tokens, positions = [*tokens, tokens[0]], [*positions, 0]
+            seqs = SeqPlan((*seqs.seqs, (spare,)), seqs.count, seqs.chain)
+        if self.invariant and len(want) < 2:
+            want.add(next(i for i in range(len(tokens) - 1, -1, -1) if i not in want))
+        batch = self.batch
+        for i, (token, position, ids) in enumerate(zip(tokens, positions, seqs.seqs)):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, position, len(ids), i in want
+            for j, seq in enumerate(ids):
+                batch.seq_id[i][j] = seq
+        batch.n_tokens = len(tokens)
+        return spare
+
+    def decode(self) -> None:
+        """Run the batch; a clear error where llama.cpp refuses it."""
+        code = self.lib.llama_decode(self.ctx, self.batch)
+        self.forwards += 1
+        if code != 0:
+            raise RuntimeError(f"llama_decode failed ({code}): see llama.cpp's log above (context of {self.n_ctx}?)")
+
+    def read(self, outputs: list[int]) -> torch.Tensor:
+        """Logits rows of the batch slots `outputs`, as float32 [1, k, V]."""
+        out = np.empty((len(outputs), self.vocab_size), dtype=np.float32)
+        for r, i in enumerate(outputs):
+            ptr = self.lib.llama_get_logits_ith(self.ctx, i)
+            ctypes.memmove(out[r].ctypes.data, ptr, self.vocab_size * 4)
+        return torch.from_numpy(out)[None]

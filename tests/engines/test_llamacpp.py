@@ -1,0 +1,181 @@
+"""The llama.cpp engine on a tiny Llama built in code: the GGUF export against torch, one-token decoding against
+transformers' generate, threshold and verified modes, the tree's sequence ids, and the cache after a crop."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mars_core.decoding.verified import TreeLayout, tree_template
+from mars_core.engines.llamacpp.tree import implied_mask, plan
+from mars_core.generate import encode_prompt, generate
+from mars_core.runtime.forward import cache_mask
+
+from tiny import tiny_llama, tiny_tokenizer
+
+llama_cpp = pytest.importorskip("llama_cpp")
+
+from mars_core.engines.llamacpp import LlamaCppEngine, cost_curve, export_gguf  # noqa: E402
+
+PROMPTS = ["Count from one to ten:", "What is the capital of France?", "List three colours:",
+           "Step by step: 12 * 3"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """(torch model, tokenizer, GGUF path) of a tiny Llama in F32."""
+    tokenizer = tiny_tokenizer(mask_token=True)
+    model = tiny_llama(len(tokenizer), num_hidden_layers=3, max_position_embeddings=512)
+    path = export_gguf(model, tokenizer, tmp_path_factory.mktemp("gguf") / "tiny.f32.gguf", weights="f32")
+    return model, tokenizer, path
+
+
+def engine_of(tiny, invariant: bool = False) -> LlamaCppEngine:
+    model, _, path = tiny
+    return LlamaCppEngine(path, n_ctx=512, threads=1, kv_type="f32", invariant=invariant,
+                          eos_token_id=model.generation_config.eos_token_id)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny):
+    return engine_of(tiny)
+
+
+@pytest.fixture(scope="module")
+def invariant_engine(tiny):
+    return engine_of(tiny, invariant=True)
+
+
+def ids_of(tokenizer, prompt: str) -> torch.Tensor:
+    return torch.tensor([encode_prompt(tokenizer, prompt)])
+
+
+def chain(engine, cache, ids: torch.Tensor, start: int, keep: int | None = None) -> torch.Tensor:
+    """Feed ids [1, W] as a causal run after `start` cached slots; the logits of the last `keep` (all by default)."""
+    width = ids.shape[1]
+    positions = torch.arange(start, start + width)[None]
+    mask = cache_mask(torch.ones(1, start + width, dtype=torch.bool), width)
+    return engine.forward(ids, positions, mask, cache, keep or width)
+
+
+def test_gguf_logits_match_torch(tiny, engine):
+    """F32 GGUF on llama.cpp (F32 KV cache) against the torch model: q/k rows permuted right, vocabulary whole."""
+    model, tokenizer, _ = tiny
+    ids = ids_of(tokenizer, PROMPTS[0])
+    ours = chain(engine, engine.new_cache(), ids, 0)
+    with torch.no_grad():
+        theirs = model(ids).logits.float()
+    assert ours.shape == theirs.shape
+    assert (ours - theirs).abs().max() < 1e-3 * theirs.abs().max()
+    assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
+
+
+@pytest.mark.parametrize("prompt", PROMPTS[:3])
+def test_one_token_equals_transformers_generate(tiny, engine, prompt):
+    """llama.cpp one-token decoding gives transformers' greedy tokens (F32, token for token)."""
+    model, tokenizer, _ = tiny
+    ids = ids_of(tokenizer, prompt)
+    with torch.no_grad():
+        hf = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=24, do_sample=False)
+    ours = generate(engine, tokenizer, prompt, strategy="ar", max_new_tokens=24)
+    assert ours.token_ids[0] == hf[0, ids.shape[1]:].tolist()[: len(ours.token_ids[0])]
+    assert len(ours.token_ids[0]) == hf.shape[1] - ids.shape[1] or ours.token_ids[0][-1] == tokenizer.eos_token_id
+
+
+def test_threshold_mode_commits_tokens(tiny, engine):
+    """Sliding (threshold) mode runs on llama.cpp: at a threshold near 0 a forward commits about B tokens."""
+    _, tokenizer, _ = tiny
+    out = generate(engine, tokenizer, PROMPTS[1], strategy="sliding", threshold=0.01, block_size=4, max_new_tokens=24)
+    assert out.generated_tokens >= out.forwards
+    assert out.tokens_per_forward > 1.5
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_verified_equals_one_token(tiny, invariant_engine, prompt):
+    """Verified decoding on llama.cpp (trees of drafts, groups and siblings) equals llama.cpp's one-token decoding,
+    token for token, on an engine that runs every forward at two rows or more (one kernel path for every width)."""
+    _, tokenizer, _ = tiny
+    ar = generate(invariant_engine, tokenizer, prompt, strategy="ar", max_new_tokens=32)
+
+    for layout in (TreeLayout(), TreeLayout(sibling_floor=0.05, group_floor=0.0)):
+        ver = generate(invariant_engine, tokenizer, prompt, strategy="verified", threshold=0.01, block_size=4,
+                       max_new_tokens=32, layout=layout)
+        assert ver.token_ids == ar.token_ids
+        assert ver.forwards <= ar.forwards
+
+
+def test_verified_with_llamacpp_cost_curve(tiny, engine, tmp_path):
+    """The cost curve is measured once and kept; verified sized by it gives one-token decoding's answer."""
+    _, tokenizer, _ = tiny
+    curve = cost_curve(engine, rounds=1, cache_dir=tmp_path)
+    assert curve.widths[0] == 1 and all(s > 0 for s in curve.seconds[0])
+    assert cost_curve(engine, cache_dir=tmp_path, measure=False) == curve
+    from mars_core.runtime.runtime import Runtime
+
+    ver = generate(engine, tokenizer, PROMPTS[0], strategy="verified", max_new_tokens=24, runtime=Runtime(cost=curve))
+    ar = generate(engine, tokenizer, PROMPTS[0], strategy="ar", max_new_tokens=24)
+    assert ver.generated_tokens == ar.generated_tokens
+
+
+def test_sequence_ids_of_verified_trees():
+    """Every path of a verified tree (drafts, groups G_j, siblings e_a with H_a) is one sequence; seq 0 holds the
+    pending tokens and the drafts; the mask llama.cpp implies is the mask given."""
+    n, P, K, g = 10, 1, 3, 3
+    template = tree_template(P, K, (0, 1, 3), g, (2,))
+    positions = ([n - 1] + [n + a for a in range(K)] + [n + j + t for j in (0, 1, 3) for t in range(g)]
+                 + [n + 1 + t for t in range(1 + g)])
+    seqs = plan(template, positions, n - 1)
+    assert seqs.chain == P + K and seqs.count == 4  # G_0, G_1, G_3 (seq 0, through d_3) and H_2
+    assert seqs.seqs[0] == (0, 1, 2, 3)  # the pending token: on every path
+    assert seqs.seqs[1] == (0, 2, 3)  # d_1: under G_1, G_3 and e_2
+    assert seqs.seqs[2] == seqs.seqs[3] == (0,)  # d_2, d_3: G_3 only (e_2 is d_2's sibling, not its child)
+    assert [s[0] for s in seqs.seqs[4:]] == [1] * g + [2] * g + [0] * g + [3] * (1 + g)
+    seen = (template | torch.eye(template.shape[0], dtype=torch.bool)).tolist()
+    assert implied_mask(seqs.seqs, positions) == seen
+
+
+def test_sequence_ids_of_plain_runs():
+    """A prefill or a one-token forward is one sequence; the first forward of verified (prompt, then G_0) too."""
+    assert plan(torch.ones(1, 1, dtype=torch.bool), [5], 5).seqs == ((0,),)
+    run = plan(torch.ones(4, 4, dtype=torch.bool).tril(), [0, 1, 2, 3], 0)
+    assert run.seqs == ((0,),) * 4 and run.chain == 4 and run.count == 1
+    lone = torch.eye(3, dtype=torch.bool)  # slots that see only themselves and the cache: three roots
+    assert plan(lone, [7, 7, 7], 7).seqs == ((0,), (1,), (2,))
+
+
+def test_masks_llamacpp_cannot_express_raise():
+    """A gap in a path's positions, or a slot that sees a non-chain set of fed slots, is a clear ValueError."""
+    with pytest.raises(ValueError, match="position"):
+        plan(torch.ones(2, 2, dtype=torch.bool).tril(), [0, 2], 0)
+    diamond = torch.tensor([[1, 0, 0], [1, 1, 0], [0, 1, 1]], dtype=torch.bool)  # slot 2 sees 1 but not 1's parent
+    with pytest.raises(ValueError, match="not a tree"):
+        plan(diamond, [0, 1, 2], 0)
+
+
+def test_cache_after_crop_equals_fresh(tiny, engine):
+    """Feed a tree, crop to the pending tokens and one draft, feed again: the logits are those of feeding the kept
+    prefix fresh (the other paths' cells are gone, seq 0 ends at the kept draft)."""
+    _, tokenizer, _ = tiny
+    prompt = ids_of(tokenizer, PROMPTS[2])
+    n = prompt.shape[1]
+    cache = engine.new_cache()
+    chain(engine, cache, prompt[:, :-1], 0)
+    template = tree_template(1, 2, (0, 2), 3)  # pending, d_1, d_2, G_0, G_2
+    ids = torch.tensor([[prompt[0, -1].item(), 7, 9] + [tokenizer.mask_token_id] * 6])
+    positions = torch.tensor([[n - 1, n, n + 1, n, n + 1, n + 2, n + 2, n + 3, n + 4]])
+    mask = torch.cat([torch.ones(1, 9, n - 1, dtype=torch.bool), (template | torch.eye(9, dtype=torch.bool))[None]], -1)
+    engine.hidden_states(ids, positions, mask, cache)
+    cache.crop(-7)  # keep the pending token and d_1
+    assert cache.length == n + 1 and cache.next_pos == n + 1
+    after = chain(engine, cache, torch.tensor([[11, 12]]), n + 1)
+    fresh_cache = engine.new_cache()
+    chain(engine, fresh_cache, torch.cat([prompt, torch.tensor([[7]])], 1), 0)
+    fresh = chain(engine, fresh_cache, torch.tensor([[11, 12]]), n + 1)
+    assert torch.allclose(after, fresh, atol=1e-5, rtol=0)
+    assert torch.equal(after.argmax(-1), fresh.argmax(-1))
+
+
+def test_batch_of_two_is_refused(engine):
+    ids = torch.zeros(2, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match="batch 1"):
+        engine.forward(ids, torch.arange(3).expand(2, 3), torch.ones(2, 3, 3, dtype=torch.bool), engine.new_cache(), 1)
