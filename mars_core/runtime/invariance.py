@@ -12,7 +12,7 @@ import torch
 
 from .forward import cache_mask, forward, new_cache
 from .runtime import Runtime, WidthCheck
-from .timing import read_json, write_json
+from .timing import kept
 
 
 @torch.inference_mode()
@@ -23,7 +23,7 @@ def _feed(model: torch.nn.Module, runtime: Runtime, context: torch.Tensor, valid
     b, n = context.shape
     cache = new_cache(model)
     positions = (valid.long().cumsum(1) - 1).clamp_min(0)
-    forward(model, context, positions, cache_mask(valid, n), cache, 1, runtime)
+    forward(model, context, positions, cache_mask(valid, n), cache, 1, runtime=runtime)
     start, logits = positions[:, -1] + 1, []
     seen = valid
     for s in range(0, new.shape[1], width):
@@ -31,7 +31,7 @@ def _feed(model: torch.nn.Module, runtime: Runtime, context: torch.Tensor, valid
         w = ids.shape[1]
         seen = torch.cat([seen, torch.ones_like(ids, dtype=torch.bool)], 1)
         pos = start[:, None] + s + torch.arange(w, device=ids.device)
-        logits.append(forward(model, ids, pos, cache_mask(seen, w), cache, w, runtime))
+        logits.append(forward(model, ids, pos, cache_mask(seen, w), cache, w, runtime=runtime))
     entries = [t[:, :, n:] for layer in cache.layers for t in (layer.keys, layer.values)]
     return torch.cat(logits, 1), entries
 
@@ -60,15 +60,11 @@ def width_check(model: torch.nn.Module, runtime: Runtime, cache_dir: str | Path 
                 widths: tuple[int, ...] = CHECK_WIDTHS, context: int = 24, new: int = 8) -> WidthCheck:
     """The check prepare() runs (about a second): random tokens, batch 1; kept in cache_dir/width-<key>.json."""
     path = Path(cache_dir) / f"width-{runtime.key(model)}.json" if cache_dir is not None else None
-    kept = read_json(path)
-    if kept is not None:
-        try:
-            return WidthCheck.from_dict(kept)
-        except (KeyError, TypeError, ValueError):
-            pass  # damaged: checked again
-    vocab = model.get_input_embeddings().weight.shape[0]
-    ids = torch.randint(vocab, (1, context + new), generator=torch.Generator().manual_seed(0)).to(model.device)
-    valid = torch.ones(1, context, dtype=torch.bool, device=model.device)
-    check = compare_widths(model, runtime, ids[:, :context], valid, ids[:, context:], widths)
-    write_json(path, check.to_dict())
-    return check
+
+    def check() -> WidthCheck:
+        vocab = model.get_input_embeddings().weight.shape[0]
+        ids = torch.randint(vocab, (1, context + new), generator=torch.Generator().manual_seed(0)).to(model.device)
+        valid = torch.ones(1, context, dtype=torch.bool, device=model.device)
+        return compare_widths(model, runtime, ids[:, :context], valid, ids[:, context:], widths)
+
+    return kept(path, WidthCheck.from_dict, check, WidthCheck.to_dict, timed=False)  # bits, not seconds: always kept

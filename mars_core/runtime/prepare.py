@@ -12,20 +12,22 @@ from .cost import forward_cost
 from .invariance import width_check
 from .linear import fewest_packed_rows, pack_linears
 from .runtime import Runtime
-from .timing import cache_root, machine_busy, read_json, write_json
+from .timing import cache_root, kept
 
 
 def kernel_rows(model: torch.nn.Module, runtime: Runtime, cache_dir: Path | None) -> int:
     """The fewest rows from which the packed kernel is as fast as torch's on this machine (linear.fewest_packed_rows,
     seconds: docs/speed.md#packed-linear-layers), kept in cache_dir/kernels-<key>.json unless the machine was busy."""
     path = cache_dir / f"kernels-{runtime.key(model)}.json" if cache_dir is not None else None
-    kept = read_json(path)
-    if kept is not None and isinstance(kept.get("packed_from"), int):
-        return kept["packed_from"]
-    crowded = machine_busy()
-    rows = fewest_packed_rows(runtime.linears)
-    if not crowded:
-        write_json(path, {"packed_from": rows, "machine": runtime.record(model)})
+    return kept(path, _packed_from, lambda: fewest_packed_rows(runtime.linears),
+                lambda rows: {"packed_from": rows, "machine": runtime.record(model)})
+
+
+def _packed_from(value: dict) -> int:
+    """The kept row count (ValueError where the file holds none)."""
+    rows = value.get("packed_from")
+    if not isinstance(rows, int):
+        raise ValueError(f"no row count kept: {value}")
     return rows
 
 

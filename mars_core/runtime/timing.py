@@ -19,7 +19,7 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -90,6 +90,29 @@ def write_json(path: str | os.PathLike | None, value: dict, indent: int = 1) -> 
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(value, indent=indent) + "\n")
     tmp.replace(path)
+
+
+T = TypeVar("T")
+
+
+def kept(path: Path | None, read: Callable[[dict], T], measure: Callable[[], T], write: Callable[[T], dict], *,
+         timed: bool = True) -> T:
+    """The value kept at path, else measured now and kept there (path None: measured, never kept).
+
+    read turns the kept JSON back into the value (one it cannot read, KeyError/TypeError/ValueError, is measured
+    again); write turns a value into JSON. A timed value measured while the machine was busy is not kept: other
+    work inflated it, so it serves this process only and the next one times again."""
+    value = read_json(path)
+    if value is not None:
+        try:
+            return read(value)
+        except (KeyError, TypeError, ValueError):
+            pass
+    crowded = timed and machine_busy()  # asked before measuring: the timing itself loads the cores
+    measured = measure()
+    if not crowded:
+        write_json(path, write(measured))
+    return measured
 
 
 def cache_root() -> Path:

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from mars_core.load import merge_adapter
-from mars_core.runtime import Runtime, linear
+from mars_core.runtime import Runtime, linear, timing
 from mars_core.runtime.linear import (
     LinearKernels,
     fewest_packed_rows,
@@ -159,7 +159,7 @@ def test_kernel_rows_are_timed_once_and_kept(monkeypatch, tmp_path):
 
     calls = []
     monkeypatch.setattr(prep, "fewest_packed_rows", lambda linears: calls.append(1) or 3)
-    monkeypatch.setattr(prep, "machine_busy", lambda: False)
+    monkeypatch.setattr(timing, "machine_busy", lambda: False)
     model = tiny_qwen2(64)
     runtime = prep.prepare(model, invariant=False, check=False, measure_cost=False, cache_dir=tmp_path)
     assert runtime.packed_from == 3 and runtime.linears and not runtime.rows

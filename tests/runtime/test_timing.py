@@ -39,3 +39,25 @@ def test_machine_busy_reads_the_load_average(monkeypatch):
     assert timing.machine_busy()
     monkeypatch.setattr(timing.os, "getloadavg", lambda: (1.5, 0.0, 0.0))
     assert not timing.machine_busy()
+
+
+def test_kept_measures_once_keeps_it_and_never_keeps_a_timing_taken_on_a_busy_machine(tmp_path, monkeypatch):
+    measured = []
+
+    def measure() -> int:
+        measured.append(1)
+        return len(measured)
+
+    def value(path, **options) -> int:
+        return timing.kept(path, lambda d: int(d["n"]), measure, lambda n: {"n": n}, **options)
+
+    monkeypatch.setattr(timing, "machine_busy", lambda: False)
+    path = tmp_path / "n.json"
+    assert value(path) == 1 and value(path) == 1 and len(measured) == 1  # read back, not measured again
+    path.write_text('{"m": 5}')  # one it cannot read: measured again and kept
+    assert value(path) == 2 and json.loads(path.read_text()) == {"n": 2}
+    monkeypatch.setattr(timing, "machine_busy", lambda: True)
+    busy = tmp_path / "busy.json"
+    assert value(busy) == 3 and not busy.exists()  # inflated by other work: this process's only
+    assert value(busy, timed=False) == 4 and busy.exists()  # not a timing: kept whatever the load
+    assert value(None) == 5  # nowhere to keep it
