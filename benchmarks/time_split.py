@@ -21,8 +21,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mars_core import generate, load, prepare  # noqa: E402
+from mars_core.decoding.strategies import default_threshold  # noqa: E402
 from mars_core.evaluation.prompts import prompt_set  # noqa: E402
-from mars_core.generate import DEFAULT_THRESHOLDS  # noqa: E402
 
 
 def timed_model(model: torch.nn.Module) -> tuple[list[float], list[int]]:
@@ -60,7 +60,7 @@ def main() -> None:
     prompts = [r["prompt"] for r in prompt_set(args.limit)]
     batches = [prompts[i : i + args.batch_size] for i in range(0, len(prompts), args.batch_size)]
     seconds, calls = timed_model(model)
-    checked = DEFAULT_THRESHOLDS["verified"]
+    checked = default_threshold("verified")
     print(f"{'strategy':<9}{'τ':>5}{'forwards':>9}{'tok/fwd':>8}{'ms/fwd':>8}{'in model':>9}{'rest':>7}")
     for strategy, threshold in (("ar", 1.0), ("sliding", 1.0), ("sliding", args.threshold), ("block", 1.0),
                                 ("block", args.threshold), ("verified", 1.0), ("verified", checked)):

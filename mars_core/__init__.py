@@ -9,7 +9,7 @@ from importlib import import_module
 from typing import Any
 
 from .decoding.control import DecodeControl
-from .decoding.spec import TreeLayout
+from .decoding.verified import Forward, TreeLayout, VerifiedConfig
 from .generate import DecodeOptions, GenerationResult, StreamEvent, generate, stream
 from .load import load
 from .runtime import Runtime, prepare
@@ -40,6 +40,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "DecodeControl",
     "DecodeOptions",
+    "Forward",
     "GenerationResult",
     "MarsConfig",
     "MarsTrainer",
@@ -48,6 +49,7 @@ __all__ = [
     "SFTTrainer",
     "StreamEvent",
     "TreeLayout",
+    "VerifiedConfig",
     "generate",
     "load",
     "prepare",

@@ -9,18 +9,12 @@ from typing import Any
 
 import torch
 
-from .decoding.block import block_decode
+from .decoding import strategies
 from .decoding.control import DecodeControl
-from .decoding.sliding import sliding_decode
-from .decoding.spec import DecodeSpec, Step, TreeLayout
-from .decoding.verified import verified_decode
+from .decoding.spec import DecodeSpec, Step
+from .decoding.verified import Forward, VerifiedConfig
 from .runtime.runtime import Runtime
 
-STRATEGIES = ("ar", "sliding", "block", "verified")
-DECODERS = {"ar": sliding_decode, "sliding": sliding_decode, "block": block_decode, "verified": verified_decode}
-# threshold=None means: accept mask predictions at confidence >= 0.9 (sliding, block); for verified, the drafts
-# worth checking (it never changes the answer there; the default is measured, see docs/speed.md)
-DEFAULT_THRESHOLDS = {"ar": 1.0, "sliding": 0.9, "block": 0.9, "verified": 0.3}
 Message = dict[str, str]
 Prompts = str | Sequence[str] | Sequence[Message] | Sequence[Sequence[Message]]
 
@@ -106,8 +100,7 @@ def check_request(
     max_new_tokens: int,
 ) -> None:
     """Raise a clear ValueError for settings no decoder can honour."""
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    entry = strategies.strategy(strategy)
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size must be an integer >= 1, got {block_size!r}")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
@@ -119,7 +112,7 @@ def check_request(
         )
     ctx = context_length(model)
     longest = max(len(p) for p in prompt_ids)
-    ahead = (2 if strategy == "verified" else 1) * (block_size - 1)  # verified: drafts, then masks after them
+    ahead = entry.headroom(block_size)  # mask slots past the answer (verified: drafts, then masks after them)
     if ctx is not None and longest + max_new_tokens + ahead > ctx:
         raise ValueError(
             f"prompt too long: {longest} prompt tokens + max_new_tokens {max_new_tokens} + {ahead} mask and draft "
@@ -134,17 +127,18 @@ class DecodeOptions:
     strategy: str = "sliding"  # "ar", "sliding" (MARS, one sequence at a time), "block" (batches) or "verified"
     block_size: int = 4  # B: the most tokens one forward may commit (the adapter's training block size)
     max_new_tokens: int = 256  # per prompt
-    threshold: float | None = None  # None: DEFAULT_THRESHOLDS[strategy]; 1 = one token per forward
+    # the four live settings, copied into a DecodeControl at the start; or give `control` instead, not both
+    threshold: float | None = None  # None: the strategy's default (decoding/strategies.py); 1 = one token per forward
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0  # nucleus mass when sampling
     confidence: str = "prob"  # "prob", "entropy" or "margin"
     seed: int | None = None  # seeds sampling
     stop_strings: Sequence[str] = ()  # the text is cut before the first of these
     chat: bool = True  # a string prompt becomes a user turn under the chat template
-    control: DecodeControl | None = None  # live settings (threshold, stop()); overrides the four above when given
-    layout: TreeLayout = field(default_factory=TreeLayout)  # verified: which drafts and groups are fed
-    record: Callable[[Any], None] | None = None  # verified: called before each event with what its forward fed and
-    # decided (a decoding.verified.Forward: the tree, the exact mask, the verdicts, the next drafts and groups)
+    control: DecodeControl | None = None  # the live settings (changed while it runs, stop()), instead of the four
+    layout: VerifiedConfig = field(default_factory=VerifiedConfig)  # verified: which drafts and groups are fed
+    record: Callable[[Forward], None] | None = None  # verified: called before each event with what its forward fed
+    # and decided (a decoding.verified.Forward: the tree, the exact mask, the verdicts, the next drafts and groups)
     runtime: Runtime | None = None  # how forwards run on this machine (mars_core.prepare(model)); None: plain torch
 
     def with_settings(self, settings: dict[str, Any]) -> DecodeOptions:
@@ -156,13 +150,21 @@ class DecodeOptions:
         return replace(self, **settings)
 
 
+LIVE = ("threshold", "temperature", "top_p", "confidence")  # the settings a DecodeControl carries
+
+
 def _control(options: DecodeOptions) -> DecodeControl:
+    """The live settings: the caller's control, or one made from the four options (never both: which would win?)."""
     if options.control is not None:
+        given = [name for name in LIVE if getattr(options, name) != getattr(DecodeOptions, name)]
+        if given:
+            raise ValueError(f"set {', '.join(given)} on the control, not beside it: a control carries the live "
+                             f"settings ({', '.join(LIVE)})")
         options.control.snapshot()  # validates
         return options.control
     threshold = options.threshold
     if threshold is None:
-        threshold = DEFAULT_THRESHOLDS.get(options.strategy, 0.9)
+        threshold = strategies.STRATEGIES[options.strategy].threshold if options.strategy in strategies.NAMES else 0.9
     return DecodeControl(threshold=threshold, temperature=options.temperature, top_p=options.top_p,
                          confidence=options.confidence)
 
@@ -171,7 +173,7 @@ def _start(model, tokenizer, prompts: Prompts, options: DecodeOptions) -> tuple[
     """Validate, encode, and start the chosen decoder (a generator of Steps)."""
     control = _control(options)  # the settings first: their message names what is wrong
     prompt_ids = [encode_prompt(tokenizer, p, options.chat) for p in as_prompt_list(prompts)]
-    block_size = 1 if options.strategy == "ar" else options.block_size
+    block_size = strategies.strategy(options.strategy).block_size(options.block_size)
     check_request(model, tokenizer, prompt_ids, options.strategy, block_size, options.max_new_tokens)
     generator = None
     if options.seed is not None:
@@ -185,11 +187,11 @@ def _start(model, tokenizer, prompts: Prompts, options: DecodeOptions) -> tuple[
         pad_id=pad,
         mask_id=tokenizer.mask_token_id,
         generator=generator,
-        layout=options.layout,
-        record=options.record,
         runtime=options.runtime or Runtime(),
     )
-    return DECODERS[options.strategy](model, prompt_ids, spec, control), prompt_ids
+    steps = strategies.start(options.strategy, model, prompt_ids, spec, control, layout=options.layout,
+                             record=options.record)
+    return steps, prompt_ids
 
 
 class TextTracker:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import gradio as gr
 
 from mars_core import DecodeControl, stream
-from mars_core.generate import DEFAULT_THRESHOLDS
+from mars_core.decoding.strategies import default_threshold
 from mars_core.runtime import Runtime
 
 from . import models
@@ -97,7 +97,7 @@ def lane_controls(tau: float, temperature: float = 0.0) -> dict[str, DecodeContr
     """Each lane's settings, read at its every forward: AR at τ = 1, MARS at `tau`, verified at its own default."""
     return {"ar": DecodeControl(threshold=1.0, temperature=temperature),
             "mars": DecodeControl(threshold=tau, temperature=temperature),
-            "verified": DecodeControl(threshold=DEFAULT_THRESHOLDS["verified"], temperature=temperature)}
+            "verified": DecodeControl(threshold=default_threshold("verified"), temperature=temperature)}
 
 
 def race(

@@ -11,8 +11,6 @@ import plotly.graph_objects as go
 import torch
 
 from mars_core import TreeLayout, stream
-from mars_core.decoding.lookup import expected_run
-from mars_core.decoding.verified import FLOORS, leading, sibling_odds
 from mars_core.generate import encode_prompt
 
 from . import models
@@ -310,10 +308,10 @@ def verified_step(tok, record, before, event, context: str, g: int) -> dict:
     text = [tok.decode([i]) if kind != "mask" else "[MASK]" for i, kind in zip(record.ids[0].tolist(), kinds)]
     m, threshold = int(record.m[0]), event.threshold
     by_sibling = record.by_sibling is not None and bool(record.by_sibling[0])
-    mask_count = int(leading(record.proposed.conf >= threshold)[0])
+    mask_count = int(record.mask_kept[0])
     next_siblings = ([a + 1 for a, f in enumerate(record.sibling_fed[0].tolist()) if f]
                      if record.sibling_fed is not None else [])
-    next_odds = sibling_odds(record.chain, record.chain.count, torch.tensor(event.done[:1]))[0]
+    next_odds = record.sibling_odds[0]
     return {
         "forward": event.forward, "threshold": threshold, "context": context, "done": event.done[0], "g": g,
         "pending": P, "drafts": K, "groups": groups, "siblings": siblings, "by_sibling": by_sibling,
@@ -322,21 +320,21 @@ def verified_step(tok, record, before, event, context: str, g: int) -> dict:
                   for k, t, p, (j, n) in zip(kinds, text, record.positions[0].tolist(), group_of)],
         "fed": fed.tolist(), "mask": record.mask[0, :, cache:].tolist(),
         "cache_seen": record.mask[0, :, :cache].sum(-1).tolist(), "width": width,
-        "source": "lookup" if bool(tree.looked[0]) else "mask",
+        "source": "lookup" if bool(tree.from_lookup[0]) else "mask",
         "draft_conf": before.chain.conf[0, :K].tolist() if before is not None else [],
         "chosen_odds": before.odds[0].tolist() if before is not None else None,
-        "seconds": None if record.seconds is None else record.seconds.tolist(),
+        "seconds": None if record.seconds is None else record.seconds.tolist(), "floors": record.floors,
         "m": m, "predicted": [tok.decode([i]) for i in record.tokens[0].tolist()],
         "predicted_conf": record.confidence[0].tolist(), "committed": [tok.decode([i]) for i in event.token_ids[0]],
         "proposed": [tok.decode([i]) for i in record.proposed.tokens[0, :g].tolist()],
         "proposed_conf": record.proposed.conf[0, :g].tolist(),
         # G_m (H_m where the sibling e_m matched) was fed: its masks propose the next drafts
         "proposed_fed": by_sibling or (m in groups and bool(tree.group_fed[0, m])),
-        "mask_run": float(expected_run(record.proposed.conf, torch.tensor([mask_count]))[0]),
+        "mask_run": float(record.mask_run[0]),
         "next": [tok.decode([i]) for i in record.chain.tokens[0, : int(record.chain.count[0])].tolist()],
         "next_conf": record.chain.conf[0, : int(record.chain.count[0])].tolist(),
-        "next_source": "lookup" if bool(record.chain.looked[0]) else "mask", "mask_count": mask_count,
-        "next_run": float(expected_run(record.chain.conf, record.chain.count)[0]),
+        "next_source": "lookup" if bool(record.chain.from_lookup[0]) else "mask", "mask_count": mask_count,
+        "next_run": float(record.chain_run[0]),
         "next_odds": record.odds[0].tolist(), "next_groups": [j for j, f in enumerate(record.group_fed[0]) if f],
         "next_siblings": [(a, tok.decode([int(record.chain.second[0, a - 1])]), float(next_odds[a - 1]))
                           for a in next_siblings],
@@ -347,7 +345,7 @@ def before_sibling_odds(before) -> list[float]:
     """P(e_a is used) for each draft of this forward, as the forward before computed it (sibling_odds)."""
     if before is None:
         return []
-    return sibling_odds(before.chain, before.chain.count, torch.zeros(1, dtype=torch.bool))[0].tolist()
+    return before.sibling_odds[0].tolist()
 
 
 def verified_steps(prompt: str, threshold: float, block_size: int, max_new_tokens: int
@@ -517,7 +515,7 @@ def why_this_tree(s: dict) -> str:
     else:
         t = s["seconds"]
         rule = ("This machine's forward cost was measured, so the decoder sized the tree by cost: among draft counts "
-                f"and group floors ({', '.join(f'{f:g}' for f in FLOORS)}) it fed the tree with the most expected "
+                f"and group floors ({', '.join(f'{f:g}' for f in s['floors'])}) it fed the tree with the most expected "
                 f"committed tokens per second of forward. This forward fed {s['width']} tokens, which costs "
                 f"{t[min(s['width'], len(t) - 1)] / t[1]:.2f}× a one-token forward here"
                 + ("; it fed no group at all (see the table: each one's width cost more than it was expected to "

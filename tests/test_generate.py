@@ -39,6 +39,8 @@ def test_prompt_forms_agree(model, tokenizer):
         (dict(top_p=0.0), "top_p"),
         (dict(confidence="vibes"), "confidence"),
         (dict(strategy="beam"), "strategy"),
+        (dict(control=DecodeControl(), threshold=0.5), "on the control, not beside it"),
+        (dict(control=DecodeControl(), temperature=0.7, top_p=0.9), "temperature, top_p"),
         (dict(prompts="word " * 300), "too long"),
         (dict(max_new_tokens=250), "too long"),
     ],

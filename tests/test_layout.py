@@ -79,6 +79,46 @@ def test_rooms_do_not_reach_sideways(room, forbidden):
             assert not bad, f"{name} imports {bad}"
 
 
+def reach(edges: dict[str, set[str]], start: str) -> set[str]:
+    """Every module of ours `start` imports, directly or through others."""
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in edges[todo.pop()] - seen:
+            seen.add(nxt)
+            todo.append(nxt)
+    return seen
+
+
+VERIFIED = "mars_core.decoding.verified"
+
+
+def test_the_plan_never_imports_the_tree():
+    """Verified decoding's plan is a pure function of confidences and the cost curve: it never reaches the rooms that
+    build, verify or feed the tree (it can be read, tested and replaced without them)."""
+    edges = graph()
+    bad = sorted(m for m in reach(edges, f"{VERIFIED}.plan") if m.startswith(VERIFIED))
+    assert not bad, f"{VERIFIED}.plan imports {bad}"
+
+
+# What the app may use of the decoders: the public names (mars_core, mars_core.generate), the live settings, the
+# strategy table, and verified decoding's Forward record (the package exports it; record.py defines it). Never a
+# decoder's internals: what it draws, it reads from the record.
+STUDIO_MAY_IMPORT = ("mars_core.decoding.control", "mars_core.decoding.strategies", VERIFIED, f"{VERIFIED}.record")
+
+
+def test_studio_never_imports_a_decoders_internals():
+    for name, targets in graph().items():
+        if not name.startswith("mars_core"):
+            bad = sorted(t for t in targets if t.startswith("mars_core.decoding") and t not in STUDIO_MAY_IMPORT)
+            assert not bad, f"{name} imports {bad}: only {STUDIO_MAY_IMPORT} of mars_core.decoding"
+
+
+def test_no_decoding_module_is_long():
+    """A decoder is a room of small modules: none is longer than about 300 lines."""
+    for path in (PACKAGE / "decoding").rglob("*.py"):
+        assert len(path.read_text().splitlines()) <= 320, f"{path.relative_to(ROOT)} is too long"
+
+
 def test_the_engine_never_imports_the_app():
     """mars_core is what users install: it stands alone; studio/ and app.py use it, never the other way."""
     for name, targets in graph().items():

@@ -24,9 +24,10 @@ import torch
 from ..runtime.forward import cache_mask, forward, new_cache
 from ..runtime.runtime import Runtime
 from .cache import left_pad
+from .commit import Committed, commit, decode_loop
 from .control import DecodeControl
-from .sampling import accept_prefix, cap_at_stop, select
-from .spec import DecodeSpec, Step, write_out
+from .sampling import accept_prefix, select
+from .spec import DecodeSpec, Step
 
 
 @dataclass
@@ -40,22 +41,23 @@ class Blocks:
     block: torch.Tensor  # [b, B] filled slots (a prefix), masks after them
     filled: torch.Tensor  # [b] filled slots
     valid: torch.Tensor  # [b, T] which cache slots hold real tokens
-    out: torch.Tensor  # [b, max_new_tokens + B] committed tokens (write_out's buffer)
-    generated: torch.Tensor  # [b] tokens committed
-    done: torch.Tensor  # [b] finished
+    answer: Committed  # the answer so far
     filled_max: int = 0  # host copy of filled.max()
     cached: int = 0  # leading block slots already in the cache
+    width: int = 0  # block slots cached .. width-1 were fed by the last forward
+    shared: int = 0  # host copy: the fed slots every live sample has filled (they stay in the cache)
+    complete: bool = False  # host copy: every sample has filled the block or is done
 
 
 def start(prompts: list[list[int]], spec: DecodeSpec, dev: torch.device) -> Blocks:
     """An empty first block after the prompt, which enters the cache with block 0's first forward."""
-    b, B = len(prompts), spec.block_size
+    b = len(prompts)
     uncached, uncached_valid = left_pad(prompts, spec.pad_id, dev)
-    zero = torch.zeros(b, dtype=torch.long, device=dev)
     return Blocks(uncached, uncached_valid, (uncached_valid.long().cumsum(1) - 1).clamp_min(0),
-                  base=uncached_valid.sum(1), block=empty_block(spec, b, dev), filled=zero.clone(),
-                  valid=torch.zeros((b, 0), dtype=torch.bool, device=dev), generated=zero, done=zero.bool(),
-                  out=torch.full((b, spec.max_new_tokens + B), spec.pad_id, dtype=torch.long, device=dev))
+                  base=uncached_valid.sum(1), block=empty_block(spec, b, dev),
+                  filled=torch.zeros(b, dtype=torch.long, device=dev),
+                  valid=torch.zeros((b, 0), dtype=torch.bool, device=dev),
+                  answer=Committed.empty(b, spec, spec.block_size, dev))
 
 
 def empty_block(spec: DecodeSpec, b: int, dev: torch.device) -> torch.Tensor:
@@ -73,7 +75,7 @@ def feed(model: torch.nn.Module, runtime: Runtime, cache, s: Blocks, width: int)
     fed_ok = torch.ones((s.block.shape[0], width - s.cached), dtype=torch.bool, device=dev)
     mask = cache_mask(torch.cat([s.valid, s.uncached_valid, fed_ok], 1), U + width - s.cached)
     first = s.cached + (U == 0)  # the block slot the first kept logit predicts (U > 0 means cached == 0)
-    return forward(model, ids, positions, mask, cache, width - first + 1, runtime), first
+    return forward(model, ids, positions, mask, cache, width - first + 1, runtime=runtime), first
 
 
 def predict(logits: torch.Tensor, s: Blocks, ctl, first: int, one_token: bool,
@@ -98,33 +100,51 @@ def fill(s: Blocks, tokens: torch.Tensor, conf: torch.Tensor, threshold: float, 
     the block's end), cut at max_new_tokens and after a stop token; returns (start, end)."""
     B = spec.block_size
     slots = torch.arange(B, device=tokens.device)
-    waiting = s.done | (s.filled >= B)
-    end = accept_prefix(conf, s.filled, threshold).clamp_max(B)
-    end = torch.minimum(end, s.filled + spec.max_new_tokens - s.generated)
-    end, hit = cap_at_stop(tokens, s.filled, end, spec.stop_ids)
-    end = torch.where(waiting, s.filled, end)
-    s.done = s.done | hit | (s.generated + end - s.filled >= spec.max_new_tokens)
+    waiting = s.answer.done | (s.filled >= B)
+    end = commit(s.answer, tokens, s.filled, accept_prefix(conf, s.filled, threshold).clamp_max(B), spec,
+                 hold=waiting)
     s.block = torch.where((slots >= s.filled[:, None]) & (slots < end[:, None]), tokens, s.block)
     begin, s.filled = s.filled, end
-    write_out(s.out, s.generated, tokens, begin, end)  # also advances generated
     return begin, end
 
 
-def settle(cache, s: Blocks, spec: DecodeSpec, width: int, keep: int, filled_max: int, complete: bool) -> None:
+def settle(cache, s: Blocks, spec: DecodeSpec) -> None:
     """Keep the fed slots every live sample has filled (crop the rest: masks among them); when the block is
     complete, start the next one, whose first forward feeds this one's uncached tail."""
-    b, B, dev = s.block.shape[0], spec.block_size, s.block.device
-    if width > keep:
-        cache.crop(-(width - keep))
+    b, B, dev, keep = s.block.shape[0], spec.block_size, s.block.device, s.shared
+    if s.width > keep:
+        cache.crop(-(s.width - keep))
     fed_ok = torch.ones((b, keep - s.cached), dtype=torch.bool, device=dev)
     s.valid = torch.cat([s.valid, s.uncached_valid, fed_ok], 1)
-    s.cached, s.filled_max = keep, filled_max
-    tail = torch.arange(s.cached if complete else B, B, device=dev)  # nothing is left uncached mid-block
+    s.cached = keep
+    tail = torch.arange(s.cached if s.complete else B, B, device=dev)  # nothing is left uncached mid-block
     s.uncached, s.uncached_pos = s.block[:, tail], s.base[:, None] + tail
     s.uncached_valid = torch.ones((b, len(tail)), dtype=torch.bool, device=dev)
-    if complete:
+    if s.complete:
         s.base, s.block = s.base + B, empty_block(spec, b, dev)
         s.filled, s.filled_max, s.cached = torch.zeros_like(s.filled), 0, 0
+
+
+def step(model: torch.nn.Module, cache, s: Blocks, spec: DecodeSpec, ctl: DecodeControl) -> Step:
+    """One forward over the block's unfilled rest (threshold 1: the filled slots not yet cached), then the commit."""
+    B = spec.block_size
+    s.width = B if ctl.threshold < 1.0 else s.filled_max  # block slots cached .. width-1 are fed this forward
+    logits, first = feed(model, spec.runtime, cache, s, s.width)
+    tokens, conf = predict(logits, s, ctl, first, s.width < B, spec.generator)
+    shared = torch.where(s.answer.done, B, s.filled).min().clamp_max(s.width)  # fed slots real for every live one
+    begin, end = fill(s, tokens, conf, ctl.threshold, spec)
+    block_done = (s.filled >= B) | s.answer.done
+    host = torch.stack([end, s.answer.done.long(), block_done.long(), shared.expand(len(end))]).tolist()  # one sync
+    s.filled_max, s.complete, s.shared = max(host[0]), all(host[2]), host[3][0]
+    return Step(tokens, conf, begin, end, [bool(d) for d in host[1]], ctl.threshold, s.answer.out,
+                s.answer.generated)
+
+
+def advance(cache, s: Blocks, spec: DecodeSpec, stop: torch.Tensor | None) -> None:
+    """After the caller's stop request (which may complete the block), settle the cache for the next forward."""
+    if stop is not None:
+        s.complete = bool((s.answer.done | (s.filled >= spec.block_size)).all())
+    settle(cache, s, spec)
 
 
 @torch.inference_mode()
@@ -132,23 +152,6 @@ def block_decode(
     model: torch.nn.Module, prompts: list[list[int]], spec: DecodeSpec, control: DecodeControl
 ) -> Generator[Step, torch.Tensor | None, None]:
     """Yield one Step per forward. send() a bool [b] tensor to stop samples (stop strings)."""
-    B, b = spec.block_size, len(prompts)
     s, cache = start(prompts, spec, model.device), new_cache(model)
-    while True:
-        ctl = control.snapshot()
-        if ctl.stopped:
-            return
-        width = B if ctl.threshold < 1.0 else s.filled_max  # block slots cached .. width-1 are fed this forward
-        logits, first = feed(model, spec.runtime, cache, s, width)
-        tokens, conf = predict(logits, s, ctl, first, width < B, spec.generator)
-        shared = torch.where(s.done, B, s.filled).min().clamp_max(width)  # fed slots real for every live sample
-        begin, end = fill(s, tokens, conf, ctl.threshold, spec)
-        block_done = (s.filled >= B) | s.done
-        host = torch.stack([end, s.done.long(), block_done.long(), shared.expand(b)]).tolist()  # one host sync
-        stop = yield Step(tokens, conf, begin, end, [bool(d) for d in host[1]], ctl.threshold, s.out, s.generated)
-        if stop is not None:
-            s.done = s.done | stop.to(s.done.device)
-        if bool(s.done.all()):
-            return
-        complete = all(host[2]) if stop is None else bool((s.done | (s.filled >= B)).all())
-        settle(cache, s, spec, width, host[3][0], max(host[0]), complete)
+    yield from decode_loop(control, s.answer, lambda ctl: step(model, cache, s, spec, ctl),
+                           lambda stop: advance(cache, s, spec, stop))

@@ -27,8 +27,9 @@ import torch
 from tqdm.auto import tqdm
 
 from ..attention import as_model_mask
-from ..decoding.spec import TreeLayout
-from ..generate import DEFAULT_THRESHOLDS, encode_prompt, generate, stop_token_ids
+from ..decoding.strategies import NAMES, STRATEGIES
+from ..decoding.verified import VerifiedConfig
+from ..generate import encode_prompt, generate, stop_token_ids
 from ..machine import machine_line
 from ..runtime import CostCurve, Runtime, cache_mask, new_cache
 from ..runtime.timing import median_seconds, write_json
@@ -36,9 +37,11 @@ from .loading import load_prepared
 from .prompts import load_split, prompt_set
 from .tasks import OPEN, PREDICTABLE
 
-# mars_verified_siblings: verified mode with siblings beside its drafts (TreeLayout(sibling_floor=0.1)), to compare:
-# a matched sibling's bonus is exact up to rounding only, so the default (mars_verified) feeds a chain
-METHODS = ("hf_generate", "hf_prompt_lookup", "ar", "mars_sliding", "mars_block", "mars_verified",
+VERIFIED_THRESHOLD = STRATEGIES["verified"].threshold  # the draft threshold verified decodes with by default
+# our methods are the strategy table's (one-token ones by name, the others as mars_<name>); mars_verified_siblings:
+# verified mode with siblings beside its drafts (VerifiedConfig(sibling_floor=0.1)), to compare: a matched sibling's
+# bonus is exact up to rounding only, so the default (mars_verified) feeds a chain
+METHODS = ("hf_generate", "hf_prompt_lookup", *(n if STRATEGIES[n].one_token else f"mars_{n}" for n in NAMES),
            "mars_verified_siblings")
 
 
@@ -100,7 +103,7 @@ def _hf(model, tokenizer, prompts: list[str], max_new: int, runtime: Runtime, lo
     return Counts(sum(lengths), None if lookup else sum(lengths), forwards, max(lengths), dict(zip(prompts, ids)))
 
 
-def _ours(strategy: str, block_size: int, threshold: float, layout: TreeLayout = TreeLayout()) -> Runner:
+def _ours(strategy: str, block_size: int, threshold: float, layout: VerifiedConfig = VerifiedConfig()) -> Runner:
     def run(model, tokenizer, prompts, max_new, runtime):
         r = generate(model, tokenizer, prompts, strategy=strategy, block_size=block_size, threshold=threshold,
                      max_new_tokens=max_new, layout=layout, runtime=runtime)
@@ -110,17 +113,17 @@ def _ours(strategy: str, block_size: int, threshold: float, layout: TreeLayout =
     return run
 
 
-def configurations(methods, block_sizes, thresholds, verified_thresholds=(DEFAULT_THRESHOLDS["verified"],)):
+def configurations(methods, block_sizes, thresholds, verified_thresholds=(VERIFIED_THRESHOLD,)):
     """(method, block_size, threshold, runner) for every requested combination (verified: its draft thresholds)."""
     for m in methods:
         if m in ("hf_generate", "hf_prompt_lookup"):
             lookup = m == "hf_prompt_lookup"
             yield m, None, None, lambda mo, tok, p, n, rt, lookup=lookup: _hf(mo, tok, p, n, rt, lookup)
-        elif m == "ar":
-            yield m, None, None, _ours("ar", 1, 1.0)
+        elif m in STRATEGIES:  # a one-token strategy ("ar")
+            yield m, None, None, _ours(m, 1, STRATEGIES[m].threshold)
         else:
             verified = m.startswith("mars_verified")
-            layout = TreeLayout(sibling_floor=0.1) if m == "mars_verified_siblings" else TreeLayout()
+            layout = VerifiedConfig(sibling_floor=0.1) if m == "mars_verified_siblings" else VerifiedConfig()
             for b in block_sizes:
                 for t in verified_thresholds if verified else thresholds:
                     yield m, b, t, _ours("verified" if verified else m.removeprefix("mars_"), b, t, layout)
@@ -193,7 +196,7 @@ def groups(categories) -> dict[str, list[str]]:
 
 def bench(
     model, tokenizer, records: list[dict], *, methods=METHODS, batch_sizes=(1,), block_sizes=(4,),
-    thresholds=(1.0, 0.9), verified_thresholds=(DEFAULT_THRESHOLDS["verified"],), max_new_tokens=64, repeats=3,
+    thresholds=(1.0, 0.9), verified_thresholds=(VERIFIED_THRESHOLD,), max_new_tokens=64, repeats=3,
     progress: bool = True, runtime: Runtime | None = None,
 ) -> list[Row]:
     """Time every configuration at every batch size, per category and over all prompts, every method under the same
@@ -369,7 +372,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch-sizes", default="1,4,16", help="comma list")
     p.add_argument("--block-sizes", default="4,8", help="comma list")
     p.add_argument("--thresholds", default="1.0,0.95,0.9,0.8", help="comma list (sliding and block)")
-    p.add_argument("--verified-thresholds", default=f"1.0,{DEFAULT_THRESHOLDS['verified']:g}",
+    p.add_argument("--verified-thresholds", default=f"1.0,{VERIFIED_THRESHOLD:g}",
                    help="comma list: the draft thresholds of mars_verified (1.0 = no drafts, plain AR)")
     p.add_argument("--limit", type=int, default=None, help="use the first N prompts (round-robin over categories)")
     p.add_argument("--split", default="heldout", help="the prompts: heldout (default) or never_trained")
@@ -400,7 +403,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         args.limit, args.max_new_tokens, args.repeats = 4, 16, 1
         args.batch_sizes, args.block_sizes, args.thresholds = "1", "4", "1.0,0.9"
-        args.verified_thresholds = f"{DEFAULT_THRESHOLDS['verified']:g}"
+        args.verified_thresholds = f"{VERIFIED_THRESHOLD:g}"
 
     records = prompt_set(args.limit) if args.split == "heldout" else load_split(args.split, args.limit)
     model, tokenizer, runtime = load_prepared(args.model, dtype=args.dtype, pack=not args.no_pack,

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..decoding.control import CONFIDENCES
-from ..generate import DEFAULT_THRESHOLDS as STRATEGY_THRESHOLDS
+from ..decoding.strategies import default_threshold
 from ..machine import machine_line
 from ..runtime.timing import write_json
 from .loading import load_prepared
@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="only the first N prompts (round-robin over categories)")
     parser.add_argument("--thresholds", default=",".join(f"{t:g}" for t in EVAL_THRESHOLDS),
                         help="threshold mode (sliding); include 1.0 for the one-token answers the rows compare with")
-    parser.add_argument("--verified-thresholds", default=f"{STRATEGY_THRESHOLDS['verified']:g}",
+    parser.add_argument("--verified-thresholds", default=f"{default_threshold('verified'):g}",
                         help="verified mode's draft thresholds (empty: no verified rows)")
     parser.add_argument("--block-size", type=int, default=4)
     parser.add_argument("--confidence", default="prob", choices=CONFIDENCES,

@@ -43,13 +43,13 @@ from tqdm import tqdm
 
 import mars_core
 
-from ..decoding.spec import TreeLayout
+from ..decoding.strategies import NAMES as STRATEGIES
+from ..decoding.verified import VerifiedConfig
 from ..runtime.timing import write_json
 from .lm_eval_tasks import TASKS_DIR
 from .loading import load_prepared
 
 MODEL_NAME = "mars_studio"
-STRATEGIES = ("ar", "sliding", "block", "verified")
 LAYOUTS = ("fixed", "cost")
 
 
@@ -98,7 +98,7 @@ class MarsStudioLM(TemplateLM):
             raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
         # fixed: verified trees by the fixed rules, so tokens per forward is the model's, the same on every machine
         # (as in mars-eval); cost: sized by this machine's cost curve (faster here, machine-dependent)
-        self.layout = TreeLayout(use_cost=layout == "cost")
+        self.layout = VerifiedConfig(use_cost=layout == "cost")
         if isinstance(pretrained, torch.nn.Module):  # an already loaded model (with its tokenizer)
             if tokenizer is None:
                 raise ValueError("pass the tokenizer along with a loaded model")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..decoding.spec import TreeLayout
+from ..decoding.verified import VerifiedConfig
 from ..runtime import Runtime
 from .drafts import check_drafts, draft_stats
 from .report import base_rows, report_categories, run_key, summary_row
@@ -38,7 +38,7 @@ def decode_records(
         fwd = [0] * len(idx)
         t0 = time.perf_counter()
         for ev in stream(model, tokenizer, prompts, strategy=strategy, block_size=block_size,
-                         max_new_tokens=max_new_tokens, threshold=threshold, layout=TreeLayout(use_cost=False),
+                         max_new_tokens=max_new_tokens, threshold=threshold, layout=VerifiedConfig(use_cost=False),
                          confidence=confidence, runtime=runtime):
             for k, toks in enumerate(ev.token_ids):
                 if toks:

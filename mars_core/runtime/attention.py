@@ -56,9 +56,10 @@ def attention_by_rows(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
 
 
 def mars_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                   attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                   attention_mask: torch.Tensor | None, *, dropout: float = 0.0, scaling: float | None = None,
                    is_causal: bool | None = None, **kwargs) -> tuple[torch.Tensor, None]:
-    """transformers' attention interface: rows (attention_by_rows) inside rows_attention(), SDPA elsewhere."""
+    """transformers' attention interface: rows (attention_by_rows) inside rows_attention(), SDPA elsewhere.
+    transformers passes everything after attention_mask by keyword."""
     if not _ROWS.get() or (attention_mask is not None and attention_mask.dtype != torch.bool):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)

@@ -30,7 +30,7 @@ SPOT_WIDTHS = (1, 4)  # batch-1 widths a kept curve is checked against at load
 
 
 @torch.inference_mode()
-def measure_cost(model: torch.nn.Module, runtime: Runtime, batch_sizes: tuple[int, ...] = BATCH_SIZES,
+def measure_cost(model: torch.nn.Module, runtime: Runtime, *, batch_sizes: tuple[int, ...] = BATCH_SIZES,
                  widths: tuple[int, ...] = WIDTHS, context: int = 128, rounds: int = ROUNDS,
                  budget: int = TOKEN_BUDGET) -> CostCurve:
     """Time cached forwards (explicit mask, logits for up to 8 slots, as verified decoding reads them) after a
@@ -45,7 +45,7 @@ def measure_cost(model: torch.nn.Module, runtime: Runtime, batch_sizes: tuple[in
         prefix = torch.randint(vocab, (b, context + max(timed)), generator=gen).to(dev)
         cache = new_cache(model)
         forward(model, prefix[:, :context], torch.arange(context, device=dev).expand(b, -1),
-                cache_mask(torch.ones(b, context, dtype=torch.bool, device=dev), context), cache, 1, runtime)
+                cache_mask(torch.ones(b, context, dtype=torch.bool, device=dev), context), cache, 1, runtime=runtime)
         times: dict[int, list[float]] = {w: [] for w in timed}
         for _ in range(rounds + 1):  # the first round warms up
             for w in timed:
@@ -64,7 +64,7 @@ def _timed_forward(model: torch.nn.Module, runtime: Runtime, cache, ids: torch.T
     b, w = ids.shape
     positions = torch.arange(context, context + w, device=ids.device).expand(b, -1)
     mask = cache_mask(torch.ones(b, context + w, dtype=torch.bool, device=ids.device), w)
-    return seconds(lambda: forward(model, ids, positions, mask, cache, min(w, 8), runtime), ids.device,
+    return seconds(lambda: forward(model, ids, positions, mask, cache, min(w, 8), runtime=runtime), ids.device,
                    after=lambda: cache.crop(-w))
 
 

@@ -34,7 +34,7 @@ def cache_mask(valid: torch.Tensor, width: int) -> torch.Tensor:
 
 
 def forward(model: torch.nn.Module, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
-            cache: DynamicCache, keep: int, runtime: Runtime) -> torch.Tensor:
+            cache: DynamicCache, keep: int, *, runtime: Runtime) -> torch.Tensor:
     """One cached forward; returns the logits of the last `keep` slots only (the lm_head is the costly part)."""
     if isinstance(model, Engine):
         return model.forward(ids, positions, mask, cache, keep)

@@ -48,7 +48,7 @@ def test_verified_equals_hf_generate(trained, tokenizer, block_size, threshold):
 def test_one_head_pass_or_two_keep_the_answer(trained, tokenizer, monkeypatch, spare):
     """read_logits reads the groups' masks in the verify slots' pass (few spare rows) or in a second pass: greedy
     AR's tokens either way, and the count of head passes shows which path ran."""
-    monkeypatch.setattr(verified, "SPARE_HEAD_ROWS", spare)
+    monkeypatch.setattr(verified.tree, "SPARE_HEAD_ROWS", spare)
     prompts = PROMPTS + NEW_PROMPTS
     passes = []
     hook = trained.get_output_embeddings().register_forward_hook(lambda *_: passes.append(1))
@@ -392,7 +392,7 @@ def test_the_record_is_what_each_forward_fed_and_chose(trained, tokenizer, layou
         assert after.tree.groups == tuple(j for j, fed in enumerate(before.group_fed[0].tolist()) if fed)
     assert any(int(r.m[0]) > 0 for r in records) and (records[0].seconds is None) == (layout.cost is None)
     if layout.cost is None:  # width is free of cost: several groups hang, and the repeated sentence is looked up
-        assert any(len(r.tree.groups) > 1 for r in records) and any(r.chain.looked[0] for r in records)
+        assert any(len(r.tree.groups) > 1 for r in records) and any(r.chain.from_lookup[0] for r in records)
 
 
 @pytest.mark.parametrize("threshold", [1.0, 0.5, 0.1])
@@ -423,7 +423,7 @@ def test_lookup_odds_follow_each_samples_own_record():
     answer = SimpleNamespace(lookup_hits=torch.zeros(3), lookup_tries=torch.zeros(3))
     assert lookup_odds(answer, layout).squeeze(1).tolist() == pytest.approx([layout.lookup_odds] * 3)
     fed = torch.tensor([[True] * 5, [True] * 5, [True] * 5])
-    tree = SimpleNamespace(fed=fed, looked=torch.tensor([True, True, False]))
+    tree = SimpleNamespace(fed=fed, from_lookup=torch.tensor([True, True, False]))
     for _ in range(3):
         track_lookup(answer, tree, torch.tensor([5, 1, 5]))  # all 5 matched / 1 matched, then a miss / mask drafts
     assert answer.lookup_hits.tolist() == [15, 3, 0] and answer.lookup_tries.tolist() == [15, 6, 0]

@@ -5,7 +5,7 @@ import sys
 import pytest
 import torch
 
-from mars_core.decoding.spec import TreeLayout
+from mars_core import VerifiedConfig
 from mars_core.evaluation.bench import METHODS, bench, bench_table, main
 from mars_core.runtime import CostCurve
 from mars_core.runtime.linear import packing_pays
@@ -44,7 +44,7 @@ def test_bench_rows_cover_every_configuration(model, tokenizer):
             assert r.tokens_per_forward == 1.0 and r.steps_per_forward == 1.0
         if r.method.startswith("mars_"):  # within a batch, a forward lasts until its slowest sample, so
             # steps/forward <= tokens/forward per batch; summed over a ragged last batch (3 prompts at 2) it need not be
-            deepest = max(r.block_size - 1, TreeLayout().lookup_drafts) + 1  # verified: a lookup chain + bonus
+            deepest = max(r.block_size - 1, VerifiedConfig().lookup_drafts) + 1  # verified: a lookup chain + bonus
             most = deepest if r.method.startswith("mars_verified") else r.block_size
             assert 1.0 <= r.steps_per_forward <= most
             if r.batch_size == 1:

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from mars_core.decoding.strategies import default_threshold
 from mars_core.evaluation import eval as mars_eval
 from mars_core.evaluation import prompts
 from mars_core.evaluation.drafts import ar_choices, draft_stats
@@ -66,7 +67,7 @@ def test_mars_eval_writes_json_with_schema(heldout, tiny_dir, tmp_path, capsys):
     rows = report["rows"]
     assert {r["threshold"] for r in rows if r.get("strategy") != "verified"} == {1.0, 0.5}
     verified = [r for r in rows if r.get("strategy") == "verified"]  # by default one verified run at its threshold
-    assert {r["threshold"] for r in verified} == {mars_eval.STRATEGY_THRESHOLDS["verified"]}
+    assert {r["threshold"] for r in verified} == {default_threshold("verified")}
     assert all(r["same_as_one_token"] == 1.0 for r in verified)  # fp32: verified answers are the one-token answers
     for r in rows:
         assert {"threshold", "category", "tokens_per_forward", "accuracy", "agreement", "n"} <= set(r)

@@ -1,0 +1,71 @@
+"""The strategy table: every decoder generate(), stream(), the harness, mars-bench and the app can run, by name.
+
+Adding a decoder is one module in decoding/ (a generator of Steps: decode(model, prompts, spec, control, **reads))
+and one entry here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+
+import torch
+
+from .block import block_decode
+from .control import DecodeControl
+from .sliding import sliding_decode
+from .spec import DecodeSpec, Step
+from .verified import verified_decode
+
+Decoder = Callable[..., Generator[Step, torch.Tensor | None, None]]  # (model, prompts, spec, control, **reads)
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One decoder as its callers see it: what runs, what it reads, what it needs and promises."""
+
+    decode: Decoder  # the generator of Steps
+    threshold: float  # DecodeOptions.threshold=None means this (1 = one token per forward)
+    lossless: bool  # its answer is greedy AR's at every threshold (else only at threshold 1)
+    reads: tuple[str, ...] = ()  # DecodeOptions fields passed to decode as keywords, beyond spec and control
+    headroom_blocks: int = 1  # context slots past the answer, in units of block_size - 1 (verified: drafts, then masks)
+    one_token: bool = False  # always block size 1 (plain AR), whatever block size is asked
+
+    def block_size(self, asked: int) -> int:
+        """The block size this strategy decodes with when `asked` is requested."""
+        return 1 if self.one_token else asked
+
+    def headroom(self, block_size: int) -> int:
+        """Context slots a forward may use past the committed tokens: masks (and drafts) after them."""
+        return self.headroom_blocks * (block_size - 1)
+
+
+# threshold: sliding and block accept mask predictions at confidence >= 0.9; verified checks the drafts at >= 0.3
+# (there it never changes the answer, only the width; the default is measured, see docs/speed.md)
+STRATEGIES: dict[str, Strategy] = {
+    "ar": Strategy(sliding_decode, threshold=1.0, lossless=True, one_token=True),
+    "sliding": Strategy(sliding_decode, threshold=0.9, lossless=False),
+    "block": Strategy(block_decode, threshold=0.9, lossless=False),
+    "verified": Strategy(verified_decode, threshold=0.3, lossless=True, reads=("layout", "record"),
+                         headroom_blocks=2),
+}
+NAMES = tuple(STRATEGIES)  # "ar", "sliding", "block", "verified"
+
+
+def strategy(name: str) -> Strategy:
+    """The table's entry for `name`; a ValueError that lists the known names otherwise."""
+    if name not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {NAMES}, got {name!r}")
+    return STRATEGIES[name]
+
+
+def default_threshold(name: str) -> float:
+    """The threshold `name` decodes with when none is given."""
+    return strategy(name).threshold
+
+
+def start(name: str, model: torch.nn.Module, prompts: list[list[int]], spec: DecodeSpec, control: DecodeControl,
+          **reads) -> Generator[Step, torch.Tensor | None, None]:
+    """Start `name`'s decoder with the options it reads (the others are not passed)."""
+    entry = strategy(name)
+    return entry.decode(model, prompts, spec, control, **{k: v for k, v in reads.items() if k in entry.reads})

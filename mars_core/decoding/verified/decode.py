@@ -1,0 +1,147 @@
+"""The verified decoder's loop: per forward, feed the tree, verify, commit, choose the next chain, crop.
+
+The loop carries two small states, DecodeState (what is committed, what the cache holds) and Tree (what the coming
+forward feeds); the one host sync per forward returns the next tree's layout (how many draft columns, which groups
+and siblings: the union over samples). The threshold in force when a forward runs decides which of its drafts the
+next forward checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from itertools import accumulate
+from typing import Any
+
+import torch
+
+from ...runtime.forward import head, hidden_states, new_cache
+from ..cache import left_pad
+from ..commit import Committed, decode_loop
+from ..control import DecodeControl
+from ..lookup import expected_run
+from ..spec import DecodeSpec, Step
+from .chain import Chain, Choice, mask_chain, next_chain, next_tree, track_lookup
+from .config import VerifiedConfig
+from .plan import FLOORS, group_odds, seconds_by_width, sibling_odds
+from .record import Forward
+from .tree import Tree, leading, read_logits, tree_inputs
+from .verify import DecodeState, Verdict, checked_path, commit_verdict, crop, track_yield, verify
+
+
+def to_host(*tensors: torch.Tensor) -> list[list[int]]:
+    """The tensors' values as Python lists, in one device-to-host copy (one sync per forward)."""
+    flat = torch.cat([t.reshape(-1).long() for t in tensors]).tolist()
+    sizes = [t.numel() for t in tensors]
+    return [flat[end - n : end] for end, n in zip(accumulate(sizes), sizes)]
+
+
+def start(prompts: list[list[int]], spec: DecodeSpec, threshold: float, depth: int, dev: torch.device
+          ) -> tuple[DecodeState, Tree]:
+    """Nothing committed; the first forward is the prefill, with G_0 after the prompt to propose the first drafts."""
+    b, g = len(prompts), spec.block_size - 1
+    pending, pending_valid = left_pad(prompts, spec.pad_id, dev)
+    state = DecodeState(prompt=pending, text_start=(~pending_valid).sum(1),
+                        answer=Committed.empty(b, spec, depth + 1, dev), length=pending_valid.sum(1),
+                        valid=torch.zeros((b, 0), dtype=torch.bool, device=dev),
+                        draft_yield=torch.tensor(1.0, device=dev), lookup_hits=torch.zeros(b, device=dev),
+                        lookup_tries=torch.zeros(b, device=dev))
+    tree = Tree(pending, pending_valid, drafts=pending[:, :0], fed=pending_valid[:, :0], q=None,
+                from_lookup=torch.zeros(b, dtype=torch.bool, device=dev),
+                groups=(0,) if g > 0 and threshold < 1.0 else (), threshold=threshold,
+                group_fed=torch.ones((b, depth + 1), dtype=torch.bool, device=dev))
+    return state, tree
+
+
+def record_of(tree: Tree, fed: tuple[torch.Tensor, ...], verdict: Verdict, proposed: Chain, choice: Choice, *,
+              state: DecodeState, threshold: float, seconds: torch.Tensor | None) -> Forward:
+    """The record a caller asked for (DecodeOptions.record): what was fed, found and chosen, with the numbers."""
+    chain, done = choice.chain, state.answer.done
+    kept = leading(proposed.conf >= threshold)
+    return Forward(tree, *fed, verdict.m, verdict.tokens, verdict.conf, proposed, chain, choice.group_fed,
+                   group_odds(chain.conf, chain.count), seconds, verdict.by_sibling, choice.sibling_fed,
+                   sibling_odds=sibling_odds(chain.conf, chain.second_p, chain.count, done), mask_kept=kept,
+                   mask_run=expected_run(proposed.conf, kept), chain_run=expected_run(chain.conf, chain.count),
+                   floors=None if seconds is None else FLOORS)
+
+
+@dataclass
+class Run:
+    """One verified decode: what is fixed for it, the two states its loop carries, and the last forward's choices
+    the next forward is built from."""
+
+    model: torch.nn.Module
+    spec: DecodeSpec
+    config: VerifiedConfig
+    cache: Any  # the model's KV cache: read through runtime/forward.py, cut with crop(-n) only
+    depth: int  # D: the longest draft chain a forward may check
+    seconds: torch.Tensor | None  # seconds of a forward by tokens fed (None: the fixed rules)
+    record: Callable[[Forward], None] | None
+    state: DecodeState
+    tree: Tree
+    verdict: Verdict | None = None  # the last forward's
+    choice: Choice | None = None  # the last forward's choice for the next one
+    threshold: float = 1.0  # the threshold that choice was made at
+    layout: list[list[int]] = field(default_factory=list)  # its host copy: matched on the chain, counts, groups, ..
+
+    @property
+    def g(self) -> int:
+        return self.spec.block_size - 1
+
+    def logits_of(self, rows: torch.Tensor) -> torch.Tensor:
+        """The head over hidden rows, under the runtime's kernels."""
+        return head(self.model, rows, self.spec.runtime)
+
+
+def step(r: Run, ctl: DecodeControl) -> Step:
+    """One forward: feed the tree, verify, commit, choose the next chain (and record it where asked)."""
+    spec, state, tree, g = r.spec, r.state, r.tree, r.g
+    fed = tree_inputs(tree, state.length, state.valid, g, spec.mask_id if g > 0 else spec.pad_id)
+    ids, positions, mask = fed
+    hidden = hidden_states(r.model, ids, positions.clamp_min(0), mask, r.cache, spec.runtime)
+    logits, all_logits = read_logits(r.logits_of, hidden, tree, g)
+    verdict = verify(logits, tree, ctl, spec.generator)
+    end = commit_verdict(state, verdict, spec)
+    track_yield(state, tree, verdict.m)
+    track_lookup(state, tree, verdict.m)
+    proposed = mask_chain(r.logits_of, hidden, all_logits, tree, verdict, done=state.answer.done, ctl=ctl,
+                          pad_id=spec.pad_id, g=g, depth=r.depth, generator=spec.generator)
+    choice = next_chain(proposed, state, ctl.threshold, config=r.config, g=g, pad_id=spec.pad_id,
+                        seconds=r.seconds)
+    if r.record is not None:  # a caller that asked sees what was fed and decided (no cost otherwise)
+        r.record(record_of(tree, fed, verdict, proposed, choice, state=state, threshold=ctl.threshold,
+                           seconds=r.seconds))
+    m, by_sibling = verdict.m, verdict.by_sibling
+    done, *r.layout = to_host(  # the one host sync
+        state.answer.done, m - by_sibling.long(), choice.chain.count, choice.group_fed.any(0),
+        choice.sibling_fed.any(0), by_sibling.any())
+    r.verdict, r.choice, r.threshold = verdict, choice, ctl.threshold
+    return Step(verdict.tokens, verdict.conf, torch.zeros_like(m), end, [bool(d) for d in done], tree.threshold,
+                state.answer.out, state.answer.generated, drafts=checked_path(tree, verdict),
+                drafted=tree.fed.sum(1), matched=torch.minimum(m, end), looked_up=tree.from_lookup)
+
+
+def advance(r: Run) -> None:
+    """Crop the cache to what was matched and build the tree the last forward chose."""
+    chained, counts, hung, beside, took = r.layout
+    crop(r.cache, r.state, r.tree, r.verdict, kept=max(chained), g=r.g)
+    r.tree = next_tree(r.verdict, r.choice, r.state.answer.done, r.threshold,
+                       groups=tuple(j for j, any_fed in enumerate(hung) if any_fed),
+                       siblings=tuple(a + 1 for a, any_fed in enumerate(beside) if any_fed),
+                       drafts=max(counts), any_sibling=bool(took[0]))
+
+
+@torch.inference_mode()
+def verified_decode(
+    model: torch.nn.Module, prompts: list[list[int]], spec: DecodeSpec, control: DecodeControl, *,
+    layout: VerifiedConfig | None = None, record: Callable[[Forward], None] | None = None,
+) -> Generator[Step, torch.Tensor | None, None]:
+    """Yield one Step per forward. send() a bool [b] tensor to stop samples (stop strings). layout: how trees are
+    shaped (None: VerifiedConfig()); record: called with each forward's Forward."""
+    config, g = layout or VerifiedConfig(), spec.block_size - 1
+    depth = max(g, config.lookup_drafts) if g > 0 else 0
+    curve = (config.cost or spec.runtime.cost) if config.use_cost else None
+    state, tree = start(prompts, spec, control.snapshot().threshold, depth, model.device)
+    r = Run(model, spec, config, new_cache(model), depth, seconds_by_width(curve, len(prompts), depth, g, model.device),
+            record, state, tree)
+    yield from decode_loop(control, state.answer, lambda ctl: step(r, ctl), lambda _: advance(r))

@@ -1,0 +1,96 @@
+"""The plan: which drafts, groups and siblings the next forward feeds, from confidences and the cost curve alone.
+
+A pure function of numbers: draft confidences c_1..c_D, each mask slot's second choice's probability, and seconds of
+a forward by tokens fed. It never sees the tree's tensors (tests/test_layout.py keeps it so). With the confidences
+read as independent odds, exactly j drafts match with probability
+    P(m = j) = c_1 ... c_j (1 - c_{j+1})        P(m = k) = c_1 ... c_k
+and the sibling e_a (d_a's second choice) is used with probability about c_1 ... c_{a-1} q2_a.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...runtime.curve import CostCurve
+
+FLOORS = (2.0, 0.5, 0.35, 0.2, 0.1, 0.05, 0.0)  # group floors plan_by_cost tries, narrowest first (2.0: no group)
+YIELD_WEIGHT = 0.3  # weight of the newest forward in the running mean of drafts matched
+# What a fed group is worth now, per draft it is expected to get matched next forward: those drafts are checked
+# next forward at that forward's width cost, and that forward's plan counts their commits again, so counting them
+# whole here counts them twice. Half measured best: docs/speed.md#packed-linear-layers (1 against 0.5 against 0).
+GROUP_YIELD_WEIGHT = 0.5
+
+
+def group_odds(conf: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """[b, D+1]: P(exactly j of the first count[i] drafts match), the confidences read as independent odds."""
+    c = torch.where(torch.arange(conf.shape[1], device=conf.device) < count[:, None], conf, 0.0)
+    ones = torch.ones_like(c[:, :1])
+    return torch.cat([ones, c.cumprod(-1)], 1) * (1 - torch.cat([c, 0 * ones], 1))
+
+
+def sibling_odds(conf: torch.Tensor, second_p: torch.Tensor | None, count: torch.Tensor, done: torch.Tensor
+                 ) -> torch.Tensor:
+    """[b, D]: P(e_a is used) = P(d_1..d_{a-1} match and the token at d_a's place is e_a) ~ c_1 ... c_{a-1} q2_a,
+    for a <= count (0 elsewhere, and where there is no second choice: lookup chains and sampling)."""
+    if second_p is None:
+        return torch.zeros_like(conf)
+    reach = torch.cat([torch.ones_like(conf[:, :1]), conf[:, :-1].cumprod(-1)], 1)
+    drafted = torch.arange(conf.shape[1], device=count.device) < count[:, None]
+    return torch.where(drafted & ~done[:, None], reach * second_p, 0.0)
+
+
+def seconds_by_width(curve: CostCurve | None, batch: int, depth: int, g: int, device: torch.device | str = "cpu"
+                     ) -> torch.Tensor | None:
+    """[W+1] seconds of a forward by tokens fed per sample, up to the widest tree (two pending tokens, D drafts,
+    every group and sibling), at this batch size; None without a curve or without masks (g = 0)."""
+    if curve is None or g == 0:
+        return None
+    widest = 2 + depth + (depth + 1) * g + depth * (1 + g)
+    return torch.tensor(curve.at(batch, range(widest + 1)), dtype=torch.float32, device=device)
+
+
+def plan_by_cost(conf: torch.Tensor, count: torch.Tensor, done: torch.Tensor, seconds: torch.Tensor, *,
+                 draft_yield: torch.Tensor, g: int, sib: torch.Tensor | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(count [b], group_fed [b, D+1], sibling_fed [b, D]) for the draft cap K and floor f that maximise
+        (sum_i [1 + sum_{a <= K_i} c_1 ... c_a] + sum_i sum_{a fed} s_ia (1 + w y r)
+         + w y r sum_i sum_{j fed} P_i(m = j)) / t(1 + K + |groups| g + |siblings| (1 + g))
+    over K = 0..D and f in FLOORS, sums over live samples i, with K_i = min(K, count_i), s_ia = P(sibling e_a is
+    used) (sibling_odds; it commits one token more and its group proposes the next drafts), G_j fed when
+    j <= K_i and P_i(m = j) >= f (m counted over the first K_i drafts), e_a when a <= K_i, s_ia > 0 and s_ia >= f,
+    |groups| and |siblings| the unions over samples, y = max(1, draft_yield) the drafts a fed group's proposals are
+    expected to get matched, w = GROUP_YIELD_WEIGHT and t the cost curve at this batch size (K: the longest K_i);
+    r = t(1) / t(1 + g) prices those drafts in the forwards that will check them (about 1 at batch 1 on a CPU, 0.5
+    at batch 8). K = 0 with no group is a plain one-token forward, so a tree is fed only where it is expected to
+    commit more tokens per second than that. Ties go to the smaller K, then the higher floor."""
+    b, depth = conf.shape
+    live = ~done
+    steps = torch.arange(depth + 1, device=conf.device)
+    capped = torch.minimum(count[None, :], steps[:, None])  # [K, b]
+    run = torch.cat([torch.zeros_like(conf[:, :1]), conf.cumprod(-1)], 1).cumsum(-1)  # run[i, a] = sum_{l<=a} c_1..c_l
+    tokens = ((1 + run.gather(1, capped.T)).T * live).sum(-1)  # [K] expected commits, over live samples
+    odds = group_odds(conf.repeat(depth + 1, 1), capped.reshape(-1)).view(depth + 1, b, depth + 1)  # [K, b, j]
+    eligible = (steps <= capped[..., None]) & live[:, None]
+    floors = torch.tensor(FLOORS, device=conf.device)
+    fed = eligible[:, None] & (odds[:, None] >= floors[None, :, None, None])  # [K, f, b, j]
+    sib = torch.zeros_like(conf) if sib is None else sib
+    sib_fed = ((steps[:-1] < capped[..., None])[:, None] & (sib[None, None] >= floors[None, :, None, None])
+               & (sib > 0) & live[:, None])  # [K, f, b, a]
+    width = 1 + (capped * live).amax(-1)[:, None] + fed.any(2).sum(-1) * g + sib_fed.any(2).sum(-1) * (1 + g)
+    checking = seconds[1] / seconds[min(1 + g, len(seconds) - 1)]  # a group's drafts are checked at that width
+    # a group's proposals are worth at least one matched draft: the running yield moves only in forwards that check
+    # drafts, so a low one would otherwise stop every group, and with them every later draft, for good
+    proposals = GROUP_YIELD_WEIGHT * checking * draft_yield.clamp_min(1.0)
+    gain = (tokens[:, None] + proposals * (odds[:, None] * fed).sum((-2, -1))
+            + (1 + proposals) * (sib * sib_fed).sum((-2, -1)))
+    best = (gain / seconds[width]).flatten().argmax()  # the first of equals: fewer drafts, fewer branches
+    k, f = best // len(FLOORS), best % len(FLOORS)
+    return capped[k], fed[k, f], sib_fed[k, f]
+
+
+def update_yield(draft_yield: torch.Tensor, m: torch.Tensor, checked: torch.Tensor) -> torch.Tensor:
+    """The running mean of drafts matched per sample, moved by the forwards that checked drafts (checked [b]):
+    y <- (1 - YIELD_WEIGHT) y + YIELD_WEIGHT mean(m over checked samples); unchanged where none checked (no sync)."""
+    n = checked.sum()
+    mean = (m * checked).sum() / n.clamp_min(1)
+    return torch.where(n > 0, (1 - YIELD_WEIGHT) * draft_yield + YIELD_WEIGHT * mean, draft_yield)

@@ -1,0 +1,101 @@
+"""plan_by_cost against a brute-force reference: explicit loops over every draft cap K and floor f, computing the
+gain its docstring states, on many random inputs (batch 1 and 3, with and without siblings, some finished rows)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from mars_core.decoding.verified.plan import FLOORS, GROUP_YIELD_WEIGHT, plan_by_cost
+
+
+def exactly(c: list[float], k: int, j: int) -> float:
+    """P(exactly j of the first k drafts match), the confidences c_1..c_k read as independent odds."""
+    if j > k:
+        return 0.0
+    p = 1.0
+    for a in range(j):
+        p *= c[a]
+    return p * (1 - c[j]) if j < k else p
+
+
+def brute_force(conf, count, done, seconds, draft_yield, g, sib):
+    """Every (K, f): (score, count, group_fed, sibling_fed) from the documented formula, in plain Python floats."""
+    b, depth = len(conf), len(conf[0])
+    checking = seconds[1] / seconds[min(1 + g, len(seconds) - 1)]
+    proposals = GROUP_YIELD_WEIGHT * checking * max(1.0, draft_yield)
+    plans = []
+    for K in range(depth + 1):
+        for f in FLOORS:
+            caps = [min(K, count[i]) for i in range(b)]
+            gain, widest, groups, siblings = 0.0, 0, set(), set()
+            group_fed = [[False] * (depth + 1) for _ in range(b)]
+            sibling_fed = [[False] * depth for _ in range(b)]
+            for i in range(b):
+                if done[i]:
+                    continue
+                k = caps[i]
+                widest = max(widest, k)
+                run, reach = 1.0, 1.0
+                for a in range(k):
+                    reach *= conf[i][a]
+                    run += reach
+                gain += run
+                for j in range(k + 1):
+                    p = exactly(conf[i], k, j)
+                    if p >= f:
+                        group_fed[i][j] = True
+                        groups.add(j)
+                        gain += proposals * p
+                for a in range(k):  # e_{a+1}
+                    s = sib[i][a]
+                    if s > 0 and s >= f:
+                        sibling_fed[i][a] = True
+                        siblings.add(a)
+                        gain += (1 + proposals) * s
+            width = 1 + widest + len(groups) * g + len(siblings) * (1 + g)
+            plans.append((gain / seconds[width], caps, group_fed, sibling_fed))
+    return plans
+
+
+def random_case(rng: random.Random, b: int, siblings: bool):
+    depth, g = rng.randint(1, 7), rng.randint(1, 4)
+    conf = [[rng.choice([rng.random(), 1 - rng.random() ** 4, 0.0]) for _ in range(depth)] for _ in range(b)]
+    count = [rng.randint(0, depth) for _ in range(b)]
+    done = [rng.random() < 0.25 for _ in range(b)]
+    if all(done):
+        done[rng.randrange(b)] = False
+    widest = 2 + depth + (depth + 1) * g + depth * (1 + g)
+    steps = [rng.uniform(0.0, 0.3) * rng.choice([0.05, 1.0]) for _ in range(widest + 1)]
+    seconds = [1.0 + sum(steps[: w + 1]) for w in range(widest + 1)]  # rising: width never costs less
+    sib = [[rng.choice([0.0, rng.random() * 0.6]) for _ in range(depth)] for _ in range(b)] if siblings else None
+    return conf, count, done, seconds, rng.uniform(0.0, 3.0), g, sib
+
+
+@pytest.mark.parametrize("b", [1, 3])
+@pytest.mark.parametrize("siblings", [False, True], ids=["chain", "siblings"])
+def test_plan_by_cost_is_the_best_plan_of_the_brute_force(b, siblings):
+    rng = random.Random(1000 * b + siblings)
+    for _ in range(300):
+        conf, count, done, seconds, y, g, sib = random_case(rng, b, siblings)
+        got = plan_by_cost(torch.tensor(conf), torch.tensor(count), torch.tensor(done), torch.tensor(seconds),
+                           draft_yield=torch.tensor(y), g=g, sib=None if sib is None else torch.tensor(sib))
+        got = tuple(t.tolist() for t in got)
+        depth = len(conf[0])
+        plans = brute_force(conf, count, done, seconds, y, g, sib or [[0.0] * depth for _ in range(b)])
+        best = max(p[0] for p in plans)
+        first = next(p for p in plans if p[0] >= best * (1 - 1e-5))  # float32 ties: the first of equals
+        near = [p[1:] for p in plans if p[0] >= best * (1 - 1e-5)]
+        assert got in [tuple(p) for p in near], (conf, count, done, seconds, y, g, sib)
+        if len(near) == 1:
+            assert got == tuple(first[1:])
+
+
+def test_where_width_costs_nothing_every_likely_group_is_fed():
+    """A flat curve: the widest plan wins, every draft checked and every group with any chance of use fed."""
+    conf, count = torch.tensor([[0.9, 0.8, 0.5]]), torch.tensor([3])
+    got_count, group_fed, _ = plan_by_cost(conf, count, torch.tensor([False]), torch.ones(40),
+                                           draft_yield=torch.tensor(1.0), g=3)
+    assert got_count.tolist() == [3] and group_fed.tolist() == [[True] * 4]
