@@ -74,9 +74,13 @@ def mask_figure(n: int, block_size: int) -> go.Figure:
              for r in range(2 * n)]
     fig = go.Figure(go.Heatmap(
         z=cats.tolist(), x=labels, y=labels, colorscale=scale, zmin=-0.5, zmax=len(CATEGORY_COLOURS) - 0.5,
-        xgap=1, ygap=1, text=hover, hoverinfo="text",
-        colorbar=dict(tickvals=list(range(4)), ticktext=list(CATEGORY_NAMES), thickness=14),
+        xgap=1, ygap=1, text=hover, hoverinfo="text", showscale=False,
     ))
+    for name, colour in zip(CATEGORY_NAMES, CATEGORY_COLOURS):  # the rules as a legend under the grid (a colour
+        # bar beside it left a phone's narrow screen no room for the grid)
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name, hoverinfo="skip",
+                                 marker=dict(symbol="square", size=12, color=colour, line=dict(color="#cbd5e1",
+                                                                                               width=1))))
     for b in range(block_size, n, block_size):  # block boundaries inside each stream
         for offset in (0, n):
             fig.add_shape(type="line", x0=b + offset - 0.5, x1=b + offset - 0.5, y0=-0.5, y1=2 * n - 0.5,
@@ -87,10 +91,12 @@ def mask_figure(n: int, block_size: int) -> go.Figure:
     fig.add_shape(type="line", x0=n - 0.5, x1=n - 0.5, y0=-0.5, y1=2 * n - 0.5, line=edge)
     fig.add_shape(type="line", y0=n - 0.5, y1=n - 0.5, x0=-0.5, x1=2 * n - 0.5, line=edge)
     fig.update_layout(
-        title=dict(text=f"Training attention mask, n = {n}, B = {block_size}: rows = queries, columns = keys "
-                        "[noisy x̃ | clean x]", font=dict(size=14)),
-        height=520, margin=dict(l=50, r=20, t=50, b=40), yaxis=dict(autorange="reversed", scaleanchor="x"),
-        plot_bgcolor="#ffffff", paper_bgcolor="#ffffff",
+        title=dict(text=f"Training attention mask, n = {n}, B = {block_size}", font=dict(size=14)),
+        height=600, margin=dict(l=50, r=10, t=40, b=10), plot_bgcolor="#ffffff", paper_bgcolor="#ffffff",
+        xaxis=dict(title=dict(text="keys [noisy x̃ | clean x]", font=dict(size=12)), constrain="domain"),
+        yaxis=dict(autorange="reversed", scaleanchor="x", constrain="domain",
+                   title=dict(text="queries", font=dict(size=12))),
+        legend=dict(orientation="h", x=0, y=-0.12, yanchor="top", font=dict(size=12)),
     )
     return fig
 
