@@ -106,8 +106,8 @@ MODES = {"threshold mode": "sliding", "verified": "verified"}  # what the explor
 
 
 @dataclass(frozen=True)
-class SweepPlan:
-    """A sweep's settings, checked (chosen): what decode runs."""
+class SweepSettings:
+    """A sweep's settings, checked (checked_settings): what decode runs."""
 
     values: list[float]  # the thresholds swept (τ = 1 is decoded too: the reference answers)
     block: int  # block size B
@@ -117,8 +117,8 @@ class SweepPlan:
     mode: str  # the mode as the page names it (MODES)
 
 
-def chosen(thresholds: str, block_size: Any, max_new_tokens: Any, categories: list[str] | None, limit: Any,
-           mode: str) -> SweepPlan:
+def checked_settings(thresholds: str, block_size: Any, max_new_tokens: Any, categories: list[str] | None,
+                     limit: Any, mode: str) -> SweepSettings:
     """The validated sweep settings: thresholds, B, max new tokens, the prompts, the strategy (a ValueError else)."""
     values = parse_thresholds(thresholds)
     _, _, block, _, new = check_inputs("sweep", 1.0, block_size, 0.0, max_new_tokens, tab="sweep")
@@ -130,7 +130,7 @@ def chosen(thresholds: str, block_size: Any, max_new_tokens: Any, categories: li
     prompts = prompts_in(list(categories), limit=count)
     if not prompts:
         raise ValueError("Pick at least one prompt category.")
-    return SweepPlan(values, block, new, prompts, MODES[mode], mode)
+    return SweepSettings(values, block, new, prompts, MODES[mode], mode)
 
 
 def plural(n: int, word: str) -> str:
@@ -144,10 +144,10 @@ def plan(thresholds: str, block_size: Any, max_new_tokens: Any, categories: list
     if any(v is None for v in (block_size, max_new_tokens, limit)):
         return gr.skip()  # a value still being typed (typed_js): nothing to say yet
     try:
-        chose = chosen(thresholds, block_size, max_new_tokens, categories, limit, mode)
+        settings = checked_settings(thresholds, block_size, max_new_tokens, categories, limit, mode)
     except ValueError as err:
         return f"⚠ {err}"
-    values, new, prompts = chose.values, chose.new, chose.prompts
+    values, new, prompts = settings.values, settings.new, settings.prompts
     runs = len(set(values) | {1.0})  # the τ = 1 answers are decoded too: quality is agreement with them
     forwards = len(prompts) * runs * new  # at most: every answer to max new tokens, one token per forward
     listing = "\n".join(f"{i + 1}. *{p['category']}*: {p['prompt'][:90]}" for i, p in enumerate(prompts))
@@ -166,11 +166,11 @@ def sweep(
     frame is chart, table, CSV and status. (The Run sweep button's handler: Gradio passes its six inputs
     positionally and fills `progress`.)"""
     try:
-        chose = chosen(thresholds, block_size, max_new_tokens, categories, limit, mode)
+        settings = checked_settings(thresholds, block_size, max_new_tokens, categories, limit, mode)
     except ValueError as err:
         yield failure(str(err))
         return
-    yield from models.in_a_slot(guarded(decode(chose, progress), failure, "Sweep"),
+    yield from models.in_a_slot(guarded(decode(settings, progress), failure, "Sweep"),
                                 lambda: (gr.skip(), gr.skip(), gr.skip(), models.WAITING))
 
 
@@ -204,11 +204,11 @@ class Stopped(Exception):
     """The page left while the sweep ran: its thread ends before the next answer."""
 
 
-def decode(chose: SweepPlan, progress: Any) -> Iterator[tuple[Any, pd.DataFrame, str, str]]:
+def decode(settings: SweepSettings, progress: Any) -> Iterator[tuple[Any, pd.DataFrame, str, str]]:
     """The sweep itself, inside a generation slot: decoded in a thread while this generator yields the status each
     second (time elapsed and left, from this run's answers), then one frame with the results."""
-    values, block, new, prompts, strategy, mode = (chose.values, chose.block, chose.new, chose.prompts,
-                                                   chose.strategy, chose.mode)
+    values, block, new, prompts, strategy, mode = (settings.values, settings.block, settings.new, settings.prompts,
+                                                   settings.strategy, settings.mode)
     for said in models.preparing([models.CONFIG.model]):
         yield gr.skip(), gr.skip(), gr.skip(), said
     model, tok = models.get_model(models.CONFIG.model)
@@ -270,7 +270,7 @@ def build(demo: gr.Blocks) -> list[gr.Button]:
             "and tokens per second (measured on this machine, now) against the draft threshold."
         )
         with gr.Row():
-            mode = unchecked(gr.Radio(list(MODES), value="threshold mode", label="Mode", scale=1))  # checked: chosen()
+            mode = unchecked(gr.Radio(list(MODES), value="threshold mode", label="Mode", scale=1))  # checked_settings
             taus = gr.Textbox("1, 0.9, 0.7, 0.5", label="Thresholds", scale=2)
             block, new = slider("sweep-block"), slider("sweep-max-new")
         cats, pool = prompt_categories(), len(prompt_set())

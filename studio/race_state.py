@@ -8,7 +8,7 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
-from mars_core import DecodeControl
+from mars_core import DecodeControl, StreamEvent
 from mars_core.evaluation.metrics import draft_acceptance
 from mars_core.serving import adaptive_threshold
 
@@ -75,7 +75,7 @@ class Run(Lane):
             self.chunks.append((event.forward, self.pieces(ids, text), conf, note))
         self.finished = event.done[0]
 
-    def count_drafts(self, event) -> str:
+    def count_drafts(self, event: StreamEvent) -> str:
         """Add a verified forward's drafts to the lane's counts; the tokens' hover note on them ("" if none fed)."""
         drafts, matched = len(event.drafts[0]), event.matched[0]
         self.drafted, self.matched = self.drafted + drafts, self.matched + matched
