@@ -163,8 +163,9 @@ def _control(options: DecodeOptions) -> DecodeControl:
         options.control.snapshot()  # validates
         return options.control
     threshold = options.threshold
-    if threshold is None:
-        threshold = strategies.STRATEGIES[options.strategy].threshold if options.strategy in strategies.NAMES else 0.9
+    if threshold is None:  # the strategy's default (an unknown strategy is check_request's to name)
+        entry = strategies.STRATEGIES.get(options.strategy)
+        threshold = entry.threshold if entry else 1.0
     return DecodeControl(threshold=threshold, temperature=options.temperature, top_p=options.top_p,
                          confidence=options.confidence)
 
@@ -253,19 +254,11 @@ def stream(
         cut = [c and not d for c, d in zip(tracker.cut, step.done)]
         stop = torch.tensor(cut) if any(cut) else None
         yield StreamEvent(
-            forward=index,
-            elapsed=time.perf_counter() - t0,
-            threshold=step.threshold,
-            token_ids=ids,
-            confidences=[row[s:e] for row, s, e in zip(conf, starts, ends)],
-            texts=texts,
+            forward=index, elapsed=time.perf_counter() - t0, threshold=step.threshold, token_ids=ids,
+            confidences=[row[s:e] for row, s, e in zip(conf, starts, ends)], texts=texts,
             done=[d or c for d, c in zip(step.done, tracker.cut)],
-            proposed_ids=tokens,
-            proposed_confidences=conf,
-            accepted_from=starts,
-            drafts=drafts,
-            matched=matched,
-            draft_source=sources,
+            proposed_ids=tokens, proposed_confidences=conf, accepted_from=starts,
+            drafts=drafts, matched=matched, draft_source=sources,
         )
 
 

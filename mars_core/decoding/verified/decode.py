@@ -58,14 +58,17 @@ def record_of(tree: Tree, fed: tuple[torch.Tensor, ...], verdict: Verdict, propo
     """The record a caller asked for (DecodeOptions.record): what was fed, found and chosen, with the numbers."""
     chain, done = choice.chain, state.answer.done
     kept = leading(proposed.conf >= threshold)
-    return Forward(tree, *fed, verdict.m, verdict.tokens, verdict.conf, proposed, chain, choice.group_fed,
-                   group_odds(chain.conf, chain.count), seconds, verdict.by_sibling, choice.sibling_fed,
+    ids, positions, mask = fed
+    return Forward(tree=tree, ids=ids, positions=positions, mask=mask, m=verdict.m, tokens=verdict.tokens,
+                   confidence=verdict.conf, proposed=proposed, chain=chain, group_fed=choice.group_fed,
+                   odds=group_odds(chain.conf, chain.count), seconds=seconds, by_sibling=verdict.by_sibling,
+                   sibling_fed=choice.sibling_fed,
                    sibling_odds=sibling_odds(chain.conf, chain.second_p, chain.count, done), mask_kept=kept,
                    mask_run=expected_run(proposed.conf, kept), chain_run=expected_run(chain.conf, chain.count),
                    floors=None if seconds is None else FLOORS)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Run:
     """One verified decode: what is fixed for it, the two states its loop carries, and the last forward's choices
     the next forward is built from."""
@@ -142,6 +145,6 @@ def verified_decode(
     depth = max(g, config.lookup_drafts) if g > 0 else 0
     curve = (config.cost or spec.runtime.cost) if config.use_cost else None
     state, tree = start(prompts, spec, control.snapshot().threshold, depth, model.device)
-    r = Run(model, spec, config, new_cache(model), depth, seconds_by_width(curve, len(prompts), depth, g, model.device),
-            record, state, tree)
+    r = Run(model=model, spec=spec, config=config, cache=new_cache(model), depth=depth, record=record, state=state,
+            tree=tree, seconds=seconds_by_width(curve, len(prompts), depth, g, model.device))
     yield from decode_loop(control, state.answer, lambda ctl: step(r, ctl), lambda _: advance(r))

@@ -14,7 +14,7 @@ from .chain import Chain
 from .tree import Tree
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Forward:
     """One forward's record. Teaching and debugging only; the decoder never reads it back."""
 
