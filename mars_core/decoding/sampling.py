@@ -33,8 +33,8 @@ def confidence_of(probs: torch.Tensor, tokens: torch.Tensor, kind: str) -> torch
 
 def greedy(logits: torch.Tensor, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Argmax tokens [..., k] and their confidences for logits [..., k, V]. The argmax comes from max(-1), which
-    returns the first of equal maxima as argmax does (so ties break as transformers breaks them) and on the CPU
-    reads 49152 logits 2-3x faster than argmax."""
+    returns the first of equal maxima as argmax does (so ties break as transformers breaks them), and on the CPU
+    faster than argmax (docs/speed.md, an AMX machine)."""
     logits = logits.float()
     tokens = logits.max(-1).indices
     return tokens, confidence_of(logits.softmax(-1), tokens, kind)

@@ -72,7 +72,7 @@ def mask_chain(head: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tenso
     has = has & ~done
     rows = start[:, None] + torch.arange(g, device=dev)
     if all_logits is not None:
-        logits = all_logits[torch.arange(b, device=dev)[:, None], rows - (P - 1)]  # indexing: 4x gather's speed
+        logits = all_logits[torch.arange(b, device=dev)[:, None], rows - (P - 1)]  # indexing beats gather: speed.md
     else:
         logits = head(hidden.gather(1, rows[..., None].expand(-1, -1, hidden.shape[-1])))
     if ctl.temperature > 0:
@@ -84,7 +84,7 @@ def mask_chain(head: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tenso
     top = logits.max(-1).indices  # the first of equal maxima, as verify's greedy() takes
     q = logits.softmax(-1)
     conf = confidence_of(q, top, ctl.confidence)
-    second = q.scatter(-1, top[..., None], -1.0).max(-1).indices  # the runner-up (topk(2) is ~10x slower here)
+    second = q.scatter(-1, top[..., None], -1.0).max(-1).indices  # the runner-up (faster than topk(2): docs/speed.md)
     second_p = torch.where(has[:, None], q.gather(-1, second[..., None]).squeeze(-1), 0.0)
     return Chain(pad_to(top, depth, pad_id), pad_to(torch.where(has[:, None], conf, 0.0), depth, 0.0), None,
                  *none, pad_to(second, depth, pad_id), pad_to(second_p, depth, 0.0))
