@@ -34,6 +34,7 @@ from ..machine import machine_line
 from ..runtime import CostCurve, Runtime, cache_mask, new_cache
 from ..runtime.timing import median_seconds, write_json
 from .loading import load_prepared
+from .plots import speedup_plot
 from .prompts import load_split, prompt_set
 from .tasks import OPEN, PREDICTABLE
 
@@ -307,39 +308,8 @@ def bench_table(rows: list[Row], category: str | None = "all") -> str:
     return "\n".join(lines)
 
 
-def plot(rows: list[Row], path: str, title: str = "") -> str | None:
-    """Speedup over hf_generate per configuration and batch size (all prompts) as a PNG; None without matplotlib
-    or without hf_generate rows."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    rows = [r for r in rows if r.category == "all" and r.speedup_vs_hf_generate is not None]
-    if not rows:  # no hf_generate rows to compare with
-        return None
-    sizes = sorted({r.batch_size for r in rows})
-    fig, axes = plt.subplots(1, len(sizes), figsize=(5.5 * len(sizes), 4.2), squeeze=False, sharey=True)
-    for ax, bs in zip(axes[0], sizes):
-        sub = [r for r in rows if r.batch_size == bs]
-        labels = [r.method + ("" if r.block_size is None else f"\nB{r.block_size} τ{r.threshold:g}") for r in sub]
-        colours = ["#94a3b8" if r.block_size is None else {"mars_sliding": "#2563eb", "mars_block": "#7c3aed"}.get(
-            r.method, "#059669") for r in sub]
-        ax.bar(range(len(sub)), [r.speedup_vs_hf_generate for r in sub], color=colours)
-        ax.axhline(1.0, color="#0f172a", lw=1, ls="--")
-        ax.set_xticks(range(len(sub)), labels, rotation=90, fontsize=7)
-        ax.set_title(f"batch {bs}")
-    axes[0][0].set_ylabel("speedup vs transformers generate")
-    fig.suptitle(title or "mars-bench: wall-clock speedup (all prompts)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
 def parse_list(text: str, cast) -> list:
+    """A comma list's items, each cast (empty items dropped)."""
     return [cast(x) for x in text.split(",") if x.strip()]
 
 
@@ -364,8 +334,8 @@ def bench_record(args: argparse.Namespace, machine: dict, runtime: Runtime, rows
             "rows": [{k: v for k, v in asdict(r).items() if k != "answers"} for r in rows]}
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point of the mars-bench command."""
+def build_parser() -> argparse.ArgumentParser:
+    """mars-bench's flags."""
     p = argparse.ArgumentParser(prog="mars-bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default=None, help="name or path for mars_core.load (default: the embedded model)")
     p.add_argument("--methods", default=",".join(METHODS), help=f"comma list of {', '.join(METHODS)}")
@@ -395,6 +365,12 @@ def main(argv: list[str] | None = None) -> None:
                    help="a small slice for CI: 4 prompts, 16 tokens, 1 repeat, batch 1, B 4, τ 1.0 and 0.9")
     p.add_argument("--json", default=None, help="write the rows to this JSON file")
     p.add_argument("--plot", default=None, help="PNG of the speedups (default: next to --json)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the mars-bench command: load and prepare, time every configuration, print, keep, draw."""
+    p = build_parser()
     args = p.parse_args(argv)
     methods = parse_list(args.methods, str)
     unknown = set(methods) - set(METHODS)
@@ -424,7 +400,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:  # a new folder is made: the run must not be lost to it
         write_json(args.json, bench_record(args, machine, runtime, rows, len(records)), indent=2)
     path = args.plot or (args.json.rsplit(".", 1)[0] + ".png" if args.json else None)
-    if path and plot(rows, path, f"mars-bench: speedup over transformers generate ({machine_line(machine)})"):
+    if path and speedup_plot(rows, path, f"mars-bench: speedup over transformers generate ({machine_line(machine)})"):
         print(f"plot: {path}")
 
 

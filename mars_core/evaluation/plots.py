@@ -1,5 +1,6 @@
-"""mars-eval's figures, drawn with matplotlib (None where it is missing): the Pareto plot (tokens per forward against
-task accuracy, one labelled point per threshold) and the calibration plot of the accepted drafts."""
+"""The measuring commands' figures, drawn with matplotlib (None where it is missing): mars-eval's Pareto plot (tokens
+per forward against task accuracy, one labelled point per threshold) and calibration plot of the accepted drafts;
+mars-bench's speedups over transformers' generate."""
 
 from __future__ import annotations
 
@@ -8,14 +9,19 @@ from pathlib import Path
 from typing import Any
 
 
-def _new_axes():
-    """A figure and its axes, drawn without a display; ImportError where matplotlib is missing."""
+def _pyplot():
+    """matplotlib.pyplot, drawing without a display; ImportError where matplotlib is missing."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    return plt.subplots(figsize=(6.4, 4.4), dpi=120)
+    return plt
+
+
+def _new_axes():
+    """A figure and its axes; ImportError where matplotlib is missing."""
+    return _pyplot().subplots(figsize=(6.4, 4.4), dpi=120)
 
 
 def _save(fig, ax, labels: tuple[str, str, str], path: str | os.PathLike) -> str:
@@ -90,3 +96,32 @@ def calibration_plot(reports: dict[str, dict[str, Any]], path: str | os.PathLike
         ax.plot(xs, ys, "o-", label=label)
     return _save(fig, ax, ("confidence of the accepted mask-slot token (bin centre)",
                            "equal to the model's own AR choice (%)", title), path)
+
+
+def speedup_plot(rows: list, path: str, title: str = "") -> str | None:
+    """mars-bench's rows (bench.Row): speedup over hf_generate per configuration and batch size (all prompts) as a
+    PNG; None without matplotlib or without hf_generate rows."""
+    try:
+        plt = _pyplot()
+    except ImportError:
+        return None
+    rows = [r for r in rows if r.category == "all" and r.speedup_vs_hf_generate is not None]
+    if not rows:  # no hf_generate rows to compare with
+        return None
+    sizes = sorted({r.batch_size for r in rows})
+    fig, axes = plt.subplots(1, len(sizes), figsize=(5.5 * len(sizes), 4.2), squeeze=False, sharey=True)
+    for ax, bs in zip(axes[0], sizes):
+        sub = [r for r in rows if r.batch_size == bs]
+        labels = [r.method + ("" if r.block_size is None else f"\nB{r.block_size} τ{r.threshold:g}") for r in sub]
+        colours = ["#94a3b8" if r.block_size is None else {"mars_sliding": "#2563eb", "mars_block": "#7c3aed"}.get(
+            r.method, "#059669") for r in sub]
+        ax.bar(range(len(sub)), [r.speedup_vs_hf_generate for r in sub], color=colours)
+        ax.axhline(1.0, color="#0f172a", lw=1, ls="--")
+        ax.set_xticks(range(len(sub)), labels, rotation=90, fontsize=7)
+        ax.set_title(f"batch {bs}")
+    axes[0][0].set_ylabel("speedup vs transformers generate")
+    fig.suptitle(title or "mars-bench: wall-clock speedup (all prompts)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
