@@ -4,6 +4,7 @@ at each draft threshold), batched, with what each forward committed, then summed
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from ..decoding.verified import VerifiedConfig
@@ -12,6 +13,34 @@ from .drafts import check_drafts, draft_stats
 from .report import base_rows, report_categories, run_key, summary_row
 
 EVAL_THRESHOLDS = (1.0, 0.95, 0.9, 0.8, 0.7, 0.5)  # mars-eval's threshold-mode runs; 1.0 gives the one-token answers
+
+
+@dataclass
+class Committed:
+    """What decoding one batch committed, per sample, and how long the batch took."""
+
+    ids: list[list[int]]  # the answer's tokens
+    slots: list[list[int]]  # per committed token: its place in its forward's accepted run (0 = AR)
+    confidences: list[list[float]]  # per committed token: its confidence
+    forwards: list[int]  # forwards that committed at least one of the sample's tokens
+    seconds: float  # the batch's wall clock
+
+
+def decode_batch(model, tokenizer, prompts: list[str], **stream_options: Any) -> Committed:
+    """Stream one batch to its end (generate.stream with these options), collecting what each forward committed."""
+    from ..generate import stream
+
+    done = Committed([[] for _ in prompts], [[] for _ in prompts], [[] for _ in prompts], [0] * len(prompts), 0.0)
+    t0 = time.perf_counter()
+    for ev in stream(model, tokenizer, prompts, **stream_options):
+        for k, toks in enumerate(ev.token_ids):
+            if toks:
+                done.ids[k].extend(toks)
+                done.slots[k].extend(range(len(toks)))
+                done.confidences[k].extend(ev.confidences[k])
+                done.forwards[k] += 1
+    done.seconds = time.perf_counter() - t0
+    return done
 
 
 def decode_records(
@@ -24,38 +53,24 @@ def decode_records(
 
     Returns per-record results (text, tokens, forwards) and, per slot j, how many forwards committed at
     least j+1 tokens and how many forwards there were (for acceptance by slot position)."""
-    from ..generate import stream
-
+    options = dict(strategy=strategy, block_size=block_size, max_new_tokens=max_new_tokens, threshold=threshold,
+                   layout=VerifiedConfig(use_cost=False), confidence=confidence, runtime=runtime)
     results: list[dict[str, Any] | None] = [None] * len(records)
     order = sorted(range(len(records)), key=lambda i: (records[i].get("category", ""), len(records[i]["prompt"])))
     slot_hits = [0] * block_size
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
-        prompts = [records[i]["prompt"] for i in idx]
-        ids = [[] for _ in idx]
-        slot = [[] for _ in idx]  # per committed token: its place in its forward's accepted run (0 = AR)
-        conf = [[] for _ in idx]
-        fwd = [0] * len(idx)
-        t0 = time.perf_counter()
-        for ev in stream(model, tokenizer, prompts, strategy=strategy, block_size=block_size,
-                         max_new_tokens=max_new_tokens, threshold=threshold, layout=VerifiedConfig(use_cost=False),
-                         confidence=confidence, runtime=runtime):
-            for k, toks in enumerate(ev.token_ids):
-                if toks:
-                    ids[k].extend(toks)
-                    slot[k].extend(range(len(toks)))
-                    conf[k].extend(ev.confidences[k])
-                    fwd[k] += 1
-        seconds = time.perf_counter() - t0
+        got = decode_batch(model, tokenizer, [records[i]["prompt"] for i in idx], **options)
         for k, i in enumerate(idx):
-            for j in slot[k]:  # a forward that committed >= j+1 tokens holds exactly one token at slot j
+            for j in got.slots[k]:  # a forward that committed >= j+1 tokens holds exactly one token at slot j
                 if j < block_size:
                     slot_hits[j] += 1
-            text = tokenizer.decode(ids[k], skip_special_tokens=True).strip()
-            results[i] = {"text": text, "ids": ids[k], "tokens": len(ids[k]), "forwards": fwd[k],
-                          "batch_seconds": seconds}
+            text = tokenizer.decode(got.ids[k], skip_special_tokens=True).strip()
+            results[i] = {"text": text, "ids": got.ids[k], "tokens": len(got.ids[k]), "forwards": got.forwards[k],
+                          "batch_seconds": got.seconds}
             if strategy == "sliding" and threshold < 1.0:
-                results[i]["checks"] = check_drafts(model, tokenizer, records[i]["prompt"], ids[k], slot[k], conf[k])
+                results[i]["checks"] = check_drafts(model, tokenizer, records[i]["prompt"], got.ids[k], got.slots[k],
+                                                    got.confidences[k])
         if bar is not None:
             bar.update(len(idx))
     return results, slot_hits, [sum(x["forwards"] for x in results)] * block_size
