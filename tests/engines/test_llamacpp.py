@@ -59,14 +59,15 @@ def chain(engine, cache, ids: torch.Tensor, start: int, keep: int | None = None)
 
 
 def test_gguf_logits_match_torch(tiny, engine):
-    """F32 GGUF on llama.cpp (F32 KV cache) against the torch model: q/k rows permuted right, vocabulary whole."""
+    """F32 GGUF on llama.cpp (F32 KV cache, no flash attention) against the torch model: float rounding apart
+    (measured 4e-6 of logits up to 10), so the q/k rows are permuted right and every vocabulary row is in place."""
     model, tokenizer, _ = tiny
     ids = ids_of(tokenizer, PROMPTS[0])
     ours = chain(engine, engine.new_cache(), ids, 0)
     with torch.no_grad():
         theirs = model(ids).logits.float()
     assert ours.shape == theirs.shape
-    assert (ours - theirs).abs().max() < 1e-3 * theirs.abs().max()
+    assert (ours - theirs).abs().max() < 1e-5 * theirs.abs().max()
     assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
 
 
@@ -90,7 +91,7 @@ def test_threshold_mode_commits_tokens(tiny, engine):
     assert out.tokens_per_forward > 1.5
 
 
-@pytest.mark.parametrize("prompt", PROMPTS)
+@pytest.mark.parametrize("prompt", [*PROMPTS, " ".join(PROMPTS * 6)])  # the last: past the prefill's 64 rows
 def test_verified_equals_one_token(tiny, invariant_engine, prompt):
     """Verified decoding on llama.cpp (trees of drafts, groups and siblings) equals llama.cpp's one-token decoding,
     token for token, on an engine that runs every forward at two rows or more (one kernel path for every width)."""

@@ -29,6 +29,7 @@ from ...runtime.engine import Engine
 from .tree import SeqPlan, plan
 
 KV_TYPES = {"f32": 0, "f16": 1}  # ggml_type ids of the KV cache's element types
+PREFILL_ROWS = 64  # logits rows a decode's first forward reads at most (verified: the prompt's last, then G_0's g)
 
 
 def binding() -> Any:
@@ -189,8 +190,15 @@ class LlamaCppEngine(Engine):
 
     def hidden_states(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: LlamaCppCache
                       ) -> torch.Tensor:
-        """Logits of every fed slot [1, W, V] (llama.cpp computes them anyway; head() is then the identity)."""
-        return self.feed(ids, positions, mask, cache, list(range(ids.shape[-1])))
+        """Logits of the fed slots [1, W, V] (head() is then the identity). A decode's first forward (the prompt,
+        then verified's first mask group) reads only its last PREFILL_ROWS: the output head costs a row's worth of
+        weights per row, so a 100-token prompt's logits would cost more than its forward. Rows not read are NaN."""
+        width = ids.shape[-1]
+        first = max(width - PREFILL_ROWS, 0) if cache.length == 0 else 0
+        rows = self.feed(ids, positions, mask, cache, list(range(first, width)))
+        if not first:
+            return rows
+        return torch.cat([torch.full((1, first, rows.shape[-1]), float("nan")), rows], 1)
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         return hidden
