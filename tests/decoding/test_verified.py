@@ -7,7 +7,7 @@ import torch
 
 from mars_core import DecodeControl, TreeLayout, generate, stream
 from mars_core.decoding import verified
-from mars_core.decoding.lookup import lookup_drafts
+from mars_core.decoding.lookup import expected_run, lookup_drafts
 from mars_core.runtime import CostCurve, Runtime
 
 from reference import reference_verified
@@ -386,6 +386,12 @@ def test_the_record_is_what_each_forward_fed_and_chose(trained, tokenizer, layou
         assert torch.equal(r.positions.clamp_min(0), positions)
         assert int(r.m[0]) == e.matched[0] and r.tree.drafts[0, : int(r.tree.fed[0].sum())].tolist() == e.drafts[0]
         assert r.odds.shape == r.group_fed.shape and torch.allclose(r.odds.sum(1), torch.ones(1))
+        # the numbers the choice was made by, so a reader never recomputes them: the mask chain's kept drafts (those
+        # at or above the threshold, left to right), the expected runs, the floors a cost plan tried
+        kept, conf = int(r.mask_kept[0]), r.proposed.conf[0].tolist()
+        assert all(c >= 0.3 for c in conf[:kept]) and (kept == len(conf) or conf[kept] < 0.3)
+        assert torch.allclose(r.chain_run, expected_run(r.chain.conf, r.chain.count))
+        assert r.sibling_odds.shape == r.chain.conf.shape and (r.floors is None) == (r.seconds is None)
     for before, after in zip(records, records[1:]):  # what one forward chose is what the next one fed
         count = int(before.chain.count[0])
         assert after.tree.drafts[0, :count].tolist() == before.chain.tokens[0, :count].tolist()
