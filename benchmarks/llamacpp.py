@@ -62,7 +62,10 @@ def run(weights: str, args: argparse.Namespace, prompts: list[str]) -> None:
     ratios = " / ".join(f"{t / times[0]:.2f}" for t in times[1:])
     print(f"\n{weights}: forward after a 30-token cache, {times[0] * 1e3:.1f} ms for 1 new token; x that for "
           f"{' / '.join(map(str, WIDTHS[1:]))}: {ratios}")
-    runtime = Runtime() if args.fixed_trees else llamacpp_runtime(engine)  # no curve: verified's fixed rules
+    runtime = llamacpp_runtime(engine, tokenizer)
+    print(f"{weights}: verified is {runtime.guarantee()}")
+    if args.fixed_trees:  # no curve: verified's fixed rules
+        runtime = Runtime(width_check=runtime.width_check)
     generate(engine, tokenizer, prompts[0], strategy="ar", max_new_tokens=8)  # warm-up
     pairs = [decode_pair(engine, tokenizer, p, args.max_new_tokens, runtime, args.repeats) for p in prompts]
     total = {s: {k: sum(p[s][k] for p in pairs) for k in ("seconds", "tokens", "forwards")} for s in ("ar", "verified")}

@@ -15,7 +15,8 @@ from tiny import tiny_llama, tiny_tokenizer
 
 llama_cpp = pytest.importorskip("llama_cpp")
 
-from mars_core.engines.llamacpp import LlamaCppEngine, cost_curve, export_gguf  # noqa: E402
+from mars_core.engines.llamacpp import LlamaCppEngine, cost_curve, export_gguf, llamacpp_runtime  # noqa: E402
+from mars_core.engines.llamacpp.check import width_check  # noqa: E402
 
 PROMPTS = ["Count from one to ten:", "What is the capital of France?", "List three colours:",
            "Step by step: 12 * 3"]
@@ -91,7 +92,7 @@ def test_threshold_mode_commits_tokens(tiny, engine):
     assert out.tokens_per_forward > 1.5
 
 
-@pytest.mark.parametrize("prompt", [*PROMPTS, " ".join(PROMPTS * 6)])  # the last: past the prefill's 64 rows
+@pytest.mark.parametrize("prompt", [*PROMPTS, pytest.param(" ".join(PROMPTS * 6), id="past-64-prefill-rows")])
 def test_verified_equals_one_token(tiny, invariant_engine, prompt):
     """Verified decoding on llama.cpp (trees of drafts, groups and siblings) equals llama.cpp's one-token decoding,
     token for token, on an engine that runs every forward at two rows or more (one kernel path for every width)."""
@@ -103,6 +104,22 @@ def test_verified_equals_one_token(tiny, invariant_engine, prompt):
                        max_new_tokens=32, layout=layout)
         assert ver.token_ids == ar.token_ids
         assert ver.forwards <= ar.forwards
+
+
+def test_width_check_invariant_engine(invariant_engine, tiny):
+    """An invariant engine's rows are bit-identical at every width, one included (two rows or more, always)."""
+    _, tokenizer, _ = tiny
+    prompt = encode_prompt(tokenizer, PROMPTS[0])
+    check = width_check(invariant_engine, prompt, list(range(20, 32)), widths=(2, 3, 8))
+    assert check.identical and check.rows == 36 and check.max_abs == 0.0
+
+
+def test_runtime_names_the_guarantee(invariant_engine, tiny, tmp_path):
+    """llamacpp_runtime with the tokenizer carries the curve and the width check: guarantee() says identical."""
+    _, tokenizer, _ = tiny
+    runtime = llamacpp_runtime(invariant_engine, tokenizer, cache_dir=tmp_path, rounds=1)
+    assert runtime.cost is not None and runtime.invariant
+    assert runtime.guarantee() == "identical to one-token decoding"
 
 
 def test_verified_with_llamacpp_cost_curve(tiny, engine, tmp_path):

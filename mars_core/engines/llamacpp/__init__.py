@@ -11,7 +11,7 @@ gguf_export needs only `gguf`; the engine, the loader and the curve need llama-c
 from .gguf_export import WEIGHTS, cached_gguf, export_gguf, gguf_path
 
 __all__ = ["WEIGHTS", "LlamaCppEngine", "cached_gguf", "cost_curve", "export_gguf", "gguf_path", "llamacpp_runtime",
-           "load_llamacpp"]
+           "load_llamacpp", "width_check"]
 
 
 def __getattr__(name: str):
@@ -24,6 +24,10 @@ def __getattr__(name: str):
         from . import cost
 
         return getattr(cost, name)
+    if name == "width_check":
+        from .check import width_check
+
+        return width_check
     if name == "load_llamacpp":
         from .load import load_llamacpp
 

@@ -4,7 +4,7 @@ Widths cost differently on llama.cpp than on torch (one row takes ggml's dot pro
 2x at width 2 in BF16 and Q8_0, 1.2x in F32), so the planner must read this engine's curve, not torch's. Measured
 once per machine, GGUF, threads and mode, and kept on disk (runtime.timing); the fastest of interleaved rounds.
 
-    runtime = llamacpp_runtime(engine)      # Runtime(cost=curve): pass as generate(..., runtime=runtime)
+    runtime = llamacpp_runtime(engine, tokenizer)  # Runtime(cost=curve, width_check=...): generate(..., runtime=)
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ import torch
 from ...machine import cpu_flags, cpu_name
 from ...runtime.curve import CostCurve
 from ...runtime.forward import cache_mask
-from ...runtime.runtime import Runtime
+from ...runtime.runtime import Runtime, WidthCheck
 from ...runtime.timing import cache_root, machine_busy, read_json, seconds, write_json
+from .check import width_check
 from .engine import LlamaCppEngine
 
 WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32)
@@ -82,6 +83,25 @@ def cost_curve(engine: LlamaCppEngine, rounds: int = 5, cache_dir: Path | None =
     return curve
 
 
-def llamacpp_runtime(engine: LlamaCppEngine, **kwargs) -> Runtime:
-    """A Runtime whose cost curve is llama.cpp's (kwargs: cost_curve's): verified then sizes its trees by it."""
-    return Runtime(cost=cost_curve(engine, **kwargs))
+CHECK_PROMPT = "Name three rivers in Europe and say which is longest."
+CHECK_TEXT = "The Danube, the Rhine and the Volga; the Volga is the longest of the three."
+
+
+def kept_width_check(engine: LlamaCppEngine, tokenizer, cache_dir: Path | None = None) -> WidthCheck:
+    """check.width_check on a chat prompt and 16 tokens of text, kept beside the curve (same machine and mode)."""
+    from ...generate import encode_prompt
+
+    path = curve_path(engine, cache_dir).with_suffix(".width.json")
+    kept = read_json(path)
+    if kept is not None:
+        return WidthCheck.from_dict(kept)
+    check = width_check(engine, encode_prompt(tokenizer, CHECK_PROMPT), encode_prompt(tokenizer, CHECK_TEXT)[:16])
+    write_json(path, check.to_dict())
+    return check
+
+
+def llamacpp_runtime(engine: LlamaCppEngine, tokenizer=None, cache_dir: Path | None = None, **kwargs) -> Runtime:
+    """A Runtime whose cost curve is llama.cpp's (kwargs: cost_curve's): verified then sizes its trees by it. With
+    the tokenizer, also what a width check found on this machine, so runtime.guarantee() says what verified keeps."""
+    check = kept_width_check(engine, tokenizer, cache_dir) if tokenizer is not None else None
+    return Runtime(cost=cost_curve(engine, cache_dir=cache_dir, **kwargs), width_check=check)
