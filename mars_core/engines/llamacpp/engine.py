@@ -108,7 +108,10 @@ class LlamaCppCache:
 
 
 class LlamaCppEngine(Engine):
-    """A GGUF served by llama.cpp to the decoders (batch 1): see the module's docstring."""
+    """A GGUF served by llama.cpp to the decoders (batch 1): see the module's docstring. One decode at a time: it has
+    one llama.cpp memory, and new_cache() makes an older cache raise (two lanes racing need an engine each)."""
+
+    dtype: str = "gguf"  # what a machine record names (load_llamacpp sets the weight type: "f32", "bf16", "q8_0")
 
     def __init__(self, path: str | os.PathLike, n_ctx: int = 4096, threads: int | None = None, n_seq_max: int = 64,
                  kv_type: str = "f16", invariant: bool = False, eos_token_id: Any = None,

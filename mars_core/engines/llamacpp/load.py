@@ -38,5 +38,5 @@ def load_llamacpp(source: str | os.PathLike | None = None, weights: str = "bf16"
     del model
     engine = LlamaCppEngine(path, n_ctx=n_ctx, threads=threads, kv_type=kv_type or default_kv(weights),
                             invariant=invariant, eos_token_id=eos)
-    engine.weights = weights
+    engine.dtype = weights
     return engine, tokenizer
