@@ -8,7 +8,7 @@ import torch
 
 from mars_core.decoding.verified import TreeLayout, tree_template
 from mars_core.engines.llamacpp.tree import implied_mask, plan
-from mars_core.generate import encode_prompt, generate
+from mars_core.generate import encode_prompt, generate, stream
 from mars_core.runtime.forward import cache_mask
 
 from tiny import tiny_llama, tiny_tokenizer
@@ -104,6 +104,14 @@ def test_verified_equals_one_token(tiny, invariant_engine, prompt):
                        max_new_tokens=32, layout=layout)
         assert ver.token_ids == ar.token_ids
         assert ver.forwards <= ar.forwards
+
+
+def test_stream_on_llamacpp(tiny, engine):
+    """stream() on the engine: its events' tokens are generate()'s answer (what the app's lanes read)."""
+    _, tokenizer, _ = tiny
+    events = list(stream(engine, tokenizer, PROMPTS[3], strategy="verified", max_new_tokens=24))
+    assert [t for e in events for t in e.token_ids[0]] == generate(engine, tokenizer, PROMPTS[3], strategy="ar",
+                                                                    max_new_tokens=24).token_ids[0]
 
 
 def test_width_check_invariant_engine(invariant_engine, tiny):
