@@ -11,6 +11,11 @@ measured on the same model and batch size: the speedup over AR that MARS could r
 steps_per_forward is the number of AR forwards each batched forward replaces (per batch, AR takes as many
 forwards as its longest answer); at batch 1 it is tokens_per_forward, in a batch it is lower, because a
 batched forward lasts until its slowest sample and the block decoder's samples wait for each other.
+
+With --llamacpp-weights f32,bf16,q8_0 the same run adds llama.cpp rows at batch 1 (bench_llamacpp): our one-token
+decoding on the llama.cpp engine (llamacpp_ar), llama.cpp's own prompt lookup (llamacpp_lookup) and our verified
+decoding sized by llama.cpp's cost curve (llamacpp_verified), per weight type, each compared with llamacpp_ar of
+the same weights (speedup_vs_engine_ar, same_as_engine_ar) as well as with hf_generate.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from ..generate import encode_prompt, generate, stop_token_ids
 from ..machine import machine_line
 from ..runtime import CostCurve, Runtime, cache_mask, new_cache
 from ..runtime.timing import median_seconds, write_json
+from .bench_llamacpp import LLAMACPP_METHODS, Served, llamacpp_configurations, serve
 from .loading import load_prepared
 from .plots import speedup_plot
 from .prompts import load_split, prompt_set
@@ -83,6 +89,9 @@ class Row:
     speedup_over_bound: float | None = None  # measured speedup / bound (1 = no overhead at all)
     same_as_generate: float | None = None  # share of answers token for token equal to hf_generate's (same batches)
     same_as_batch_1: float | None = None  # batch > 1: share of answers equal to this method's own at batch 1
+    weights: str | None = None  # llama.cpp rows: the GGUF's weight type (f32, bf16, q8_0); None: torch
+    speedup_vs_engine_ar: float | None = None  # llama.cpp rows: tokens/s over llamacpp_ar's, same weights
+    same_as_engine_ar: float | None = None  # llama.cpp rows: share of answers equal to llamacpp_ar's, same weights
     answers: dict[str, list[int]] = field(default_factory=dict, repr=False)  # prompt -> answer (not in the JSON)
 
 
@@ -114,20 +123,23 @@ def _ours(strategy: str, block_size: int, threshold: float, layout: VerifiedConf
     return run
 
 
-def configurations(methods, block_sizes, thresholds, verified_thresholds=(VERIFIED_THRESHOLD,)):
-    """(method, block_size, threshold, runner) for every requested combination (verified: its draft thresholds)."""
+def configurations(methods, block_sizes, thresholds, verified_thresholds=(VERIFIED_THRESHOLD,),
+                   llamacpp: dict[str, Served] | None = None):
+    """(method, block_size, threshold, runner, weights) for every requested combination (verified: its draft
+    thresholds; weights: None on torch, the llama.cpp rows' weight type for each engine in `llamacpp`)."""
     for m in methods:
         if m in ("hf_generate", "hf_prompt_lookup"):
             lookup = m == "hf_prompt_lookup"
-            yield m, None, None, lambda mo, tok, p, n, rt, lookup=lookup: _hf(mo, tok, p, n, rt, lookup)
+            yield m, None, None, lambda mo, tok, p, n, rt, lookup=lookup: _hf(mo, tok, p, n, rt, lookup), None
         elif m in STRATEGIES:  # a one-token strategy ("ar")
-            yield m, None, None, _ours(m, 1, STRATEGIES[m].threshold)
-        else:
+            yield m, None, None, _ours(m, 1, STRATEGIES[m].threshold), None
+        elif m.startswith("mars_"):
             verified = m.startswith("mars_verified")
             layout = VerifiedConfig(sibling_floor=0.1) if m == "mars_verified_siblings" else VerifiedConfig()
             for b in block_sizes:
                 for t in verified_thresholds if verified else thresholds:
-                    yield m, b, t, _ours("verified" if verified else m.removeprefix("mars_"), b, t, layout)
+                    yield m, b, t, _ours("verified" if verified else m.removeprefix("mars_"), b, t, layout), None
+    yield from llamacpp_configurations(methods, llamacpp or {}, block_sizes, verified_thresholds)
 
 
 @torch.inference_mode()
@@ -175,13 +187,14 @@ def total(results) -> tuple[float, Counts]:
 Configuration = tuple[str, int | None, float | None]  # (method, block size, threshold)
 
 
-def _row(config: Configuration, category: str, batch_size: int, seconds: float, c: Counts) -> Row:
+def _row(config: Configuration, category: str, batch_size: int, seconds: float, c: Counts,
+         weights: str | None = None) -> Row:
     """One table row: a configuration's counts and median seconds at a batch size, in one category."""
     method, b, t = config
     tpf = c.tokens / c.sample_forwards if c.sample_forwards else None
     spf = c.ar_steps / c.forwards if c.forwards else None
     return Row(method, category, batch_size, b, t, tpf, c.tokens, seconds, c.tokens / seconds, steps_per_forward=spf,
-               answers=c.answers)
+               answers=c.answers, weights=weights)
 
 
 def groups(categories) -> dict[str, list[str]]:
@@ -198,10 +211,11 @@ def groups(categories) -> dict[str, list[str]]:
 def bench(
     model, tokenizer, records: list[dict], *, methods=METHODS, batch_sizes=(1,), block_sizes=(4,),
     thresholds=(1.0, 0.9), verified_thresholds=(VERIFIED_THRESHOLD,), max_new_tokens=64, repeats=3,
-    progress: bool = True, runtime: Runtime | None = None,
+    progress: bool = True, runtime: Runtime | None = None, llamacpp: dict[str, Served] | None = None,
 ) -> list[Row]:
     """Time every configuration at every batch size, per category and over all prompts, every method under the same
-    runtime (its linear kernels; default: plain torch).
+    runtime (its linear kernels; default: plain torch); llamacpp: the llama.cpp engines by weight type, whose rows
+    (methods llamacpp_*) run at batch 1 only (the engine decodes one sequence at a time).
 
     records: dicts with "prompt" and optionally "category". Batches are formed within a category and the
     "all" / "predictable" / "open" rows sum their categories' tokens and seconds of the same repeat; a batch
@@ -211,8 +225,9 @@ def bench(
     for r in records:
         categories.setdefault(r.get("category", "all"), []).append(r["prompt"])
     jobs = [
-        (bs, cfg) for bs in batch_sizes for cfg in configurations(methods, block_sizes, thresholds, verified_thresholds)
-        if not (cfg[0] == "hf_prompt_lookup" and bs > 1)  # transformers' prompt lookup takes batch 1 only
+        (bs, cfg) for bs in batch_sizes
+        for cfg in configurations(methods, block_sizes, thresholds, verified_thresholds, llamacpp)
+        if bs == 1 or not (cfg[0] == "hf_prompt_lookup" or cfg[4])  # transformers' lookup, llama.cpp: batch 1 only
     ]
     prompts = [r["prompt"] for r in records]
     # A category with fewer prompts than the batch: batch across categories, and report "all" only.
@@ -221,25 +236,25 @@ def bench(
     batched = {bs: {c: [ps[i : i + bs] for i in range(0, len(ps), bs)] for c, ps in parts[bs].items()}
                for bs in batch_sizes}
     runtime = runtime or Runtime()
-    for bs, (method, b, t, runner) in jobs:
+    for bs, (method, b, t, runner, w) in jobs:
         runner(model, tokenizer, [records[0]["prompt"]], 4, runtime)  # warm-up (and any first-use setup)
     # Repeats interleaved: round r times every configuration once before round r+1 starts, so a machine that
     # drifts (a noisy neighbour, clocks) slows every method alike instead of the one that happened to run then.
     passes: list[list[dict]] = [[] for _ in jobs]
     with tqdm(total=repeats * len(jobs), desc="mars-bench", disable=not progress) as bar:
         for _ in range(repeats):
-            for k, (bs, (method, b, t, runner)) in enumerate(jobs):
+            for k, (bs, (method, b, t, runner, w)) in enumerate(jobs):
                 passes[k].append({c: time_pass(runner, model, tokenizer, batches, max_new_tokens, runtime)
                                   for c, batches in batched[bs].items()})
                 bar.update()
     rows: list[Row] = []
-    for (bs, (method, b, t, runner)), done in zip(jobs, passes):
+    for (bs, (method, b, t, runner, w)), done in zip(jobs, passes):
         for c in parts[bs]:
             runs = [p[c] for p in done]
-            rows.append(_row((method, b, t), c, bs, statistics.median(r[0] for r in runs), runs[0][1]))
+            rows.append(_row((method, b, t), c, bs, statistics.median(r[0] for r in runs), runs[0][1], w))
         for group, members in groups(parts[bs]).items():
             totals = [total(p[c] for c in members) for p in done]
-            rows.append(_row((method, b, t), group, bs, statistics.median(x[0] for x in totals), totals[0][1]))
+            rows.append(_row((method, b, t), group, bs, statistics.median(x[0] for x in totals), totals[0][1], w))
     add_speedups(rows)
     add_agreement(rows)
     add_bounds(rows, model, tokenizer, prompts, runtime)
@@ -250,15 +265,19 @@ def add_speedups(rows: list[Row]) -> None:
     """speedup = this row's tokens/s over hf_generate's, same batch size and category. Throughput rather than
     seconds because bf16 numerics can move an EOS by a token or two between methods (equal counts: the same)."""
     base = {(r.batch_size, r.category): r.tokens_per_second for r in rows if r.method == "hf_generate"}
+    engine_ar = {(r.weights, r.category): r.tokens_per_second for r in rows if r.method == "llamacpp_ar"}
     for r in rows:
         if (r.batch_size, r.category) in base:
             r.speedup_vs_hf_generate = r.tokens_per_second / base[(r.batch_size, r.category)]
+        if r.weights is not None and (r.weights, r.category) in engine_ar:
+            r.speedup_vs_engine_ar = r.tokens_per_second / engine_ar[(r.weights, r.category)]
 
 
 def add_agreement(rows: list[Row]) -> None:
     """same_as_generate: the share of a row's answers equal token for token to hf_generate's on the same batches
     (lossless methods: 1, up to bf16 rounding between forwards of different widths); same_as_batch_1: the share
-    equal to the same method's answers one prompt at a time."""
+    equal to the same method's answers one prompt at a time; same_as_engine_ar (llama.cpp rows): the share equal to
+    llamacpp_ar's of the same weight type."""
     def share(want: dict | None, got: dict) -> float | None:  # answers compared prompt by prompt
         if not want or want.keys() != got.keys():
             return None
@@ -266,8 +285,11 @@ def add_agreement(rows: list[Row]) -> None:
 
     base = {(r.batch_size, r.category): r.answers for r in rows if r.method == "hf_generate"}
     alone = {(r.method, r.block_size, r.threshold, r.category): r.answers for r in rows if r.batch_size == 1}
+    engine_ar = {(r.weights, r.category): r.answers for r in rows if r.method == "llamacpp_ar"}
     for r in rows:
         r.same_as_generate = share(base.get((r.batch_size, r.category)), r.answers)
+        if r.weights is not None:
+            r.same_as_engine_ar = share(engine_ar.get((r.weights, r.category)), r.answers)
         if r.batch_size > 1:
             r.same_as_batch_1 = share(alone.get((r.method, r.block_size, r.threshold, r.category)), r.answers)
 
@@ -277,8 +299,9 @@ def add_bounds(rows: list[Row], model, tokenizer, prompts: list[str], runtime: R
     At τ >= 1 our decoders feed no masks (one token per forward), so there the bound is steps_per_forward = 1."""
     cost: dict[tuple[int, int], float] = {}
     for r in rows:
-        if r.block_size is None or r.steps_per_forward is None or r.method.startswith("mars_verified"):
-            continue  # verified forwards have no fixed width
+        if (r.block_size is None or r.steps_per_forward is None or r.method.startswith("mars_verified")
+                or r.weights is not None):
+            continue  # verified forwards have no fixed width; llama.cpp rows have llama.cpp's cost curve
         width = 1 if r.threshold is not None and r.threshold >= 1.0 else r.block_size
         for k in {1, width}:
             if (r.batch_size, k) not in cost:
@@ -290,20 +313,26 @@ def add_bounds(rows: list[Row], model, tokenizer, prompts: list[str], runtime: R
 
 
 def bench_table(rows: list[Row], category: str | None = "all") -> str:
-    """A fixed-width table of the rows of one category (None: every row)."""
-    head = (f"{'method':<20}{'category':>13}{'batch':>6}{'B':>3}{'τ':>6}{'tok/fwd':>8}{'stp/fwd':>8}{'tokens':>7}"
-            f"{'sec':>8}{'tok/s':>8}{'speedup':>8}{'bound':>7}{'/bound':>7}{'same':>6}")
+    """A fixed-width table of the rows of one category (None: every row); with llama.cpp rows, their weight type
+    beside the method and two more columns: speedup over and share equal to llamacpp_ar of the same weights."""
+    engine = any(r.weights is not None for r in rows)
+    head = (f"{'method':<{25 if engine else 20}}{'category':>13}{'batch':>6}{'B':>3}{'τ':>6}{'tok/fwd':>8}"
+            f"{'stp/fwd':>8}{'tokens':>7}{'sec':>8}{'tok/s':>8}{'speedup':>8}{'bound':>7}{'/bound':>7}{'same':>6}"
+            + (f"{'×eng_ar':>8}{'=eng_ar':>8}" if engine else ""))
     lines = [head, "-" * len(head)]
     fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
     for r in rows:
         if category is not None and r.category != category:
             continue
+        name = f"{r.method} {r.weights}" if r.weights else r.method
         lines.append(
-            f"{r.method:<20}{r.category:>13}{r.batch_size:>6}{fmt(r.block_size, 'd'):>3}{fmt(r.threshold, '.2f'):>6}"
+            f"{name:<{25 if engine else 20}}{r.category:>13}{r.batch_size:>6}{fmt(r.block_size, 'd'):>3}"
+            f"{fmt(r.threshold, '.2f'):>6}"
             f"{fmt(r.tokens_per_forward, '.2f'):>8}{fmt(r.steps_per_forward, '.2f'):>8}{r.generated_tokens:>7}"
             f"{r.seconds:>8.2f}{r.tokens_per_second:>8.1f}"
             f"{fmt(r.speedup_vs_hf_generate, '.2f'):>8}{fmt(r.bound, '.2f'):>7}{fmt(r.speedup_over_bound, '.2f'):>7}"
             f"{fmt(r.same_as_generate, '.2f'):>6}"
+            + (f"{fmt(r.speedup_vs_engine_ar, '.2f'):>8}{fmt(r.same_as_engine_ar, '.2f'):>8}" if engine else "")
         )
     return "\n".join(lines)
 
@@ -323,14 +352,17 @@ def read_cost(path: Path) -> CostCurve:
     return CostCurve.from_dict(data)
 
 
-def bench_record(args: argparse.Namespace, machine: dict, runtime: Runtime, rows: list[Row], prompts: int) -> dict:
-    """What --json keeps: where and how the run ran (machine, kernels, width check, cost curve), then the rows."""
+def bench_record(args: argparse.Namespace, machine: dict, runtime: Runtime, rows: list[Row], prompts: int,
+                 llamacpp: dict[str, Served] | None = None) -> dict:
+    """What --json keeps: where and how the run ran (machine, kernels, width check, cost curve; each llama.cpp
+    engine's GGUF, threads, curve and width check), then the rows."""
     curve = runtime.cost
     return {"machine": machine, "device": machine_line(machine), "dtype": machine["dtype"],
             "model": args.model or "default", "split": args.split, "prompts": prompts,
             "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "layout": args.layout,
             "width_check": runtime.width_check.to_dict() if runtime.width_check else None,
             "cost_curve": curve.to_dict() if curve is not None else None,
+            "llamacpp": {w: s.record() for w, s in (llamacpp or {}).items()},
             "rows": [{k: v for k, v in asdict(r).items() if k != "answers"} for r in rows]}
 
 
@@ -338,7 +370,16 @@ def build_parser() -> argparse.ArgumentParser:
     """mars-bench's flags."""
     p = argparse.ArgumentParser(prog="mars-bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default=None, help="name or path for mars_core.load (default: the embedded model)")
-    p.add_argument("--methods", default=",".join(METHODS), help=f"comma list of {', '.join(METHODS)}")
+    p.add_argument("--methods", default=None,
+                   help=f"comma list of {', '.join(METHODS + LLAMACPP_METHODS)} (default: every torch method, and "
+                        "every llama.cpp one where --llamacpp-weights is given)")
+    p.add_argument("--llamacpp-weights", default="",
+                   help="comma list of f32, bf16, q8_0: add the llama.cpp rows (batch 1) for each weight type, the "
+                        "GGUF exported once and cached (needs pip install -e \".[llamacpp]\"; default: none)")
+    p.add_argument("--llamacpp-threads", type=int, default=None, help="llama.cpp's threads (default: every core)")
+    p.add_argument("--llamacpp-invariant", action="store_true",
+                   help="llama.cpp engines that run every forward at two rows or more (one kernel path for every "
+                        "width: verified == one-token decoding bit for bit, at a width-2 forward per token)")
     p.add_argument("--batch-sizes", default="1,4,16", help="comma list")
     p.add_argument("--block-sizes", default="4,8", help="comma list")
     p.add_argument("--thresholds", default="1.0,0.95,0.9,0.8", help="comma list (sliding and block)")
@@ -368,14 +409,28 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def llamacpp_weights(parser: argparse.ArgumentParser, text: str) -> list[str]:
+    """--llamacpp-weights as a list, each one checked against the weight types the GGUF export writes."""
+    from ..engines.llamacpp import WEIGHTS
+
+    weights = parse_list(text.lower(), str)
+    bad = [w for w in weights if w not in WEIGHTS]
+    if bad:
+        parser.error(f"--llamacpp-weights: unknown weight types {bad}; choose from {', '.join(WEIGHTS)}")
+    return list(dict.fromkeys(weights))
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the mars-bench command: load and prepare, time every configuration, print, keep, draw."""
     p = build_parser()
     args = p.parse_args(argv)
-    methods = parse_list(args.methods, str)
-    unknown = set(methods) - set(METHODS)
+    weights = llamacpp_weights(p, args.llamacpp_weights)
+    methods = parse_list(args.methods, str) if args.methods else [*METHODS, *(LLAMACPP_METHODS if weights else ())]
+    unknown = set(methods) - set(METHODS) - set(LLAMACPP_METHODS)
     if unknown:
-        p.error(f"unknown methods {sorted(unknown)}; choose from {', '.join(METHODS)}")
+        p.error(f"unknown methods {sorted(unknown)}; choose from {', '.join(METHODS + LLAMACPP_METHODS)}")
+    if set(methods) & set(LLAMACPP_METHODS) and not weights:
+        p.error("the llamacpp_* methods need --llamacpp-weights (a comma list of f32, bf16, q8_0)")
     if args.quick:
         args.limit, args.max_new_tokens, args.repeats = 4, 16, 1
         args.batch_sizes, args.block_sizes, args.thresholds = "1", "4", "1.0,0.9"
@@ -390,15 +445,26 @@ def main(argv: list[str] | None = None) -> None:
     machine = runtime.record(model)
     print(f"machine: {machine_line(machine)}")
     print(f"verified mode here: {runtime.guarantee()}")
+    wanted = weights if set(methods) & set(LLAMACPP_METHODS) else []
+    try:
+        llamacpp = {w: serve(args.model, w, args.llamacpp_threads, args.llamacpp_invariant) for w in wanted}
+    except ImportError as err:  # llama-cpp-python is an extra
+        raise SystemExit(f"mars-bench: {err}") from err
+    for served in llamacpp.values():
+        print(served.describe())
+    batch_sizes = parse_list(args.batch_sizes, int)
+    if llamacpp and batch_sizes != [1]:
+        print("llama.cpp rows: batch 1 only (the engine decodes one sequence at a time)"
+              + ("" if 1 in batch_sizes else "; add 1 to --batch-sizes for them"))
     rows = bench(
-        model, tokenizer, records, methods=methods, batch_sizes=parse_list(args.batch_sizes, int),
+        model, tokenizer, records, methods=methods, batch_sizes=batch_sizes,
         block_sizes=parse_list(args.block_sizes, int), thresholds=parse_list(args.thresholds, float),
         verified_thresholds=parse_list(args.verified_thresholds, float),
-        max_new_tokens=args.max_new_tokens, repeats=args.repeats, runtime=runtime,
+        max_new_tokens=args.max_new_tokens, repeats=args.repeats, runtime=runtime, llamacpp=llamacpp,
     )
     print(bench_table(rows))
     if args.json:  # a new folder is made: the run must not be lost to it
-        write_json(args.json, bench_record(args, machine, runtime, rows, len(records)), indent=2)
+        write_json(args.json, bench_record(args, machine, runtime, rows, len(records), llamacpp), indent=2)
     path = args.plot or (args.json.rsplit(".", 1)[0] + ".png" if args.json else None)
     if path and speedup_plot(rows, path, f"mars-bench: speedup over transformers generate ({machine_line(machine)})"):
         print(f"plot: {path}")

@@ -112,7 +112,8 @@ def speedup_plot(rows: list, path: str, title: str = "") -> str | None:
     fig, axes = plt.subplots(1, len(sizes), figsize=(5.5 * len(sizes), 4.2), squeeze=False, sharey=True)
     for ax, bs in zip(axes[0], sizes):
         sub = [r for r in rows if r.batch_size == bs]
-        labels = [r.method + ("" if r.block_size is None else f"\nB{r.block_size} τ{r.threshold:g}") for r in sub]
+        labels = [r.method + (f" {r.weights}" if getattr(r, "weights", None) else "")
+                  + ("" if r.block_size is None else f"\nB{r.block_size} τ{r.threshold:g}") for r in sub]
         colours = ["#94a3b8" if r.block_size is None else {"mars_sliding": "#2563eb", "mars_block": "#7c3aed"}.get(
             r.method, "#059669") for r in sub]
         ax.bar(range(len(sub)), [r.speedup_vs_hf_generate for r in sub], color=colours)

@@ -1,0 +1,90 @@
+"""mars-bench's llama.cpp rows on a tiny Llama exported as an F32 GGUF: batch 1 only, compared with llamacpp_ar of
+the same weights and with transformers' generate, and the CLI's --llamacpp-weights."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tiny import tiny_llama, tiny_tokenizer
+
+pytest.importorskip("llama_cpp")
+
+from mars_core.engines.llamacpp import LlamaCppEngine, export_gguf, llamacpp_runtime  # noqa: E402
+from mars_core.evaluation.bench import bench, bench_table, main  # noqa: E402
+from mars_core.evaluation.bench_llamacpp import Served, lookup_answer  # noqa: E402
+
+PROMPTS = ["Count from one to ten", "What is the capital of France?", "List three colours:"]
+RECORDS = [{"prompt": p, "category": c} for p, c in zip(PROMPTS, ["counting", "factual", "counting"])]
+METHODS = ("hf_generate", "ar", "llamacpp_ar", "llamacpp_lookup", "llamacpp_verified")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """(torch model, tokenizer, llama.cpp engine on its F32 GGUF, invariant: one kernel path for every width)."""
+    tokenizer = tiny_tokenizer(mask_token=True)
+    model = tiny_llama(len(tokenizer), num_hidden_layers=2, max_position_embeddings=512)
+    folder = tmp_path_factory.mktemp("gguf")
+    path = export_gguf(model, tokenizer, folder / "tiny.f32.gguf", weights="f32")
+    engine = LlamaCppEngine(path, n_ctx=512, threads=1, kv_type="f32", invariant=True,
+                            eos_token_id=model.generation_config.eos_token_id)
+    engine.dtype = "f32"
+    return model, tokenizer, Served("f32", engine, tokenizer, llamacpp_runtime(engine, tokenizer, folder, rounds=1))
+
+
+def test_llamacpp_rows_beside_torch_rows(tiny):
+    model, tokenizer, served = tiny
+    rows = bench(model, tokenizer, RECORDS, methods=METHODS, batch_sizes=(1, 2), block_sizes=(4,),
+                 max_new_tokens=8, repeats=1, progress=False, llamacpp={"f32": served})
+    llama = [r for r in rows if r.weights is not None]
+    assert {r.method for r in llama} == {"llamacpp_ar", "llamacpp_lookup", "llamacpp_verified"}
+    assert {r.batch_size for r in llama} == {1} and {r.weights for r in llama} == {"f32"}  # batch 1 only
+    assert any(r.method == "hf_generate" and r.batch_size == 2 for r in rows)  # torch rows keep every batch size
+    everything = {r.method: r for r in rows if r.category == "all" and r.batch_size == 1}
+    ar, verified = everything["llamacpp_ar"], everything["llamacpp_verified"]
+    assert ar.speedup_vs_engine_ar == 1.0 and ar.same_as_engine_ar == 1.0
+    assert ar.same_as_generate == 1.0  # F32 GGUF on llama.cpp answers what transformers' generate answers
+    assert verified.block_size == 4 and verified.same_as_engine_ar == 1.0  # invariant engine: bit for bit
+    assert verified.tokens_per_forward >= 1.0 and verified.bound is None  # llama.cpp rows: its own cost curve
+    for r in llama:
+        assert r.speedup_vs_hf_generate > 0 and r.speedup_vs_engine_ar > 0 and r.same_as_engine_ar is not None
+        assert r.generated_tokens > 0
+    assert everything["llamacpp_lookup"].tokens_per_forward is None  # llama-cpp-python does not count forwards
+    assert all(r.weights is None and r.same_as_engine_ar is None for r in rows if not r.method.startswith("llama"))
+    table = bench_table(rows)
+    assert "llamacpp_verified f32" in table and "=eng_ar" in table
+
+
+def test_lookup_stops_at_max_new_and_starts_afresh(tiny):
+    """llama.cpp's prompt lookup: greedy from an empty cache each time (no prefix kept from the last prompt)."""
+    _, tokenizer, served = tiny
+    first = lookup_answer(served, PROMPTS[0], 6)
+    assert 0 < len(first) <= 6
+    lookup_answer(served, PROMPTS[1], 6)
+    assert lookup_answer(served, PROMPTS[0], 6) == first
+
+
+def test_cli_llamacpp_weights(tmp_path, tiny, monkeypatch, capsys):
+    model, tokenizer, _ = tiny
+    monkeypatch.setenv("MARS_CACHE", str(tmp_path / "cache"))  # the GGUF and its curve are written here
+    model.save_pretrained(tmp_path / "m")
+    tokenizer.save_pretrained(tmp_path / "m")
+    out = tmp_path / "bench.json"
+    main(["--model", str(tmp_path / "m"), "--quick", "--dtype", "fp32", "--methods",
+          "hf_generate,llamacpp_ar,llamacpp_verified", "--llamacpp-weights", "f32", "--llamacpp-threads", "1",
+          "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert {(r["method"], r["weights"]) for r in data["rows"]} == {
+        ("hf_generate", None), ("llamacpp_ar", "f32"), ("llamacpp_verified", "f32")}
+    assert data["llamacpp"]["f32"]["threads"] == 1 and data["llamacpp"]["f32"]["cost_curve"]["seconds"]
+    printed = capsys.readouterr().out
+    assert "llama.cpp F32" in printed and "machine:" in printed and "=eng_ar" in printed
+
+
+@pytest.mark.parametrize("argv, said", [(["--methods", "llamacpp_ar"], "need --llamacpp-weights"),
+                                        (["--llamacpp-weights", "q4_0"], "unknown weight types")])
+def test_cli_refuses_bad_llamacpp_flags(argv, said, capsys):
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert said in capsys.readouterr().err
