@@ -34,7 +34,7 @@ def tiny(tmp_path_factory):
 def engine_of(tiny, invariant: bool = False) -> LlamaCppEngine:
     model, _, path = tiny
     return LlamaCppEngine(path, n_ctx=512, threads=1, kv_type="f32", invariant=invariant,
-                          eos_token_id=model.generation_config.eos_token_id)
+                          eos_token_id=model.generation_config.eos_token_id, mask_id=tiny[1].mask_token_id)
 
 
 @pytest.fixture(scope="module")

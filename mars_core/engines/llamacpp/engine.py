@@ -29,7 +29,7 @@ from ...runtime.engine import Engine
 from .tree import SeqPlan, plan
 
 KV_TYPES = {"f32": 0, "f16": 1}  # ggml_type ids of the KV cache's element types
-PREFILL_ROWS = 64  # logits rows a decode's first forward reads at most (verified: the prompt's last, then G_0's g)
+PREFILL_ROWS = 64  # logits rows a decode's first forward reads when the engine has no mask id (B <= 64)
 
 
 def binding() -> Any:
@@ -115,7 +115,7 @@ class LlamaCppEngine(Engine):
 
     def __init__(self, path: str | os.PathLike, n_ctx: int = 4096, threads: int | None = None, n_seq_max: int = 64,
                  kv_type: str = "f16", invariant: bool = False, eos_token_id: Any = None,
-                 flash_attn: bool | None = None):
+                 flash_attn: bool | None = None, mask_id: int | None = None):
         llama_cpp = binding()
         self.lib, self.path, self.invariant = llama_cpp, Path(path), invariant
         self.threads = threads or os.cpu_count() or 1
@@ -135,6 +135,7 @@ class LlamaCppEngine(Engine):
         self.config = SimpleNamespace(max_position_embeddings=n_ctx, vocab_size=self.vocab_size)
         self.generation_config = SimpleNamespace(eos_token_id=eos_token_id)
         self.generation = 0
+        self.mask_id = mask_id  # the mask token: a decode's first forward reads the prompt's last row and the masks
         self.forwards = 0
 
     def context_params(self, n_ctx: int, n_seq_max: int, kv_type: str, flash_attn: bool | None) -> Any:
@@ -194,14 +195,23 @@ class LlamaCppEngine(Engine):
     def hidden_states(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: LlamaCppCache
                       ) -> torch.Tensor:
         """Logits of the fed slots [1, W, V] (head() is then the identity). A decode's first forward (the prompt,
-        then verified's first mask group) reads only its last PREFILL_ROWS: the output head costs a row's worth of
-        weights per row, so a 100-token prompt's logits would cost more than its forward. Rows not read are NaN."""
+        then verified's first mask group) reads only the prompt's last row and the masks after it (the last
+        PREFILL_ROWS without a mask id): the output head costs a row's worth of weights per row, so a 40-token
+        prompt's logits would cost more than its forward. Rows not read are NaN."""
         width = ids.shape[-1]
-        first = max(width - PREFILL_ROWS, 0) if cache.length == 0 else 0
+        first = self.first_read(ids[0].tolist()) if cache.length == 0 else 0
         rows = self.feed(ids, positions, mask, cache, list(range(first, width)))
         if not first:
             return rows
         return torch.cat([torch.full((1, first, rows.shape[-1]), float("nan")), rows], 1)
+
+    def first_read(self, tokens: list[int]) -> int:
+        """The first slot of a decode's first forward whose logits a decoder reads: the last before the trailing
+        run of mask tokens."""
+        if self.mask_id is None:
+            return max(len(tokens) - PREFILL_ROWS, 0)
+        masks = next((i for i, t in enumerate(reversed(tokens)) if t != self.mask_id), len(tokens))
+        return max(len(tokens) - masks - 1, 0)
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         return hidden

@@ -37,6 +37,6 @@ def load_llamacpp(source: str | os.PathLike | None = None, weights: str = "bf16"
     eos = getattr(model.generation_config, "eos_token_id", None)
     del model
     engine = LlamaCppEngine(path, n_ctx=n_ctx, threads=threads, kv_type=kv_type or default_kv(weights),
-                            invariant=invariant, eos_token_id=eos)
+                            invariant=invariant, eos_token_id=eos, mask_id=tokenizer.mask_token_id)
     engine.dtype = weights
     return engine, tokenizer
