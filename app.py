@@ -1,6 +1,7 @@
 """MARS Studio's Gradio app: race MARS against one-token decoding, walk through the method, sweep the threshold.
 
-The UI only: every token comes from mars_core. Run `python app.py [--model PATH_OR_ID] [--ar-model ...] [--port N]`.
+The UI only: every token comes from mars_core. Run `python app.py [--model PATH_OR_ID] [--ar-model ...] [--port N]`;
+`--engine llama.cpp [--llamacpp-weights bf16]` races on llama.cpp (pip install -e ".[llamacpp]").
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import threading
 
 import gradio as gr
 
-from studio import batch, explorer, lanes, models, race, walkthrough
+from studio import batch, engine, explorer, lanes, models, race, walkthrough
 from studio.inputs import page_js
 from studio.race_html import LANE_CSS, verified_guarantee
 
@@ -56,6 +57,9 @@ def intro_markdown() -> str:
     config = models.CONFIG
     ar = models.model_label(config.ar_model) if config.ar_model else "the same checkpoint, one token per forward"
     note = default_model_note() if not config.model else ""
+    if engine.on_llamacpp():  # the race's engine; the other tabs decode the torch model
+        note += (f" The race decodes on {engine.label()} (the same checkpoint as a GGUF, trees sized by llama.cpp's "
+                 "own cost curve); the other tabs run it on torch.")
     return (
         "MARS lets an ordinary causal LM commit several tokens per forward: each forward reads the last real "
         "token plus B−1 mask tokens and keeps the predictions whose confidence reaches the threshold τ "
@@ -110,6 +114,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dtype", default=os.environ.get("MARS_DTYPE"), choices=["auto", "bf16", "fp32"],
                         help="weights' dtype (default auto: bf16 where the CPU/GPU runs it fast; fp32: verified lanes "
                              "then equal AR token for token, no bf16 rounding)")
+    parser.add_argument("--engine", default=os.environ.get("MARS_ENGINE", "torch"),
+                        help="what the race decodes on: torch (default) or llama.cpp (pip install -e \".[llamacpp]\")")
+    parser.add_argument("--llamacpp-weights", default=os.environ.get("MARS_LLAMACPP_WEIGHTS", "bf16"),
+                        help="llama.cpp's GGUF weight type: f32, bf16 (default) or q8_0 (written once, cached)")
+    parser.add_argument("--llamacpp-threads", type=int, default=None, help="llama.cpp's threads (default: every core)")
     parser.add_argument("--concurrency", type=int, default=int(os.environ.get("MARS_CONCURRENCY", "4")),
                         help="generations served at once (the queue holds the rest)")
     parser.add_argument("--no-preload", action="store_true", help="load the models on the first request only")
@@ -125,11 +134,17 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(str(err))
     if args.concurrency < 1:
         parser.error("--concurrency must be at least 1")
+    try:
+        chosen = engine.check_engine(args.engine, args.llamacpp_weights.lower(), args.ar_model)
+    except ValueError as err:
+        parser.error(str(err))
     embedded = (None, "", "default")  # `default` names the embedded model: its recorded race and note are shown
     models.CONFIG = models.AppConfig(model=None if args.model in embedded else args.model,
                                      ar_model=None if args.ar_model in embedded else args.ar_model,
                                      concurrency=args.concurrency,
-                                     dtype=None if args.dtype in (None, "auto") else args.dtype)
+                                     dtype=None if args.dtype in (None, "auto") else args.dtype,
+                                     engine=chosen, llamacpp_weights=args.llamacpp_weights.lower(),
+                                     llamacpp_threads=args.llamacpp_threads)
     if args.record_example:
         print(f"recorded {race.record_example()}")
         return

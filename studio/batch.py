@@ -374,6 +374,10 @@ def build(demo: gr.Blocks) -> list[gr.Button]:
             "aligned slots; a sample that filled its block waits for the slowest before the batch moves on. Every "
             "prompt below is decoded in ONE batch, block-cached MARS against AR on the same batch, both streaming."
         )
+        if models.CONFIG.engine != "torch":  # the app was launched with --engine llama.cpp: say where batches run
+            gr.Markdown(f"This tab decodes on torch: the {models.CONFIG.engine} engine serves one sequence at a "
+                        "time (batch 1), so the batch runs on the same checkpoint's torch model; the Race tab "
+                        f"runs on {models.CONFIG.engine}.", elem_id="batch-engine")
         with gr.Row(equal_height=True):
             prompts = gr.Textbox("\n".join(EXAMPLES), label="Prompts (4 to 8, one per line)", lines=7, scale=5,
                                  max_length=TEXT_CHARS, elem_id="batch-prompts")

@@ -45,6 +45,9 @@ class AppConfig:
     ar_model: str | None = None  # separate AR baseline; None = the MARS checkpoint in one-token mode
     concurrency: int = 4  # generations decoding at once, all tabs together (the others wait for a slot)
     dtype: str | None = None  # weights' dtype: None = mars_core.load's choice (bf16 where fast), "fp32" for exactness
+    engine: str = "torch"  # what the race decodes on: "torch" or "llama.cpp" (studio.engine; other tabs: torch)
+    llamacpp_weights: str = "bf16"  # llama.cpp's GGUF weight type: "f32", "bf16" or "q8_0"
+    llamacpp_threads: int | None = None  # llama.cpp's threads (None: every core)
 
 
 CONFIG = AppConfig()
@@ -160,6 +163,10 @@ def stages(name: str | None) -> list[tuple[str, Callable[[], Any]]]:
                 steps.append((CONVERT, lambda: loading.convert_gguf(name)))
     except Exception:  # noqa: BLE001 - whatever is missing, load() says it as the failure's message
         steps = []
+    if CONFIG.engine == "llama.cpp" and name == CONFIG.model:  # the race's engines (studio.engine)
+        from . import engine
+
+        steps.append((engine.STAGE, lambda: engine.prepare(name)))
     return [*steps, (LOAD, final), (PREPARE, runtime)]
 
 

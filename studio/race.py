@@ -95,9 +95,9 @@ def record_example(path: Path = EXAMPLE_FILE) -> Path:
 
 
 def example_outputs(path: Path = EXAMPLE_FILE) -> tuple:
-    """The recorded race as the page's first content (the default model only: a recording of another model would
-    not be true of the one served), else empty axes."""
-    if models.CONFIG.model is not None or not path.is_file():
+    """The recorded race as the page's first content (the default model on torch only: a recording of another model
+    or engine would not be true of the one served), else empty axes."""
+    if models.CONFIG.model is not None or models.CONFIG.engine != "torch" or not path.is_file():
         return placeholder("ready", "Press Run: the three lanes stream at the same time.")
     record = json.loads(path.read_text())
     runs = {key: Run(LANE_NAMES[key], iter(()), None, **lane) for key, lane in record["lanes"].items()}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import html
 
-from . import lanes, models
+from . import engine, lanes, models
 from .lanes import count_class
 from .race_state import LANE_NAMES, RaceSession, Run, departure, drafts_account, tau_changes
 
@@ -167,7 +167,8 @@ def stats_markdown(runs: dict[str, Run], session: RaceSession, block_size: int, 
     for key in ("mars", "verified"):
         said = f" (τ in force {tau:.2f}{load_note})" if key == "mars" else ""
         lines.append(headline(key, runs[key], ar, done=done, exact=exact, tau=said))
-    lines.append(f"<small>Measured on this shared CPU, each lane timed by its own forwards: {speeds(runs)}. "
+    on = f" on {engine.label()}" if engine.label() else ""  # the engine the lanes decode on, where not torch
+    lines.append(f"<small>Measured on this shared CPU{on}, each lane timed by its own forwards: {speeds(runs)}. "
                  "A lane's tokens/s over AR's is its tokens per forward over what its forward costs against AR's "
                  "(a wider forward costs more). Forwards are the machine-independent count; seconds vary with "
                  "load.</small>")

@@ -15,11 +15,11 @@ from collections.abc import Iterator
 
 import gradio as gr
 
-from mars_core import DecodeControl, stream
+from mars_core import DecodeControl
 from mars_core.decoding.strategies import default_threshold
 from mars_core.runtime import Runtime
 
-from . import models
+from . import engine, models
 from .charts import plotly_data
 from .inputs import check_inputs, warn
 from .lanes import Throttle, Turns, guarded
@@ -127,17 +127,18 @@ def race(
 
 
 def start_lanes(prompt: str, block: int, new: int, controls: dict[str, DecodeControl]) -> tuple[dict[str, Run], bool]:
-    """The three lanes' streams over the served model(s), and whether the verified lane is exact here (the runtime
-    passed its width check and AR is the same checkpoint)."""
+    """The three lanes' streams over the served model(s) on the engine chosen at launch (torch or llama.cpp:
+    studio.engine), and whether the verified lane is exact here (the runtime passed its width check and AR is the
+    same checkpoint)."""
     config = models.CONFIG
     model, tokenizer = models.get_model(config.model)
-    runtime = models.get_runtime(config.model)
+    runtime = engine.race_runtime(config.model)
     ar_model, ar_tokenizer = models.get_model(config.ar_model) if config.ar_model else (model, tokenizer)
     ar_runtime = models.get_runtime(config.ar_model) if config.ar_model else runtime
 
     def lane(key: str, strategy: str, served: tuple, run_on: Runtime, **options: int) -> Run:
-        events = stream(*served, prompt, strategy=strategy, max_new_tokens=new, control=controls[key],
-                        runtime=run_on, **options)
+        events = engine.lane_stream(config.model, served, prompt, run_on, strategy=strategy, max_new_tokens=new,
+                                    control=controls[key], **options)
         return Run(LANE_NAMES[key], events, served[1])
 
     runs = {"ar": lane("ar", "ar", (ar_model, ar_tokenizer), ar_runtime),

@@ -1,0 +1,127 @@
+"""The engine the race decodes on, chosen at launch: torch (the served model) or llama.cpp (python app.py --engine
+llama.cpp): the model as a GGUF, a llama.cpp engine per racing lane (an engine holds one decode at a time), the
+runtime with llama.cpp's own cost curve and width check, and how the page names it. The other tabs run torch."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from mars_core import stream
+from mars_core.runtime import Runtime
+
+from . import models
+
+ENGINES = ("torch", "llama.cpp")
+ALIASES = {"llamacpp": "llama.cpp", "llama-cpp": "llama.cpp", "llama_cpp": "llama.cpp"}
+WEIGHTS = ("f32", "bf16", "q8_0")  # mars_core.engines.llamacpp.WEIGHTS (imported there only with the extra)
+STAGE = "writing the GGUF for llama.cpp and timing its forwards by width (once: cached)"
+
+
+def check_engine(engine: str, weights: str, ar_model: str | None = None) -> str:
+    """The engine's canonical name; a ValueError with one message for an unknown engine or weight type, a missing
+    llama-cpp-python, or a separate AR model on llama.cpp (its AR lane is the same GGUF, one token per forward)."""
+    name = ALIASES.get(engine.lower(), engine.lower())
+    if name not in ENGINES:
+        raise ValueError(f"--engine must be one of {', '.join(ENGINES)}; got {engine!r}")
+    if name == "torch":
+        return name
+    if weights not in WEIGHTS:
+        raise ValueError(f"--llamacpp-weights must be one of {', '.join(WEIGHTS)}; got {weights!r}")
+    if importlib.util.find_spec("llama_cpp") is None:
+        raise ValueError('--engine llama.cpp needs llama-cpp-python: pip install -e ".[llamacpp]"')
+    if ar_model:
+        raise ValueError("--engine llama.cpp races one checkpoint (AR is its own one-token decoding): "
+                         "--ar-model is for --engine torch")
+    return name
+
+
+@dataclass
+class Pool:
+    """The llama.cpp engines of one served model: idle ones, lent to a lane for its decode, made when none is idle
+    (three per race, more when races overlap), sharing the tokenizer and the runtime."""
+
+    first: Any
+    tokenizer: Any
+    runtime: Runtime
+    idle: list = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.idle.append(self.first)
+
+    def checkout(self) -> Any:
+        """An idle engine, or a new one on the same GGUF, threads, KV type and mode."""
+        with self.lock:
+            if self.idle:
+                return self.idle.pop()
+        from mars_core.engines.llamacpp import LlamaCppEngine
+
+        e = self.first
+        engine = LlamaCppEngine(e.path, n_ctx=e.n_ctx, threads=e.threads, kv_type=e.kv_type, invariant=e.invariant,
+                                eos_token_id=e.generation_config.eos_token_id)
+        engine.dtype = e.dtype
+        return engine
+
+    def release(self, engine: Any) -> None:
+        """The engine is idle again."""
+        with self.lock:
+            self.idle.append(engine)
+
+    def stream(self, prompt: str, **options: Any) -> Iterator:
+        """stream() on an engine of its own, given back when the lane ends, fails or is dropped."""
+        engine = self.checkout()
+        try:
+            yield from stream(engine, self.tokenizer, prompt, runtime=self.runtime, **options)
+        finally:
+            self.release(engine)
+
+
+POOLS: dict[str, Pool] = {}  # by model name ("default": the embedded model)
+
+
+def on_llamacpp() -> bool:
+    """Whether the app was launched with --engine llama.cpp."""
+    return models.CONFIG.engine == "llama.cpp"
+
+
+def prepare(name: str | None) -> None:
+    """The preparation stage of llama.cpp: the GGUF (written once per weight type), one engine, llama.cpp's cost
+    curve and width check (measured once per machine, kept on disk)."""
+    from mars_core.engines.llamacpp import llamacpp_runtime, load_llamacpp
+
+    config = models.CONFIG
+    engine, tokenizer = load_llamacpp(name, weights=config.llamacpp_weights, threads=config.llamacpp_threads)
+    POOLS[name or "default"] = Pool(engine, tokenizer, llamacpp_runtime(engine, tokenizer))
+
+
+def pool(name: str | None) -> Pool:
+    """The served model's llama.cpp engines (prepared with the model: models.get_model)."""
+    models.get_model(name)
+    return POOLS[name or "default"]
+
+
+def lane_stream(name: str | None, served: tuple, prompt: str, runtime: Runtime, **options: Any) -> Iterator:
+    """A race lane's Step events: stream() over the served torch model and its runtime, or on llama.cpp over an
+    engine of the lane's own with llama.cpp's runtime."""
+    if not on_llamacpp():
+        return stream(*served, prompt, runtime=runtime, **options)
+    return pool(name).stream(prompt, **options)
+
+
+def race_runtime(name: str | None) -> Runtime:
+    """The runtime the race's lanes decode with (its width check says whether verified is AR bit for bit)."""
+    return pool(name).runtime if on_llamacpp() else models.get_runtime(name)
+
+
+def label() -> str:
+    """How the small print names the engine: "llama.cpp BF16, 2 threads"; "" on torch."""
+    if not on_llamacpp():
+        return ""
+    key = models.CONFIG.model or "default"
+    threads = POOLS[key].first.threads if key in POOLS else (models.CONFIG.llamacpp_threads or os.cpu_count() or 1)
+    return f"llama.cpp {models.CONFIG.llamacpp_weights.upper()}, {threads} thread{'s' if threads > 1 else ''}"
