@@ -119,6 +119,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--llamacpp-weights", default=os.environ.get("MARS_LLAMACPP_WEIGHTS", "bf16"),
                         help="llama.cpp's GGUF weight type: f32, bf16 (default) or q8_0 (written once, cached)")
     parser.add_argument("--llamacpp-threads", type=int, default=None, help="llama.cpp's threads (default: every core)")
+    parser.add_argument("--llamacpp-invariant", action="store_true",
+                        help="llama.cpp forwards at two rows or more: the verified lane is AR bit for bit (one kernel "
+                             "path for every width), one-token decoding a width-2 forward per token")
     parser.add_argument("--concurrency", type=int, default=int(os.environ.get("MARS_CONCURRENCY", "4")),
                         help="generations served at once (the queue holds the rest)")
     parser.add_argument("--no-preload", action="store_true", help="load the models on the first request only")
@@ -144,7 +147,8 @@ def main(argv: list[str] | None = None) -> None:
                                      concurrency=args.concurrency,
                                      dtype=None if args.dtype in (None, "auto") else args.dtype,
                                      engine=chosen, llamacpp_weights=args.llamacpp_weights.lower(),
-                                     llamacpp_threads=args.llamacpp_threads)
+                                     llamacpp_threads=args.llamacpp_threads,
+                                     llamacpp_invariant=args.llamacpp_invariant)
     if args.record_example:
         print(f"recorded {race.record_example()}")
         return

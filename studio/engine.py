@@ -20,6 +20,7 @@ ENGINES = ("torch", "llama.cpp")
 ALIASES = {"llamacpp": "llama.cpp", "llama-cpp": "llama.cpp", "llama_cpp": "llama.cpp"}
 WEIGHTS = ("f32", "bf16", "q8_0")  # mars_core.engines.llamacpp.WEIGHTS (imported there only with the extra)
 STAGE = "writing the GGUF for llama.cpp and timing its forwards by width (once: cached)"
+LANES = 3  # engines made with the model: one per race lane (more are made when races overlap)
 
 
 def check_engine(engine: str, weights: str, ar_model: str | None = None) -> str:
@@ -55,10 +56,14 @@ class Pool:
         self.idle.append(self.first)
 
     def checkout(self) -> Any:
-        """An idle engine, or a new one on the same GGUF, threads, KV type and mode."""
+        """An idle engine, or a new one."""
         with self.lock:
             if self.idle:
                 return self.idle.pop()
+        return self.make()
+
+    def make(self) -> Any:
+        """A new engine on the first one's GGUF, context, threads, KV type and mode."""
         from mars_core.engines.llamacpp import LlamaCppEngine
 
         e = self.first
@@ -90,13 +95,15 @@ def on_llamacpp() -> bool:
 
 
 def prepare(name: str | None) -> None:
-    """The preparation stage of llama.cpp: the GGUF (written once per weight type), one engine, llama.cpp's cost
-    curve and width check (measured once per machine, kept on disk)."""
+    """The preparation stage of llama.cpp: the GGUF (written once per weight type), an engine per race lane,
+    llama.cpp's cost curve and width check (measured once per machine, kept on disk)."""
     from mars_core.engines.llamacpp import llamacpp_runtime, load_llamacpp
 
     config = models.CONFIG
-    engine, tokenizer = load_llamacpp(name, weights=config.llamacpp_weights, threads=config.llamacpp_threads)
-    POOLS[name or "default"] = Pool(engine, tokenizer, llamacpp_runtime(engine, tokenizer))
+    engine, tokenizer = load_llamacpp(name, weights=config.llamacpp_weights, threads=config.llamacpp_threads,
+                                      invariant=config.llamacpp_invariant)
+    made = POOLS[name or "default"] = Pool(engine, tokenizer, llamacpp_runtime(engine, tokenizer))
+    made.idle.extend(made.make() for _ in range(LANES - 1))  # a race's lanes never wait for an engine's load
 
 
 def pool(name: str | None) -> Pool:

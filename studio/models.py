@@ -48,6 +48,7 @@ class AppConfig:
     engine: str = "torch"  # what the race decodes on: "torch" or "llama.cpp" (studio.engine; other tabs: torch)
     llamacpp_weights: str = "bf16"  # llama.cpp's GGUF weight type: "f32", "bf16" or "q8_0"
     llamacpp_threads: int | None = None  # llama.cpp's threads (None: every core)
+    llamacpp_invariant: bool = False  # llama.cpp forwards at two rows or more: verified is AR bit for bit, AR slower
 
 
 CONFIG = AppConfig()

@@ -25,14 +25,15 @@ def checkpoint(tmp_path, monkeypatch):
 
 @pytest.fixture()
 def launched(checkpoint, monkeypatch):
-    """app.main with --engine llama.cpp on the checkpoint (the page not built); models and pools restored after."""
+    """app.main with --engine llama.cpp on the checkpoint, invariant engines (the page not built); models and pools
+    restored after."""
     monkeypatch.setattr(app, "build_ui", lambda: type("Demo", (), {"launch": lambda self, **kw: None})())
     monkeypatch.setattr(lanes, "FRAME_SECONDS", 0.0)
     monkeypatch.setattr(models, "CONFIG", models.CONFIG)
     monkeypatch.delenv("SPACE_ID", raising=False)
     saved = [dict(t) for t in (models.MODELS, models.RUNTIMES, models.PREPARING, engine.POOLS)]
     app.main(["--no-preload", "--model", checkpoint, "--engine", "llama.cpp", "--llamacpp-weights", "f32",
-              "--llamacpp-threads", "1"])
+              "--llamacpp-threads", "1", "--llamacpp-invariant"])
     yield checkpoint
     for table, before in zip((models.MODELS, models.RUNTIMES, models.PREPARING, engine.POOLS), saved):
         table.clear()
@@ -44,6 +45,7 @@ def test_the_race_decodes_on_llamacpp(launched):
 
     config = models.CONFIG
     assert (config.engine, config.llamacpp_weights, config.llamacpp_threads) == ("llama.cpp", "f32", 1)
+    assert config.llamacpp_invariant
     assert [what for what, _ in models.stages(launched)] == [engine.STAGE, models.LOAD, models.PREPARE]
     frames = list(race_loop.run_race("Count to five.", 4, 12, race_loop.lane_controls(0.9),
                                      race_state.RaceSession()))
@@ -54,6 +56,8 @@ def test_the_race_decodes_on_llamacpp(launched):
     assert pool.runtime.cost is not None and engine.race_runtime(launched) is pool.runtime  # llama.cpp's own curve
     ar = generate(pool.idle[0], pool.tokenizer, "Count to five.", strategy="ar", max_new_tokens=12)
     assert trace["ar"]["ids"] == ar.token_ids[0]  # the AR lane is llama.cpp's one-token decoding
+    assert trace["verified"]["ids"] == ar.token_ids[0]  # invariant engines: verified is AR bit for bit, and says so
+    assert pool.runtime.invariant and "identical to one-token decoding" in frames[-1][2]
     stats = frames[-1][6]
     assert "Measured on this shared CPU on llama.cpp F32, 1 thread," in stats
     assert "llama.cpp F32" in app.intro_markdown()
