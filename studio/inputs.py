@@ -134,7 +134,8 @@ def check_inputs(
 def page_js() -> str:
     """The browser clamps a number typed into a slider's box to the slider's range before any event sees it. This
     page script remembers, per watched slider, a value typed out of range (window.marsTyped). It also keeps each race
-    lane's text box on its newest text, or on the token where the answer departs from AR's."""
+    lane's text box on its newest text, or on the token where the answer departs from AR's, and has the charts of a
+    tab that was hidden while the window changed width (a phone turned) redrawn when the tab shows."""
     return """() => {
   const watched = new Set(%s);
   window.marsTyped = {};
@@ -165,6 +166,11 @@ def page_js() -> str:
   };
   new MutationObserver(() => { if (!queued) { queued = true; requestAnimationFrame(follow); } })
     .observe(document.body, {childList: true, subtree: true});
+  // a chart laid out while its tab was hidden keeps the old width's layout: a resize once the tab shows redraws it
+  document.addEventListener("click", (event) => {
+    if (event.target.closest && event.target.closest("button[role=tab], .overflow-dropdown button"))
+      setTimeout(() => window.dispatchEvent(new Event("resize")), 150);
+  }, true);
 }""" % json.dumps(list(WATCHED))
 
 

@@ -92,10 +92,10 @@ def mask_figure(n: int, block_size: int) -> go.Figure:
     fig.add_shape(type="line", y0=n - 0.5, y1=n - 0.5, x0=-0.5, x1=2 * n - 0.5, line=edge)
     fig.update_layout(
         title=dict(text=f"Training attention mask, n = {n}, B = {block_size}", font=dict(size=14)),
-        height=600, margin=dict(l=50, r=10, t=40, b=10), plot_bgcolor="#ffffff", paper_bgcolor="#ffffff",
+        height=560, margin=dict(l=50, r=10, t=40, b=10), plot_bgcolor="#ffffff", paper_bgcolor="#ffffff",
         xaxis=dict(title=dict(text="keys [noisy x̃ | clean x]", font=dict(size=12)), constrain="domain"),
-        yaxis=dict(autorange="reversed", scaleanchor="x", constrain="domain",
-                   title=dict(text="queries", font=dict(size=12))),
+        yaxis=dict(autorange="reversed", scaleanchor="x", constrain="domain", constraintoward="top",  # a phone:
+                   title=dict(text="queries", font=dict(size=12))),  # the grid first, under the title
         legend=dict(orientation="h", x=0, y=-0.12, yanchor="top", font=dict(size=12)),
     )
     return fig
