@@ -22,6 +22,7 @@ from ..runtime import Runtime
 
 LLAMACPP_METHODS = ("llamacpp_ar", "llamacpp_lookup", "llamacpp_verified")
 LOOKUP_TOKENS = 10  # drafts per lookup, as hf_prompt_lookup (prompt_lookup_num_tokens=10)
+LOOKUP_CONTEXT = 2048  # the lookup Llama's context: it keeps every position's logits (n_ctx x vocab floats)
 
 
 @dataclass
@@ -77,7 +78,7 @@ def lookup_llama(engine: Any) -> Any:
     from ..engines.llamacpp.engine import KV_TYPES
 
     kv = KV_TYPES[engine.kv_type]
-    return Llama(model_path=str(engine.path), n_ctx=engine.n_ctx, n_threads=engine.threads,
+    return Llama(model_path=str(engine.path), n_ctx=min(engine.n_ctx, LOOKUP_CONTEXT), n_threads=engine.threads,
                  n_threads_batch=engine.threads, type_k=kv, type_v=kv, flash_attn=engine.kv_type != "f32",
                  draft_model=LlamaPromptLookupDecoding(num_pred_tokens=LOOKUP_TOKENS), verbose=False)
 
@@ -97,10 +98,13 @@ def lookup_answer(served: Served, prompt: str, max_new: int) -> list[int]:
     """llama.cpp's prompt-lookup decoding of one prompt, greedy, from an empty cache, up to EOS or max_new."""
     llm = served.lookup_model()
     stops = set(stop_token_ids(served.engine, served.tokenizer))
+    ids = encode_prompt(served.tokenizer, prompt)
+    if len(ids) + max_new + LOOKUP_TOKENS > llm.n_ctx():
+        raise ValueError(f"llamacpp_lookup: {len(ids)} prompt tokens + {max_new} new do not fit its context of "
+                         f"{llm.n_ctx()}")
     llm.reset()  # no prefix reuse from the previous repeat: every row pays its prompt's prefill
     out: list[int] = []
-    for token in llm.generate(encode_prompt(served.tokenizer, prompt), temp=0.0, top_k=1, top_p=1.0, min_p=0.0,
-                              repeat_penalty=1.0, reset=True):
+    for token in llm.generate(ids, temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True):
         out.append(int(token))
         if token in stops or len(out) >= max_new:
             break
