@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from mars_core import DecodeControl, StreamEvent
-from studio import lanes, models, race_loop, race_state
+from studio import engine, lanes, models, race_loop, race_state
 
 from tiny import tiny_qwen2, tiny_tokenizer
 
@@ -73,8 +73,8 @@ def page(monkeypatch):
     """Every lane's stream slowed by one Page; the page updated after every round (a real model's round lasts longer
     than the frame interval, so it gets one each round too)."""
     page = Page()
-    stream = race_loop.stream
-    monkeypatch.setattr(race_loop, "stream", lambda *a, **k: page.slowed(stream(*a, **k)))
+    stream = engine.stream
+    monkeypatch.setattr(engine, "stream", lambda *a, **k: page.slowed(stream(*a, **k)))
     monkeypatch.setattr(lanes, "FRAME_SECONDS", 0.0)
     yield page
     assert models.TRACKER.active == 0
@@ -180,7 +180,7 @@ def virtual_race(monkeypatch) -> tuple:
     page = Page(now=clock, wait=clock.advance)
     page.seconds = PAGE_FORWARDS * WORK["ar"][1]
     strategies = {"ar": "ar", "sliding": "mars", "verified": "verified"}
-    monkeypatch.setattr(race_loop, "stream", lambda *a, strategy, **k: page.slowed(fake_stream(clock,
+    monkeypatch.setattr(engine, "stream", lambda *a, strategy, **k: page.slowed(fake_stream(clock,
                                                                                            *WORK[strategies[strategy]])))
     monkeypatch.setattr(lanes, "TIMER", clock)
     monkeypatch.setattr(lanes, "FRAME_SECONDS", 0.0)
