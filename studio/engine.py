@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,6 +104,14 @@ def prepare(name: str | None) -> None:
                                       invariant=config.llamacpp_invariant)
     made = POOLS[name or "default"] = Pool(engine, tokenizer, llamacpp_runtime(engine, tokenizer))
     made.idle.extend(made.make() for _ in range(LANES - 1))  # a race's lanes never wait for an engine's load
+
+
+def stages(name: str | None) -> list[tuple[str, Callable[[], Any]]]:
+    """The served model's llama.cpp stage, before it loads (on llama.cpp only; models.EXTRA_STAGES)."""
+    return [(STAGE, lambda: prepare(name))] if on_llamacpp() and name == models.CONFIG.model else []
+
+
+models.EXTRA_STAGES.append(stages)
 
 
 def pool(name: str | None) -> Pool:

@@ -130,6 +130,9 @@ MERGE = "merging the MARS adapter into the weights (once: cached)"
 LOAD = "loading the weights"
 PREPARE = ("packing this machine's kernels, checking width invariance and timing forwards by width "
            "(once per machine: cached)")
+# Stages a module above this one adds before a model loads: name -> [(what it does, the call)] (studio.engine adds
+# the race's llama.cpp engines): models imports nothing of the app's, the hook keeps it so.
+EXTRA_STAGES: list[Callable[[str | None], list[tuple[str, Callable[[], Any]]]]] = []
 
 
 def stages(name: str | None) -> list[tuple[str, Callable[[], Any]]]:
@@ -164,10 +167,8 @@ def stages(name: str | None) -> list[tuple[str, Callable[[], Any]]]:
                 steps.append((CONVERT, lambda: loading.convert_gguf(name)))
     except Exception:  # noqa: BLE001 - whatever is missing, load() says it as the failure's message
         steps = []
-    if CONFIG.engine == "llama.cpp" and name == CONFIG.model:  # the race's engines (studio.engine)
-        from . import engine
-
-        steps.append((engine.STAGE, lambda: engine.prepare(name)))
+    for extra in EXTRA_STAGES:  # the race's llama.cpp engines (studio.engine)
+        steps += extra(name)
     return [*steps, (LOAD, final), (PREPARE, runtime)]
 
 

@@ -131,7 +131,8 @@ def test_the_engine_never_imports_the_app():
 # other; what two tabs share lives in studio.lanes, below them). A new studio module takes its place here.
 STUDIO_FLOORS = (
     ("studio", "studio.inputs", "studio.charts", "studio.models"),  # limits and checks, chart basics, the models
-    ("studio.lanes",),  # what the tabs share: recorder, frame policy, colours, Run/Stop, error guard
+    ("studio.lanes", "studio.engine"),  # what the tabs share: recorder, frame policy, colours, Run/Stop, error
+    # guard; what the race decodes on (torch or llama.cpp engines)
     ("studio.race_state",),  # the Race tab's rooms, under it: what a race keeps (session, lanes' records, facts)
     ("studio.race_html", "studio.race_figures"),  # its panes, counters, notes and stats; its charts
     ("studio.race_loop",),  # the race itself and the frames it sends the page
