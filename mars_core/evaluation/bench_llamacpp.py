@@ -49,7 +49,8 @@ class Served:
         e = self.engine
         mode = ", invariant" if e.invariant else ""
         return (f"llama.cpp {self.weights.upper()} (llama-cpp-python {llama_cpp.__version__}): {e.path.name}, "
-                f"{e.threads} threads, KV {e.kv_type}{mode}; verified mode here: {self.runtime.guarantee()}")
+                f"{e.threads} thread{'s' if e.threads > 1 else ''}, KV {e.kv_type}{mode}; "
+                f"verified mode here: {self.runtime.guarantee()}")
 
     def record(self) -> dict:
         """What --json keeps of this engine: where and how it ran, its cost curve and width check."""
