@@ -24,7 +24,6 @@ import argparse
 import json
 import statistics
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -39,6 +38,7 @@ from ..machine import machine_line
 from ..runtime import CostCurve, Runtime, cache_mask, new_cache
 from ..runtime.timing import median_seconds, write_json
 from .bench_llamacpp import LLAMACPP_METHODS, Served, llamacpp_configurations, serve
+from .counts import Counts, Runner
 from .loading import load_prepared
 from .plots import speedup_plot
 from .prompts import load_split, prompt_set
@@ -52,24 +52,6 @@ METHODS = ("hf_generate", "hf_prompt_lookup", *(n if STRATEGIES[n].one_token els
            "mars_verified_siblings")
 
 
-@dataclass
-class Counts:
-    """What one pass decoded, summed over its batches."""
-
-    tokens: int  # generated tokens, every sample
-    sample_forwards: int | None  # forwards in which each sample advanced, summed over samples (None: unknown)
-    forwards: int | None  # batched forwards (None: unknown)
-    ar_steps: int  # forwards AR takes for the same answers: the longest answer of each batch
-    answers: dict[str, list[int]] = field(default_factory=dict)  # prompt -> answer (compared across methods)
-
-    def __add__(self, other: "Counts") -> "Counts":
-        add = lambda a, b: None if a is None or b is None else a + b  # noqa: E731
-        return Counts(self.tokens + other.tokens, add(self.sample_forwards, other.sample_forwards),
-                      add(self.forwards, other.forwards), self.ar_steps + other.ar_steps,
-                      {**self.answers, **other.answers})
-
-
-Runner = Callable[..., Counts]
 
 
 @dataclass

