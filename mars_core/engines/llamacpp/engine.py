@@ -113,7 +113,7 @@ class LlamaCppEngine(Engine):
 
     dtype: str = "gguf"  # what a machine record names (load_llamacpp sets the weight type: "f32", "bf16", "q8_0")
 
-    def __init__(self, path: str | os.PathLike, n_ctx: int = 4096, threads: int | None = None, n_seq_max: int = 64,
+    def __init__(self, path: str | os.PathLike, *, n_ctx: int = 4096, threads: int | None = None, n_seq_max: int = 64,
                  kv_type: str = "f16", invariant: bool = False, eos_token_id: Any = None,
                  flash_attn: bool | None = None, mask_id: int | None = None):
         llama_cpp = binding()
