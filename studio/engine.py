@@ -63,14 +63,8 @@ class Pool:
         return self.make()
 
     def make(self) -> Any:
-        """A new engine on the first one's GGUF, context, threads, KV type and mode."""
-        from mars_core.engines.llamacpp import LlamaCppEngine
-
-        e = self.first
-        engine = LlamaCppEngine(e.path, n_ctx=e.n_ctx, threads=e.threads, kv_type=e.kv_type, invariant=e.invariant,
-                                eos_token_id=e.generation_config.eos_token_id)
-        engine.dtype = e.dtype
-        return engine
+        """A new engine like the first one (its GGUF, context, threads, KV type, mode and mask token)."""
+        return self.first.twin()
 
     def release(self, engine: Any) -> None:
         """The engine is idle again."""

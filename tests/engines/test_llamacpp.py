@@ -205,3 +205,14 @@ def test_batch_of_two_is_refused(engine):
     ids = torch.zeros(2, 3, dtype=torch.long)
     with pytest.raises(ValueError, match="batch 1"):
         engine.forward(ids, torch.arange(3).expand(2, 3), torch.ones(2, 3, 3, dtype=torch.bool), engine.new_cache(), 1)
+
+
+def test_a_twin_is_the_same_engine_again(tiny, engine):
+    """twin() (the app's second and third race lanes) keeps every option, the mask token among them, and decodes the
+    same answer on its own memory."""
+    other = engine.twin()
+    assert other.options == engine.options and other.mask_id == engine.mask_id and other.dtype == engine.dtype
+    _, tokenizer, _ = tiny
+    a = generate(engine, tokenizer, "the cat", strategy="verified", max_new_tokens=8).token_ids
+    b = generate(other, tokenizer, "the cat", strategy="verified", max_new_tokens=8).token_ids
+    assert a == b

@@ -117,6 +117,9 @@ class LlamaCppEngine(Engine):
                  kv_type: str = "f16", invariant: bool = False, eos_token_id: Any = None,
                  flash_attn: bool | None = None, mask_id: int | None = None):
         llama_cpp = binding()
+        self.options = {"n_ctx": n_ctx, "threads": threads, "n_seq_max": n_seq_max, "kv_type": kv_type,
+                        "invariant": invariant, "eos_token_id": eos_token_id, "flash_attn": flash_attn,
+                        "mask_id": mask_id}  # what twin() makes another engine with
         self.lib, self.path, self.invariant = llama_cpp, Path(path), invariant
         self.threads = threads or os.cpu_count() or 1
         llama_cpp.llama_backend_init()
@@ -137,6 +140,13 @@ class LlamaCppEngine(Engine):
         self.generation = 0
         self.mask_id = mask_id  # the mask token: a decode's first forward reads the prompt's last row and the masks
         self.forwards = 0
+
+    def twin(self) -> LlamaCppEngine:
+        """Another engine on the same GGUF with the same options and weight type: a second decode at the same time
+        (an engine holds one)."""
+        other = LlamaCppEngine(self.path, **self.options)
+        other.dtype = self.dtype
+        return other
 
     def context_params(self, n_ctx: int, n_seq_max: int, kv_type: str, flash_attn: bool | None) -> Any:
         """One unified KV cache of n_ctx cells shared by every sequence (a cell may hold several). Flash attention
