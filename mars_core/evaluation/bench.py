@@ -99,8 +99,7 @@ def _ours(strategy: str, block_size: int, threshold: float, layout: VerifiedConf
     def run(model, tokenizer, prompts, max_new, runtime):
         r = generate(model, tokenizer, prompts, strategy=strategy, block_size=block_size, threshold=threshold,
                      max_new_tokens=max_new, layout=layout, runtime=runtime)
-        return Counts(r.generated_tokens, sum(r.sample_forwards), r.forwards, max(map(len, r.token_ids)),
-                      dict(zip(prompts, r.token_ids)))
+        return Counts.of(r, prompts)
 
     return run
 

@@ -134,8 +134,7 @@ def engine_runner(served: Served, strategy: str, block_size: int, threshold: flo
             for p in prompts:
                 r = generate(served.engine, served.tokenizer, p, strategy=strategy, block_size=block_size,
                              threshold=threshold, max_new_tokens=max_new, runtime=served.runtime)
-                parts.append(Counts(r.generated_tokens, sum(r.sample_forwards), r.forwards, len(r.token_ids[0]),
-                                    {p: r.token_ids[0]}))
+                parts.append(Counts.of(r, [p]))
         return sum(parts[1:], parts[0])
 
     return run

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -16,6 +17,12 @@ class Counts:
     forwards: int | None  # batched forwards (None: unknown)
     ar_steps: int  # forwards AR takes for the same answers: the longest answer of each batch
     answers: dict[str, list[int]] = field(default_factory=dict)  # prompt -> answer (compared across methods)
+
+    @classmethod
+    def of(cls, result: Any, prompts: list[str]) -> Counts:
+        """The counts of one generate() call (a GenerationResult) over these prompts, one answer per prompt."""
+        return cls(result.generated_tokens, sum(result.sample_forwards), result.forwards,
+                   max(map(len, result.token_ids)), dict(zip(prompts, result.token_ids)))
 
     def __add__(self, other: "Counts") -> "Counts":
         add = lambda a, b: None if a is None or b is None else a + b  # noqa: E731
