@@ -20,7 +20,7 @@ from ...machine import cpu_flags, cpu_name
 from ...runtime.curve import CostCurve
 from ...runtime.forward import cache_mask
 from ...runtime.runtime import Runtime, WidthCheck
-from ...runtime.timing import cache_root, machine_busy, read_json, seconds, write_json
+from ...runtime.timing import cache_root, kept, machine_busy, read_json, seconds
 from .check import width_check
 from .engine import LlamaCppEngine
 
@@ -69,18 +69,19 @@ def time_widths(engine: LlamaCppEngine, widths: tuple[int, ...] = WIDTHS, rounds
 
 def cost_curve(engine: LlamaCppEngine, rounds: int = 5, cache_dir: Path | None = None, measure: bool = True
                ) -> CostCurve | None:
-    """This engine's curve, from disk or measured now (and kept); None where none is kept and measure is False."""
+    """This engine's curve, from disk or measured now (and kept, with the load it was timed under); None where none
+    is kept and measure is False."""
     path = curve_path(engine, cache_dir)
-    kept = read_json(path)
-    if kept is not None:
-        return CostCurve.from_dict(kept)
     if not measure:
-        return None
-    times = time_widths(engine, rounds=rounds)
-    machine = {**record(engine), "busy": machine_busy(), "load_average": os.getloadavg()[0]}
-    curve = CostCurve((1,), WIDTHS, (tuple(times),), machine)
-    write_json(path, curve.to_dict())
-    return curve
+        found = read_json(path)
+        return None if found is None else CostCurve.from_dict(found)
+
+    def timed() -> CostCurve:
+        times = time_widths(engine, rounds=rounds)
+        machine = {**record(engine), "busy": machine_busy(), "load_average": os.getloadavg()[0]}
+        return CostCurve((1,), WIDTHS, (tuple(times),), machine)
+
+    return kept(path, CostCurve.from_dict, timed, CostCurve.to_dict, timed=False)
 
 
 CHECK_PROMPT = "Name three rivers in Europe and say which is longest."
@@ -92,12 +93,9 @@ def kept_width_check(engine: LlamaCppEngine, tokenizer, cache_dir: Path | None =
     from ...generate import encode_prompt
 
     path = curve_path(engine, cache_dir).with_suffix(".width.json")
-    kept = read_json(path)
-    if kept is not None:
-        return WidthCheck.from_dict(kept)
-    check = width_check(engine, encode_prompt(tokenizer, CHECK_PROMPT), encode_prompt(tokenizer, CHECK_TEXT)[:16])
-    write_json(path, check.to_dict())
-    return check
+    prompt, text = encode_prompt(tokenizer, CHECK_PROMPT), encode_prompt(tokenizer, CHECK_TEXT)[:16]
+    return kept(path, WidthCheck.from_dict, lambda: width_check(engine, prompt, text), WidthCheck.to_dict,
+                timed=False)
 
 
 def llamacpp_runtime(engine: LlamaCppEngine, tokenizer=None, cache_dir: Path | None = None, **kwargs) -> Runtime:
