@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from mars_core.decoding.verified.plan import FLOORS, GROUP_YIELD_WEIGHT, plan_by_cost
+from mars_core.decoding.verified.plan import FLOORS, group_yield_weight, plan_by_cost
 
 
 def exactly(c: list[float], k: int, j: int) -> float:
@@ -25,7 +25,7 @@ def brute_force(conf, count, done, seconds, draft_yield, g, sib):
     """Every (K, f): (score, count, group_fed, sibling_fed) from the documented formula, in plain Python floats."""
     b, depth = len(conf), len(conf[0])
     checking = seconds[1] / seconds[min(1 + g, len(seconds) - 1)]
-    proposals = GROUP_YIELD_WEIGHT * checking * max(1.0, draft_yield)
+    proposals = group_yield_weight(b) * checking * max(1.0, draft_yield)
     plans = []
     for K in range(depth + 1):
         for f in FLOORS:
@@ -63,7 +63,8 @@ def brute_force(conf, count, done, seconds, draft_yield, g, sib):
 def random_case(rng: random.Random, b: int, siblings: bool):
     depth, g = rng.randint(1, 7), rng.randint(1, 4)
     conf = [[rng.choice([rng.random(), 1 - rng.random() ** 4, 0.0]) for _ in range(depth)] for _ in range(b)]
-    count = [rng.randint(0, depth) for _ in range(b)]
+    no_drafts = rng.random() < 0.2  # plan_by_cost's shortcut where no sample has a draft
+    count = [0 if no_drafts else rng.randint(0, depth) for _ in range(b)]
     done = [rng.random() < 0.25 for _ in range(b)]
     if all(done):
         done[rng.randrange(b)] = False
