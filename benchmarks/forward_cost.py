@@ -25,6 +25,7 @@ from mars_core import load, prepare  # noqa: E402
 from mars_core.evaluation.bench import forward_seconds  # noqa: E402
 from mars_core.evaluation.prompts import prompt_set  # noqa: E402
 from mars_core.runtime import Runtime, new_cache  # noqa: E402
+from mars_core.runtime.forward import with_cache  # noqa: E402
 
 
 def timings(model, tokenizer, runtime: Runtime, batch: int, width: int, context: int, repeats: int, rounds: int = 3
@@ -48,12 +49,11 @@ def profile(model, runtime: Runtime, batch: int, width: int, context: int, repea
     from torch.profiler import profile as torch_profile
 
     cache = new_cache(model)
-    model(input_ids=torch.randint(100, 1000, (batch, context)), past_key_values=cache, use_cache=True,
-          logits_to_keep=1)
+    model(input_ids=torch.randint(100, 1000, (batch, context)), logits_to_keep=1, **with_cache(model, cache))
     step = torch.randint(100, 1000, (batch, width))
     with torch_profile(activities=[ProfilerActivity.CPU]) as prof, runtime.active():
         for _ in range(repeats):
-            model(input_ids=step, past_key_values=cache, use_cache=True, logits_to_keep=width)
+            model(input_ids=step, logits_to_keep=width, **with_cache(model, cache))
             cache.crop(-width)
     return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12)
 

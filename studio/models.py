@@ -287,15 +287,15 @@ def forward_seconds(name: str | None) -> float | None:
         import torch
         from transformers import DynamicCache
 
+        from mars_core.runtime.forward import with_cache
         from mars_core.runtime.timing import median_seconds
 
         model, tokenizer = MODELS[key]
         ids = torch.tensor([tokenizer("How long does one forward take?")["input_ids"]], device=model.device)
         with torch.inference_mode(), RUNTIMES[key].active():
             cache = DynamicCache(config=model.config)
-            model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-            step = lambda: model(input_ids=ids[:, -1:], past_key_values=cache, use_cache=True,  # noqa: E731
-                                 logits_to_keep=1)
+            model(input_ids=ids, logits_to_keep=1, **with_cache(model, cache))
+            step = lambda: model(input_ids=ids[:, -1:], logits_to_keep=1, **with_cache(model, cache))  # noqa: E731
             _FORWARD[key] = median_seconds(step, 5, model.device, after=lambda: cache.crop(-1))
     return _FORWARD[key]
 

@@ -36,6 +36,7 @@ from ..decoding.verified import VerifiedConfig
 from ..generate import encode_prompt, generate, stop_token_ids
 from ..machine import machine_line
 from ..runtime import CostCurve, Runtime, cache_mask, new_cache
+from ..runtime.forward import with_cache
 from ..runtime.timing import median_seconds, write_json
 from .bench_llamacpp import LLAMACPP_METHODS, Served, llamacpp_configurations, serve
 from .counts import Counts, Runner
@@ -138,9 +139,9 @@ def forward_seconds(
     extra = _decoder_mask(model, len(ids), context, new_tokens) if explicit_mask else {}
     cache = new_cache(model)
     with (runtime or Runtime()).active():
-        model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
-        step = lambda: model(input_ids=prefix[:, -new_tokens:], past_key_values=cache, use_cache=True,  # noqa: E731
-                             logits_to_keep=keep or new_tokens, **extra)
+        model(input_ids=prefix, logits_to_keep=1, **with_cache(model, cache))
+        step = lambda: model(input_ids=prefix[:, -new_tokens:], logits_to_keep=keep or new_tokens,  # noqa: E731
+                             **with_cache(model, cache), **extra)
         return median_seconds(step, repeats, model.device, after=lambda: cache.crop(-new_tokens))
 
 

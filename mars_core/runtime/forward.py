@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import inspect
+from functools import cache as once
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import DynamicCache
@@ -19,6 +21,18 @@ def new_cache(model: torch.nn.Module | Engine) -> DynamicCache:
     if isinstance(model, Engine):
         return model.new_cache()
     return DynamicCache(config=model.config)
+
+
+@once
+def _cache_keyword(cls: type) -> str:
+    """The KV cache's keyword in cls.forward: `cache` in newer transformers (`past_key_values` warns there and is
+    removed in 5.40), `past_key_values` before."""
+    return "cache" if "cache" in inspect.signature(cls.forward).parameters else "past_key_values"
+
+
+def with_cache(model: torch.nn.Module, cache: DynamicCache) -> dict[str, Any]:
+    """The keyword arguments that pass `cache` to model's forward and keep it growing, whatever its version."""
+    return {_cache_keyword(type(model)): cache, "use_cache": True}
 
 
 def cache_mask(valid: torch.Tensor, width: int) -> torch.Tensor:
@@ -40,7 +54,7 @@ def forward(model: torch.nn.Module, ids: torch.Tensor, positions: torch.Tensor, 
         return model.forward(ids, positions, mask, cache, keep)
     with runtime.active():
         out = model(input_ids=ids, position_ids=positions, attention_mask=as_model_mask(mask, model),
-                    past_key_values=cache, use_cache=True, logits_to_keep=keep)
+                    logits_to_keep=keep, **with_cache(model, cache))
     return out.logits
 
 
@@ -51,8 +65,9 @@ def hidden_states(model: torch.nn.Module, ids: torch.Tensor, positions: torch.Te
     if isinstance(model, Engine):
         return model.hidden_states(ids, positions, mask, cache)
     with runtime.active():
-        return model.get_decoder()(input_ids=ids, position_ids=positions, past_key_values=cache,
-                                   attention_mask=as_model_mask(mask, model), use_cache=True).last_hidden_state
+        decoder = model.get_decoder()
+        return decoder(input_ids=ids, position_ids=positions, attention_mask=as_model_mask(mask, model),
+                       **with_cache(decoder, cache)).last_hidden_state
 
 
 def head(model: torch.nn.Module, hidden: torch.Tensor, runtime: Runtime) -> torch.Tensor:
