@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from mars_core.decoding.verified.plan import FLOORS, group_yield_weight, plan_by_cost
+from mars_core.decoding.verified.plan import FLOORS, GROUP_YIELD_WEIGHT, plan_by_cost
 
 
 def exactly(c: list[float], k: int, j: int) -> float:
@@ -25,7 +25,7 @@ def brute_force(conf, count, done, seconds, draft_yield, g, sib):
     """Every (K, f): (score, count, group_fed, sibling_fed) from the documented formula, in plain Python floats."""
     b, depth = len(conf), len(conf[0])
     checking = seconds[1] / seconds[min(1 + g, len(seconds) - 1)]
-    proposals = group_yield_weight(b) * checking * max(1.0, draft_yield)
+    proposals = GROUP_YIELD_WEIGHT * checking * max(1.0, draft_yield)
     plans = []
     for K in range(depth + 1):
         for f in FLOORS:

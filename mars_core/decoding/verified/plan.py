@@ -17,15 +17,9 @@ FLOORS = (2.0, 0.5, 0.35, 0.2, 0.1, 0.05, 0.0)  # group floors plan_by_cost trie
 YIELD_WEIGHT = 0.3  # weight of the newest forward in the running mean of drafts matched
 # What a fed group is worth now, per draft it is expected to get matched next forward: those drafts are checked
 # next forward at that forward's width cost, and that forward's plan counts their commits again, so counting them
-# whole here counts them twice. Measured (docs/speed.md#the-group-yield-weight): in a batch half is best, at batch 1
-# whole is (equal on torch, a few percent faster on llama.cpp, whose forwards of several tokens cost more).
-GROUP_YIELD_WEIGHT = {1: 1.0}  # by batch size; any other batch size: BATCH_GROUP_YIELD_WEIGHT
-BATCH_GROUP_YIELD_WEIGHT = 0.5
-
-
-def group_yield_weight(batch: int) -> float:
-    """w, the weight of a fed group's proposals at this batch size."""
-    return GROUP_YIELD_WEIGHT.get(batch, BATCH_GROUP_YIELD_WEIGHT)
+# whole here counts them twice. Half measured best (docs/speed.md#packed-linear-layers, and on llama.cpp
+# docs/speed.md#on-llamacpp-the-engine-cpu-users-run).
+GROUP_YIELD_WEIGHT = 0.5
 
 
 def group_odds(conf: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
@@ -66,7 +60,7 @@ def plan_by_cost(conf: torch.Tensor, count: torch.Tensor, done: torch.Tensor, se
     used) (sibling_odds; it commits one token more and its group proposes the next drafts), G_j fed when
     j <= K_i and P_i(m = j) >= f (m counted over the first K_i drafts), e_a when a <= K_i, s_ia > 0 and s_ia >= f,
     |groups| and |siblings| the unions over samples, y = max(1, draft_yield) the drafts a fed group's proposals are
-    expected to get matched, w = group_yield_weight(b) and t the cost curve at this batch size (K: the longest K_i);
+    expected to get matched, w = GROUP_YIELD_WEIGHT and t the cost curve at this batch size (K: the longest K_i);
     r = t(1) / t(1 + g) prices those drafts in the forwards that will check them (about 1 at batch 1 on a CPU, 0.5
     at batch 8). K = 0 with no group is a plain one-token forward, so a tree is fed only where it is expected to
     commit more tokens per second than that. Ties go to the smaller K, then the higher floor."""
@@ -89,7 +83,7 @@ def plan_by_cost(conf: torch.Tensor, count: torch.Tensor, done: torch.Tensor, se
     checking = seconds[1] / seconds[min(1 + g, len(seconds) - 1)]  # a group's drafts are checked at that width
     # a group's proposals are worth at least one matched draft: the running yield moves only in forwards that check
     # drafts, so a low one would otherwise stop every group, and with them every later draft, for good
-    proposals = group_yield_weight(b) * checking * draft_yield.clamp_min(1.0)
+    proposals = GROUP_YIELD_WEIGHT * checking * draft_yield.clamp_min(1.0)
     gain = (tokens[:, None] + proposals * (odds[:, None] * fed).sum((-2, -1))
             + (1 + proposals) * (sib * sib_fed).sum((-2, -1)))
     best = (gain / seconds[width]).flatten().argmax()  # the first of equals: fewer drafts, fewer branches
@@ -102,7 +96,7 @@ def no_drafts_plan(count: torch.Tensor, live: torch.Tensor, seconds: torch.Tenso
     """plan_by_cost where no sample has a draft: K = 0, no sibling, and G_0 (P(m = 0) = 1) fed to every live sample
     where n (1 + proposals) / t(1 + g) > n / t(1), n the live samples (the same choice, ties to no group)."""
     checking = seconds[1] / seconds[min(1 + g, len(seconds) - 1)]
-    proposals = group_yield_weight(len(count)) * checking * draft_yield.clamp_min(1.0)
+    proposals = GROUP_YIELD_WEIGHT * checking * draft_yield.clamp_min(1.0)
     feed = (1 + proposals) / seconds[1 + g] > 1 / seconds[1]
     group_fed = torch.zeros((len(count), depth + 1), dtype=torch.bool, device=count.device)
     group_fed[:, 0] = live & feed
