@@ -103,6 +103,8 @@ def lookup_odds(state: DecodeState, config: VerifiedConfig) -> torch.Tensor:
 
 def track_lookup(state: DecodeState, tree: Tree, m: torch.Tensor) -> None:
     """Add this forward's lookup drafts to each sample's record: m matched of min(m + 1, k) reached."""
+    if tree.fed.shape[1] == 0:  # no drafts fed: nothing to add
+        return
     k = tree.fed.sum(1)
     looked = tree.from_lookup & (k > 0)
     state.lookup_hits = state.lookup_hits + torch.where(looked, m, 0)
@@ -119,6 +121,8 @@ def with_lookup(chain: Chain, state: DecodeState, threshold: float, config: Veri
     text = torch.cat([state.prompt, state.answer.out], 1)
     found, found_count = lookup_drafts(text, state.text_start, state.prompt.shape[1] + state.answer.generated,
                                        config.lookup_ngrams, config.lookup_drafts)
+    if not bool(found_count.any()):  # nothing repeats: the mask chain as it is
+        return replace(chain, count=count)
     found = pad_to(found, depth, pad_id)
     found_conf = lookup_confidence(found, chain.tokens, chain.conf, lookup_odds(state, config))
     found_count = torch.minimum(found_count, leading(found_conf >= threshold))

@@ -15,6 +15,8 @@ from functools import lru_cache
 
 import torch
 
+from ...runtime.forward import cache_mask
+
 
 @dataclass
 class Tree:
@@ -89,6 +91,9 @@ def tree_inputs(tree: Tree, length: torch.Tensor, valid: torch.Tensor, g: int, m
     attend; the cache's T valid slots, then the W fed), with n = length the tokens committed. Positions: pending
     n-P .. n-1, d_a n+a-1, mask t of G_j n+j+t, e_a n+a-1 and mask t of H_a n+a+t."""
     (b, P), K, dev = tree.pending.shape, tree.drafts.shape[1], tree.pending.device
+    if not (K or tree.groups or tree.siblings):  # the pending tokens alone: a causal run after the cache
+        return tree.pending, length[:, None] + torch.arange(-P, 0, device=dev), cache_mask(
+            torch.cat([valid, tree.pending_valid], 1), P)
     cols = torch.tensor(tree.groups, dtype=torch.long, device=dev)
     offsets = (cols[:, None] + torch.arange(g, device=dev)).reshape(-1)
     parts = [tree.pending, tree.drafts, torch.full((b, len(cols) * g), mask_id, device=dev)]
@@ -124,9 +129,15 @@ def read_logits(head: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tens
     every slot from the last pending token on [b, W-P+1, V], or None): the groups' masks in the same pass when the
     rows no sample goes on with are few (SPARE_HEAD_ROWS), else mask_chain reads the group it needs."""
     P, K = tree.pending.shape[1], tree.drafts.shape[1]
-    verify_cols = torch.cat([torch.arange(P - 1, P + K, device=hidden.device), sibling_columns(tree, g)])
     spare = (len(tree.groups) - 1 + len(tree.siblings)) * g  # rows past the verify slots and one group
-    if (tree.groups or tree.siblings) and hidden.shape[0] * spare <= SPARE_HEAD_ROWS:
+    one_pass = (tree.groups or tree.siblings) and hidden.shape[0] * spare <= SPARE_HEAD_ROWS
+    if not tree.siblings:  # the verify slots are one run: slices, no copies
+        if one_pass:
+            logits = head(hidden[:, P - 1 :])
+            return logits[:, : K + 1], logits
+        return head(hidden[:, P - 1 : P + K]), None
+    verify_cols = torch.cat([torch.arange(P - 1, P + K, device=hidden.device), sibling_columns(tree, g)])
+    if one_pass:
         logits = head(hidden[:, P - 1 :])
         return logits[:, verify_cols - (P - 1)], logits
     return head(hidden[:, verify_cols]), None

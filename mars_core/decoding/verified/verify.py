@@ -108,6 +108,8 @@ def commit_verdict(state: DecodeState, verdict: Verdict, spec: DecodeSpec) -> to
 
 def track_yield(state: DecodeState, tree: Tree, m: torch.Tensor) -> None:
     """Move the running mean of drafts matched per sample by the forwards that checked drafts (no host sync)."""
+    if tree.fed.shape[1] == 0:  # nothing checked: the mean stays
+        return
     state.draft_yield = update_yield(state.draft_yield, m, tree.fed.any(1))
 
 
