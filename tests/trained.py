@@ -24,8 +24,22 @@ def toy_chats() -> list[dict]:
             for q, a in ANSWERS.items()]
 
 
+_TRAINED: dict[tuple, dict[str, torch.Tensor]] = {}  # weights trained once per session, by (kind, vocab, steps, B)
+
+
 def mars_trained(kind: str, tokenizer, steps: int = 150, block_size: int = 4) -> torch.nn.Module:
-    """A tiny Qwen2 or Llama after `steps` MARS steps on the toy answers (fp32, deterministic)."""
+    """A tiny Qwen2 or Llama after `steps` MARS steps on the toy answers (fp32, deterministic): trained once per
+    test session, then a fresh model with those weights on every call (a test may change its model freely)."""
+    key = (kind, len(tokenizer), steps, block_size)
+    if key not in _TRAINED:
+        _TRAINED[key] = {k: v.detach().clone() for k, v in train(kind, tokenizer, steps, block_size).state_dict().items()}
+    model = (tiny_qwen2 if kind == "qwen2" else tiny_llama)(len(tokenizer), scale=1.0)
+    model.load_state_dict(_TRAINED[key])
+    return model.eval()
+
+
+def train(kind: str, tokenizer, steps: int, block_size: int) -> torch.nn.Module:
+    """The MARS training run behind mars_trained."""
     from mars_core import MarsConfig, MarsTrainer
     from mars_core.training.data import load_chat_dataset
 
