@@ -17,7 +17,7 @@ def lookup_drafts(seq: torch.Tensor, start: torch.Tensor, end: torch.Tensor, ngr
     """Prompt lookup per row of seq [b, S] (text in start..end-1): the `width` tokens that followed the latest
     earlier occurrence of the row's last n tokens, for the longest n in ngrams that occurs. (drafts, count).
     Rows are searched on the host, newest first: a few microseconds a row, where torch's batched search cost a
-    quarter of a millisecond a forward (docs/speed.md#verified-bookkeeping)."""
+    quarter of a millisecond a forward (docs/speed.md#where-verifieds-time-goes-on-llamacpp)."""
     rows = seq.tolist()
     found = [_latest(row, s, e, ngrams) for row, s, e in zip(rows, start.tolist(), end.tolist())]
     size = seq.shape[1]

@@ -18,7 +18,7 @@ YIELD_WEIGHT = 0.3  # weight of the newest forward in the running mean of drafts
 # What a fed group is worth now, per draft it is expected to get matched next forward: those drafts are checked
 # next forward at that forward's width cost, and that forward's plan counts their commits again, so counting them
 # whole here counts them twice. Half measured best (docs/speed.md#packed-linear-layers, and on llama.cpp
-# docs/speed.md#on-llamacpp-the-engine-cpu-users-run).
+# docs/speed.md#where-verifieds-time-goes-on-llamacpp).
 GROUP_YIELD_WEIGHT = 0.5
 
 
