@@ -32,7 +32,8 @@ def mars_trained(kind: str, tokenizer, steps: int = 150, block_size: int = 4) ->
     test session, then a fresh model with those weights on every call (a test may change its model freely)."""
     key = (kind, len(tokenizer), steps, block_size)
     if key not in _TRAINED:
-        _TRAINED[key] = {k: v.detach().clone() for k, v in train(kind, tokenizer, steps, block_size).state_dict().items()}
+        trained = train(kind, tokenizer, steps, block_size)
+        _TRAINED[key] = {k: v.detach().clone() for k, v in trained.state_dict().items()}
     model = (tiny_qwen2 if kind == "qwen2" else tiny_llama)(len(tokenizer), scale=1.0)
     model.load_state_dict(_TRAINED[key])
     return model.eval()
