@@ -130,14 +130,12 @@ def read_logits(head: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tens
     rows no sample goes on with are few (SPARE_HEAD_ROWS), else mask_chain reads the group it needs."""
     P, K = tree.pending.shape[1], tree.drafts.shape[1]
     spare = (len(tree.groups) - 1 + len(tree.siblings)) * g  # rows past the verify slots and one group
-    one_pass = (tree.groups or tree.siblings) and hidden.shape[0] * spare <= SPARE_HEAD_ROWS
-    if not tree.siblings:  # the verify slots are one run: slices, no copies
-        if one_pass:
-            logits = head(hidden[:, P - 1 :])
-            return logits[:, : K + 1], logits
-        return head(hidden[:, P - 1 : P + K]), None
-    verify_cols = torch.cat([torch.arange(P - 1, P + K, device=hidden.device), sibling_columns(tree, g)])
-    if one_pass:
+    if tree.siblings:
+        verify = torch.cat([torch.arange(P - 1, P + K, device=hidden.device), sibling_columns(tree, g)])
+        in_pass = verify - (P - 1)
+    else:  # the verify slots are one run: slices, no copies
+        verify, in_pass = slice(P - 1, P + K), slice(0, K + 1)
+    if (tree.groups or tree.siblings) and hidden.shape[0] * spare <= SPARE_HEAD_ROWS:
         logits = head(hidden[:, P - 1 :])
-        return logits[:, verify_cols - (P - 1)], logits
-    return head(hidden[:, verify_cols]), None
+        return logits[:, in_pass], logits
+    return head(hidden[:, verify]), None
