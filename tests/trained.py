@@ -34,9 +34,14 @@ def mars_trained(kind: str, tokenizer, steps: int = 150, block_size: int = 4) ->
     if key not in _TRAINED:
         trained = train(kind, tokenizer, steps, block_size)
         _TRAINED[key] = {k: v.detach().clone() for k, v in trained.state_dict().items()}
-    model = (tiny_qwen2 if kind == "qwen2" else tiny_llama)(len(tokenizer), scale=1.0)
+    model = untrained(kind, tokenizer)
     model.load_state_dict(_TRAINED[key])
     return model.eval()
+
+
+def untrained(kind: str, tokenizer) -> torch.nn.Module:
+    """The tiny Qwen2 or Llama that training starts from (its weights drawn from torch's current seed)."""
+    return (tiny_qwen2 if kind == "qwen2" else tiny_llama)(len(tokenizer), scale=1.0)
 
 
 def train(kind: str, tokenizer, steps: int, block_size: int) -> torch.nn.Module:
@@ -45,7 +50,7 @@ def train(kind: str, tokenizer, steps: int, block_size: int) -> torch.nn.Module:
     from mars_core.training.data import load_chat_dataset
 
     torch.manual_seed(0)
-    model = (tiny_qwen2 if kind == "qwen2" else tiny_llama)(len(tokenizer), scale=1.0)
+    model = untrained(kind, tokenizer)
     model.train()
     with tempfile.TemporaryDirectory() as out:
         args = MarsConfig(output_dir=out, block_size=block_size, per_device_train_batch_size=8, learning_rate=3e-3,
