@@ -72,7 +72,8 @@ def test_threshold_09_commits_more_than_one_token_per_forward(default):
 
 def test_verified_equals_generate_on_held_out_prompts(default):
     """fp32: the verified decoder's answers are transformers' greedy generate's, token for token, on held-out
-    prompts of every kind (one by one and as one batch), while committing several tokens per forward."""
+    prompts of every kind (as one batch, and a third of them one by one), while committing several tokens per
+    forward."""
     from mars_core import TreeLayout
     from mars_core.evaluation.prompts import load_split, split_path
     from mars_core.generate import encode_prompt, generate
@@ -86,15 +87,17 @@ def test_verified_equals_generate_on_held_out_prompts(default):
         row = out[0, ids.shape[1]:].tolist()
         eos = [i for i, t in enumerate(row) if t in (tok.eos_token_id, model.generation_config.eos_token_id)]
         want.append(row[: eos[0] + 1] if eos else row)
-    alone = [generate(model, tok, p, strategy="verified", max_new_tokens=40) for p in prompts]
-    assert [r.token_ids[0] for r in alone] == want
     assert generate(model, tok, prompts, strategy="verified", max_new_tokens=40).token_ids == want
-    records = []  # every sibling fed (each draft's second choice): still generate's answers
-    wide = generate(model, tok, prompts, strategy="verified", max_new_tokens=40, record=records.append,
+    # one by one on every third prompt (lists, repeats, chat), and every sibling fed (each draft's second choice)
+    # on the first three: still generate's answers (the tiny models' tests cover the rest of these cases)
+    alone = [generate(model, tok, p, strategy="verified", max_new_tokens=40) for p in prompts[::3]]
+    assert [r.token_ids[0] for r in alone] == want[::3]
+    records = []
+    wide = generate(model, tok, prompts[:3], strategy="verified", max_new_tokens=40, record=records.append,
                     layout=TreeLayout(use_cost=False, sibling_floor=0.0))
-    assert wide.token_ids == want and any(r.by_sibling.any() for r in records)
+    assert wide.token_ids == want[:3] and any(r.by_sibling.any() for r in records)
     forwards = sum(r.forwards for r in alone)
-    assert sum(map(len, want)) / forwards > 1.5  # the drafts really were accepted
+    assert sum(map(len, want[::3])) / forwards > 1.5  # the drafts really were accepted
 
 
 @pytest.fixture(scope="module", params=["fp32", "bf16"])
