@@ -3,7 +3,15 @@ import math
 import torch
 
 from mars_core.decoding.control import DecodeControl
-from mars_core.decoding.sampling import accept_prefix, cap_at_stop, confidence_of, greedy, select, top_p_filter
+from mars_core.decoding.sampling import (
+    accept_prefix,
+    cap_at_stop,
+    confidence_of,
+    first_argmax,
+    greedy,
+    select,
+    top_p_filter,
+)
 
 
 def test_accept_prefix_stops_at_first_miss():
@@ -62,8 +70,22 @@ def test_select_greedy_and_sampled():
     assert 0.35 < share < 0.7  # e/(e+2) = 0.58: sampled, not argmax
 
 
+def test_first_argmax_is_argmax_on_every_layout_and_dtype():
+    """first_argmax (numpy's argmax on the CPU in float32, torch's max(-1) elsewhere) is torch.argmax: the first of
+    equal maxima, a long tensor of the leading shape, on strided views and in every dtype."""
+    gen = torch.Generator().manual_seed(1)
+    x = (torch.randn(4, 6, 3000, generator=gen) * 3).round()  # rounded: many ties
+    x[0, 0, [5, 6, 2999]] = 50.0
+    for view in (x, x[:, ::2], x[:, :, ::3], x.transpose(0, 1), x[1:, 2]):
+        for dtype in (torch.float32, torch.float64, torch.bfloat16):
+            v = view.to(dtype)
+            got = first_argmax(v)
+            assert got.dtype == torch.long and torch.equal(got, v.argmax(-1)), (tuple(view.shape), dtype)
+    assert first_argmax(x)[0, 0] == 5
+
+
 def test_greedy_breaks_ties_as_argmax_does_and_reads_the_softmax():
-    """greedy() takes max(-1) for speed; it must pick argmax's token (the first of equal maxima: transformers'
+    """greedy() takes first_argmax for speed; it must pick argmax's token (the first of equal maxima: transformers'
     generate breaks ties with argmax) in bf16 and fp32, at a vocabulary's width, with softmax's confidence."""
     gen = torch.Generator().manual_seed(0)
     logits = torch.randn(3, 5, 49152, generator=gen) * 4

@@ -16,7 +16,7 @@ import torch
 
 from ..control import DecodeControl
 from ..lookup import expected_run, lookup_confidence, lookup_drafts
-from ..sampling import confidence_of, distribution, draw
+from ..sampling import confidence_of, distribution, draw, first_argmax
 from .config import VerifiedConfig
 from .plan import group_odds, plan_by_cost, sibling_odds
 from .tree import Tree, leading, pad_to, sibling_columns
@@ -77,14 +77,14 @@ def mask_chain(head: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tenso
         logits = head(hidden.gather(1, rows[..., None].expand(-1, -1, hidden.shape[-1])))
     if ctl.temperature > 0:
         q = distribution(logits, ctl)
-        conf = torch.where(has[:, None], confidence_of(q, logits.float().max(-1).indices, ctl.confidence), 0.0)
+        conf = torch.where(has[:, None], confidence_of(q, first_argmax(logits.float()), ctl.confidence), 0.0)
         return Chain(pad_to(draw(q, generator), depth, pad_id), pad_to(conf, depth, 0.0), pad_to(q, depth, 0.0),
                      *none)
     logits = logits.float()
-    top = logits.max(-1).indices  # the first of equal maxima, as verify's greedy() takes
+    top = first_argmax(logits)  # the first of equal maxima, as verify's greedy() takes
     q = logits.softmax(-1)
     conf = confidence_of(q, top, ctl.confidence)
-    second = q.scatter(-1, top[..., None], -1.0).max(-1).indices  # the runner-up (faster than topk(2): docs/speed.md)
+    second = first_argmax(q.scatter(-1, top[..., None], -1.0))  # the runner-up (faster than topk(2): docs/speed.md)
     second_p = torch.where(has[:, None], q.gather(-1, second[..., None]).squeeze(-1), 0.0)
     return Chain(pad_to(top, depth, pad_id), pad_to(torch.where(has[:, None], conf, 0.0), depth, 0.0), None,
                  *none, pad_to(second, depth, pad_id), pad_to(second_p, depth, 0.0))
