@@ -14,7 +14,19 @@ import torch
 import app
 from mars_core import stream, training_attention_mask
 from mars_core.serving import adaptive_threshold
-from studio import explorer, inputs, lanes, models, race, race_figures, race_html, race_loop, race_state, walkthrough
+from studio import (
+    explorer,
+    inputs,
+    lanes,
+    models,
+    race,
+    race_figures,
+    race_html,
+    race_loop,
+    race_state,
+    walk_verified,
+    walkthrough,
+)
 
 PROMPT = "Count from one to ten"
 
@@ -417,7 +429,7 @@ def test_tree_colours_follow_the_rules_and_agree_with_the_decoders_template(pend
     tree_mask (a slot not fed is seen by none but itself), siblings and their groups included."""
     from mars_core.decoding.verified import tree_mask, tree_template
 
-    cats = walkthrough.tree_categories(pending, drafts, list(groups), 3, fed, list(siblings))
+    cats = walk_verified.tree_categories(pending, drafts, list(groups), 3, fed, list(siblings))
     template = tree_template(pending, drafts, groups, 3, siblings)
     mask = tree_mask(torch.zeros(1, 0, dtype=torch.bool), torch.tensor([fed]), template)
     assert torch.equal(cats > 0, mask[0])
@@ -438,15 +450,15 @@ def test_verified_walkthrough_draws_the_mask_the_decoder_fed(tiny):
     hook = model.get_decoder().register_forward_pre_hook(
         lambda m, a, k: fed.append(k["attention_mask"][0, 0].clone()), with_kwargs=True)
     try:
-        page, fig, walk = walkthrough.walk_verified(PROMPT, 0.05, 4, 32)
+        page, fig, walk = walk_verified.walk_verified(PROMPT, 0.05, 4, 32)
     finally:
         hook.remove()
     steps = walk.steps
     assert len(steps) == len(fed) > 5 and "Forward 1 of" in page and "the mask it fed" in fig.layout.title.text
     for s in steps:  # the rule colours are the decoder's recorded mask, cell for cell
-        assert torch.equal(walkthrough.step_categories(s) > 0, torch.tensor(s["mask"], dtype=torch.bool))
+        assert torch.equal(walk_verified.step_categories(s) > 0, torch.tensor(s["mask"], dtype=torch.bool))
     for index, mask in enumerate(fed):
-        view, figure, _ = walkthrough.verified_move(walkthrough.Walk(steps, 0), index)
+        view, figure, _ = walk_verified.verified_move(walkthrough.Walk(steps, 0), index)
         z = torch.tensor(figure.data[0].z)
         cache = mask.shape[1] - mask.shape[0]
         if cache:
@@ -465,9 +477,9 @@ def test_verified_walkthrough_draws_the_mask_the_decoder_fed(tiny):
 def test_verified_walkthrough_explains_checks_groups_and_lookup():
     """Each forward says what it fed, how each draft fared, which group proposes the next drafts, why groups were
     not fed (the odds the decoder computed), and when prompt lookup's chain was checked instead."""
-    page, fig, walk = walkthrough.walk_verified(PROMPT, 0.05, 4, 32)
+    page, fig, walk = walk_verified.walk_verified(PROMPT, 0.05, 4, 32)
     steps = walk.steps
-    pages = [walkthrough.verified_move(walk, i)[0] for i in range(len(steps))]
+    pages = [walk_verified.verified_move(walk, i)[0] for i in range(len(steps))]
     assert "The prefill" in pages[0] and "G<sub>0</sub>" in pages[0]
     for s, view in zip(steps, pages):
         if s["drafts"]:
@@ -480,10 +492,10 @@ def test_verified_walkthrough_explains_checks_groups_and_lookup():
     assert unfed and all("✗ not fed" in v for _, v in unfed)  # why: P(exactly j match), the decoder's own odds
     s, view = unfed[0]
     missing = next(j for j in range(s["drafts"] + 1) if j not in s["groups"])
-    assert f"{walkthrough.percent(s['chosen_odds'][missing])}</td><td" in view
+    assert f"{walk_verified.percent(s['chosen_odds'][missing])}</td><td" in view
     assert any("Prompt lookup instead" in v for v in pages)
     assert any(s["source"] == "lookup" and "from prompt lookup" in v for s, v in zip(steps, pages))
-    assert "G<sub>" in walkthrough.verified_move(walk, 1)[0]
+    assert "G<sub>" in walk_verified.verified_move(walk, 1)[0]
     for s, view in zip(steps, pages):  # plain words: what the cache holds, what was fed, what "pending" is
         assert f"Already in the cache:</b> {s['cache']} token" in view and f"Fed in this forward: {s['width']} token" \
             in view and "committed tokens that are not in the cache" in view
@@ -494,12 +506,12 @@ def test_the_tree_masks_axis_labels_stay_readable_at_any_prompt_length():
     """The first forward feeds the whole prompt: its labels are thinned so they do not overlap; the tree's own slots
     (drafts, masks) and the last pending token always keep theirs."""
     labels = [f"t{i}" for i in range(300)] + ["d1 a", "d2 b", "G0·m1", "G0·m2"]
-    shown = walkthrough.readable_ticks(labels, False, 300)
-    assert len(shown) <= walkthrough.MAX_TICKS + 4 and shown == sorted(set(shown))
+    shown = walk_verified.readable_ticks(labels, False, 300)
+    assert len(shown) <= walk_verified.MAX_TICKS + 4 and shown == sorted(set(shown))
     assert {299, 300, 301, 302, 303} <= set(shown) and 0 in shown
-    assert walkthrough.readable_ticks(["cache (9 tokens)", "a", "b"], True, 1) == [0, 1, 2]  # short: all shown
-    page, fig, walk = walkthrough.walk_verified("word " * 200, 0.3, 4, 8)
-    assert len(fig.layout.xaxis.tickvals) <= walkthrough.MAX_TICKS + 1 + 4 * 4
+    assert walk_verified.readable_ticks(["cache (9 tokens)", "a", "b"], True, 1) == [0, 1, 2]  # short: all shown
+    page, fig, walk = walk_verified.walk_verified("word " * 200, 0.3, 4, 8)
+    assert len(fig.layout.xaxis.tickvals) <= walk_verified.MAX_TICKS + 1 + 4 * 4
 
 
 def test_verified_walkthrough_draws_and_explains_siblings(tokenizer):
@@ -517,23 +529,23 @@ def test_verified_walkthrough_draws_and_explains_siblings(tokenizer):
         for event in stream(model, tokenizer, text, strategy="verified", threshold=0.3, max_new_tokens=40,
                             layout=TreeLayout(sibling_floor=0.0), record=records.append):
             before = records[-2] if len(records) - first > 1 else None
-            steps.append(walkthrough.verified_step(tokenizer, records[-1], before, event, "", 3))
+            steps.append(walk_verified.verified_step(tokenizer, records[-1], before, event, "", 3))
     took = [i for i, s in enumerate(steps) if s["by_sibling"]]
     assert took and any(s["siblings"] for s in steps)
     for s in steps:  # the rule colours, siblings and their groups included, are the decoder's recorded mask
-        assert torch.equal(walkthrough.step_categories(s) > 0, torch.tensor(s["mask"], dtype=torch.bool))
+        assert torch.equal(walk_verified.step_categories(s) > 0, torch.tensor(s["mask"], dtype=torch.bool))
     for i in took:
-        view, figure, _ = walkthrough.verified_move(walkthrough.Walk(steps, i), 0)
+        view, figure, _ = walk_verified.verified_move(walkthrough.Walk(steps, i), 0)
         assert "but its sibling e<sub>" in view and "the bonus: the model's token after e<sub>" in view
         assert f"H<sub>{steps[i]['m']}</sub>, hung after the sibling" in view or steps[i]["done"]
         assert torch.equal(torch.tensor(figure.data[0].z)[:, 1:] > 0, records[i].mask[0, :, -records[i].ids.shape[1]:])
-    assert any(f"e{a}" in " ".join(walkthrough.axis_labels(s)) for s in steps for a in s["siblings"])
+    assert any(f"e{a}" in " ".join(walk_verified.axis_labels(s)) for s in steps for a in s["siblings"])
 
 
 def test_verified_walkthrough_bad_input():
-    page, fig, walk = walkthrough.walk_verified("", 0.3, 4, 8)
+    page, fig, walk = walk_verified.walk_verified("", 0.3, 4, 8)
     assert "Empty prompt" in page and walk.steps == [] and "Press Decode verified" in fig.layout.title.text
-    assert "Press <b>Decode verified</b>" in walkthrough.verified_move(walkthrough.Walk(), 1)[0]
+    assert "Press <b>Decode verified</b>" in walk_verified.verified_move(walkthrough.Walk(), 1)[0]
 
 
 def test_walkthrough_bad_input():
@@ -708,5 +720,5 @@ def test_every_tab_says_the_models_preparation_while_it_waits_for_it(monkeypatch
     assert part(first, "message") == said and part(first, "trace")["status"] == "preparing"
     assert next(batch.batch_race("a\nb\nc\nd", 0.9, 4, 8, batch.BatchSession()))[3] == said
     assert "Preparing `tiny`: step 1 of 1, loading the weights" in next(walkthrough.walk_steps(PROMPT, 0.9, 4, 8))[0]
-    assert "step 1 of 1" in next(walkthrough.verified_steps(PROMPT, 0.3, 4, 8))[0]
+    assert "step 1 of 1" in next(walk_verified.verified_steps(PROMPT, 0.3, 4, 8))[0]
     assert next(explorer.sweep("1", 4, 8, ["lists"], 1, progress=lambda *a: None))[3] == said
