@@ -87,7 +87,7 @@ class Turns:
 @dataclass
 class Lane:
     """One generation's event stream, timed by its own forwards only (the lanes take turns on one machine, Turns): what
-    a race lane (race_state.Run) and a batch side (batch.BatchRun) record their forwards with."""
+    a race lane (race_state.Run) and a batch side (batch_state.BatchRun) record their forwards with."""
 
     name: str
     events: Iterator

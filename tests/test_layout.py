@@ -133,10 +133,10 @@ STUDIO_FLOORS = (
     ("studio", "studio.inputs", "studio.charts", "studio.models"),  # limits and checks, chart basics, the models
     ("studio.lanes", "studio.engine"),  # what the tabs share: recorder, frame policy, colours, Run/Stop, error
     # guard; what the race decodes on (torch or llama.cpp engines)
-    ("studio.race_state", "studio.walk"),  # the Race tab's rooms, under it: what a race keeps (session, lanes'
-    # records, facts); what the two walkthroughs share (the stepped decode, its generation slot, chips)
-    ("studio.race_html", "studio.race_figures", "studio.walk_verified"),  # its panes, counters, notes and stats;
-    # its charts; the Walkthrough tab's verified section
+    ("studio.race_state", "studio.batch_state", "studio.walk"),  # the tabs' rooms, under them: what a race keeps
+    # (session, lanes' records, facts), what a batch run keeps, what the two walkthroughs share (the stepped decode)
+    ("studio.race_html", "studio.race_figures", "studio.batch_html", "studio.walk_verified"),  # the race's panes,
+    # counters, notes, stats and charts; the batch's cells, slots chart and stats; the verified walkthrough
     ("studio.race_loop",),  # the race itself and the frames it sends the page
     ("studio.race", "studio.batch", "studio.walkthrough", "studio.explorer"),  # one tab each: build(demo)
     ("app",),  # the header, the tabs, theme and launch

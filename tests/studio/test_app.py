@@ -712,13 +712,13 @@ def test_the_recorded_example_is_what_the_page_shows_first(tmp_path, monkeypatch
 def test_every_tab_says_the_models_preparation_while_it_waits_for_it(monkeypatch):
     """A Run that comes while the model is being prepared says the step (then runs): the race and the batch on their
     message line, the walkthrough in its view, the explorer in its status."""
-    from studio import batch
+    from studio import batch, batch_state
 
     said = "**Preparing `tiny`: step 1 of 1, loading the weights** · 3 s in this step"
     monkeypatch.setattr(models, "preparing", lambda names, stopped=lambda: False: iter([said]))
     first = next(race.race(PROMPT, 0.9, 4, 0.0, 8, False, race_state.RaceSession()))
     assert part(first, "message") == said and part(first, "trace")["status"] == "preparing"
-    assert next(batch.batch_race("a\nb\nc\nd", 0.9, 4, 8, batch.BatchSession()))[3] == said
+    assert next(batch.batch_race("a\nb\nc\nd", 0.9, 4, 8, batch_state.BatchSession()))[3] == said
     assert "Preparing `tiny`: step 1 of 1, loading the weights" in next(walkthrough.walk_steps(PROMPT, 0.9, 4, 8))[0]
     assert "step 1 of 1" in next(walk_verified.verified_steps(PROMPT, 0.3, 4, 8))[0]
     assert next(explorer.sweep("1", 4, 8, ["lists"], 1, progress=lambda *a: None))[3] == said

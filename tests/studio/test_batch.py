@@ -9,7 +9,7 @@ import gradio as gr
 import pytest
 
 from mars_core import StreamEvent
-from studio import batch, inputs, models
+from studio import batch, batch_html, batch_state, inputs, models
 
 PROMPTS = [
     "Count from one to ten",
@@ -51,21 +51,21 @@ def reference_new_blocks(counts: list[list[int]], finished_at: list, block_size:
 
 
 def test_parse_prompts_one_per_non_empty_line():
-    assert batch.parse_prompts("  a \n\n b\nc\n   \nd\n") == ["a", "b", "c", "d"]
-    assert len(batch.parse_prompts("\n".join("p" * 8))) == 8
-    assert batch.parse_prompts("\n".join(batch.EXAMPLES)) == batch.EXAMPLES and len(batch.EXAMPLES) == 6
+    assert batch_state.parse_prompts("  a \n\n b\nc\n   \nd\n") == ["a", "b", "c", "d"]
+    assert len(batch_state.parse_prompts("\n".join("p" * 8))) == 8
+    assert batch_state.parse_prompts("\n".join(batch.EXAMPLES)) == batch.EXAMPLES and len(batch.EXAMPLES) == 6
     with pytest.raises(ValueError, match="Give 4 to 8 prompts, one per line; got 3"):
-        batch.parse_prompts("a\n\nb\nc")
+        batch_state.parse_prompts("a\n\nb\nc")
     with pytest.raises(ValueError, match="got 0"):
-        batch.parse_prompts("  \n ")
+        batch_state.parse_prompts("  \n ")
     with pytest.raises(ValueError, match="Prompt 2 too long"):
-        batch.parse_prompts("\n".join(["a", "x" * (inputs.MAX_PROMPT_CHARS + 1), "b", "c"]))
+        batch_state.parse_prompts("\n".join(["a", "x" * (inputs.MAX_PROMPT_CHARS + 1), "b", "c"]))
     with pytest.raises(ValueError, match="must be text"):
-        batch.parse_prompts(None)
+        batch_state.parse_prompts(None)
 
 
 def test_tau_one_block_batch_is_ar():
-    session = batch.BatchSession()
+    session = batch_state.BatchSession()
     outputs = list(batch.batch_race(TEXT, 1.0, 4, 24, session))
     trace = final(outputs)
     block, ar = trace["block"], trace["ar"]
@@ -89,7 +89,7 @@ def test_tau_one_block_batch_is_ar():
 
 
 def test_low_threshold_commits_several_tokens_and_fast_samples_wait():
-    outputs = list(batch.batch_race(TEXT, 0.1, 4, 32, batch.BatchSession()))
+    outputs = list(batch.batch_race(TEXT, 0.1, 4, 32, batch_state.BatchSession()))
     trace = final(outputs)
     block, ar = trace["block"], trace["ar"]
     counts = block["counts"]
@@ -110,7 +110,7 @@ def test_low_threshold_commits_several_tokens_and_fast_samples_wait():
 
 
 def test_the_slot_chart_is_a_heatmap_of_the_counts_with_block_lines():
-    outputs = list(batch.batch_race(TEXT, 0.1, 4, 32, batch.BatchSession()))
+    outputs = list(batch.batch_race(TEXT, 0.1, 4, 32, batch_state.BatchSession()))
     trace, plot = final(outputs), outputs[-1][1]
     assert plot.type == "plotly"
     fig = json.loads(plot.plot)
@@ -121,14 +121,14 @@ def test_the_slot_chart_is_a_heatmap_of_the_counts_with_block_lines():
                 for row, end in zip(per_sample(trace["block"]["counts"]), ends)]
     assert heatmap["z"] == expected and min(ends) < max(ends) == trace["block"]["forwards"] - 1
     assert heatmap["y"][0] == "1: Count from one to…" and heatmap["y"][2] == "3: hello"
-    assert heatmap["colorscale"][0][1] == batch.WAIT_COLOUR != heatmap["colorscale"][2][1]
+    assert heatmap["colorscale"][0][1] == batch_html.WAIT_COLOUR != heatmap["colorscale"][2][1]
     assert [s["x0"] for s in fig["layout"]["shapes"]] == [f - 0.5 for f in trace["block"]["new_blocks"]]
     assert all(s["line"]["dash"] == "dot" for s in fig["layout"]["shapes"])
 
 
 def test_slots_figure_blanks_finished_samples():
     counts = [[2, 1], [2, 1], [0, 1], [0, 1]]  # sample 0 filled its block (B = 4) after 2 forwards, then waited
-    fig = batch.slots_figure(counts, ["1: a", "2: b"], 4, [4], [None, 2])
+    fig = batch_html.slots_figure(counts, ["1: a", "2: b"], 4, [4], [None, 2])
     assert fig["data"][0]["z"] == [[2, 2, 0, 0], [1, 1, 1, None]]
     assert fig["data"][0]["zmin"] == -0.5 and fig["data"][0]["zmax"] == 4.5
     assert fig["layout"]["shapes"][0]["x0"] == 3.5
@@ -151,7 +151,7 @@ def test_batch_run_records_waits_finishes_and_blocks(tiny):
                     accepted_from=starts)
         for n, (ids, starts, done) in enumerate(forwards)
     ]
-    run = batch.BatchRun("MARS (block)", iter(events), tok, 2)
+    run = batch_state.BatchRun("MARS (block)", iter(events), tok, 2)
     for _ in range(6):
         run.advance()
     assert run.finished and run.counts == [[2, 1], [0, 1], [1, 2], [0, 1], [0, 1]]
@@ -160,7 +160,7 @@ def test_batch_run_records_waits_finishes_and_blocks(tiny):
     assert [run.waits(0), run.waits(1)] == [1, 0]  # after it finished, sample 0 is done, not waiting
     assert run.ids == [[a, b, e], [c, d, f, g, h, i]] and run.texts[0] == tok.decode([a, b, e])
     assert [chunk[0] for chunk in run.chunks[1]] == [0, 1, 2, 3, 4] and len(run.chunks[1][2][1]) == 2
-    fig = batch.slots_figure(run.counts, ["1: x", "2: y"], 2, run.new_blocks(), run.finished_at)
+    fig = batch_html.slots_figure(run.counts, ["1: x", "2: y"], 2, run.new_blocks(), run.finished_at)
     assert fig["data"][0]["z"] == [[2, 0, 1, None, None], [1, 1, 2, 1, 1]]
 
 
@@ -180,7 +180,7 @@ def test_batch_run_records_waits_finishes_and_blocks(tiny):
 def test_bad_input_gives_one_error_frame_and_never_decodes(monkeypatch, text, threshold, block_size, max_new,
                                                             message):
     monkeypatch.setattr(batch, "stream", lambda *a, **k: pytest.fail("decoded despite a bad input"))
-    session = batch.BatchSession()
+    session = batch_state.BatchSession()
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no toast
         outputs = list(batch.batch_race(text, threshold, block_size, max_new, session))
@@ -194,18 +194,18 @@ def test_bad_input_gives_one_error_frame_and_never_decodes(monkeypatch, text, th
 
 def test_a_model_that_fails_to_load_gives_a_message(monkeypatch, tmp_path):
     monkeypatch.setattr(models, "CONFIG", models.AppConfig(model=str(tmp_path / "missing")))
-    outputs = list(batch.batch_race(TEXT, 0.9, 4, 8, batch.BatchSession()))
+    outputs = list(batch.batch_race(TEXT, 0.9, 4, 8, batch_state.BatchSession()))
     assert outputs[-1][TRACE]["status"] == "error"
     assert {o[TRACE]["status"] for o in outputs[:-1]} <= {"preparing"}  # the preparation, said while it runs
     assert "Could not load model" in outputs[-1][MESSAGE]
 
 
 def test_stop_mid_run_ends_stopped_and_keeps_the_text():
-    session = batch.BatchSession()
+    session = batch_state.BatchSession()
     running = batch.batch_race(TEXT, 0.9, 4, 200, session)
     before = [next(running) for _ in range(3)]
     assert models.TRACKER.active == 1 and len(session.controls) == 2
-    batch.stop_batch(session)
+    batch_state.stop_batch(session)
     assert all(c.stopped for c in session.controls)
     rest = list(running)
     assert len(rest) == 1  # both batches end before their next forward
@@ -220,7 +220,7 @@ def test_stop_mid_run_ends_stopped_and_keeps_the_text():
 
 
 def test_closing_a_half_consumed_run_gives_back_its_slot():
-    session = batch.BatchSession()
+    session = batch_state.BatchSession()
     running = batch.batch_race(TEXT, 0.9, 4, 200, session)
     next(running)
     next(running)
@@ -231,7 +231,7 @@ def test_closing_a_half_consumed_run_gives_back_its_slot():
 
 def test_a_batch_waits_for_a_free_generation_slot_and_stays_stoppable(monkeypatch):
     monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="tiny", concurrency=1))
-    slot, session = models.slots(), batch.BatchSession()
+    slot, session = models.slots(), batch_state.BatchSession()
     assert slot.acquire(timeout=5)  # another generation holds the only slot
     try:
         running = batch.batch_race(TEXT, 0.9, 4, 8, session)
@@ -239,7 +239,7 @@ def test_a_batch_waits_for_a_free_generation_slot_and_stays_stoppable(monkeypatc
         assert waiting[TRACE]["status"] == "waiting" and batch.WAITING in waiting[STATS]
         assert models.TRACKER.active == 0
         assert json.loads(waiting[1].plot)["data"][0]["y"][0] == "1: Count from one to…"
-        batch.stop_batch(session)
+        batch_state.stop_batch(session)
         rest = list(running)
         assert [o[TRACE]["status"] for o in rest] == ["stopped"] and rest[0][TRACE]["block"] == {}
         assert session.controls is None
@@ -251,7 +251,7 @@ def test_a_waiting_batch_runs_once_the_slot_is_free(monkeypatch):
     monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="tiny", concurrency=1))
     slot = models.slots()
     assert slot.acquire(timeout=5)
-    running = batch.batch_race(TEXT, 0.9, 4, 8, batch.BatchSession())
+    running = batch.batch_race(TEXT, 0.9, 4, 8, batch_state.BatchSession())
     try:
         assert next(running)[TRACE]["status"] == "waiting"
     finally:
@@ -263,14 +263,14 @@ def test_a_waiting_batch_runs_once_the_slot_is_free(monkeypatch):
 
 
 def test_stop_without_a_run_does_nothing():
-    session = batch.BatchSession()
-    batch.stop_batch(session)
+    session = batch_state.BatchSession()
+    batch_state.stop_batch(session)
     assert session.controls is None
 
 
 def test_panes_escape_prompts_and_show_a_placeholder():
-    page = batch.panes_html(["<script>x</script>", "b", "c", "d"])
+    page = batch_html.panes_html(["<script>x</script>", "b", "c", "d"])
     assert "<script>" not in page and "&lt;script&gt;" in page and page.count("MARS (block)</div>") == 4
-    assert "(the batch streams here)" in batch.panes_html([])
-    assert batch.row_label(0, "one two three four five") == "1: one two three four…"
-    assert batch.row_label(7, "short") == "8: short"
+    assert "(the batch streams here)" in batch_html.panes_html([])
+    assert batch_html.row_label(0, "one two three four five") == "1: one two three four…"
+    assert batch_html.row_label(7, "short") == "8: short"
