@@ -24,18 +24,22 @@ def toy_chats() -> list[dict]:
             for q, a in ANSWERS.items()]
 
 
-_TRAINED: dict[tuple, dict[str, torch.Tensor]] = {}  # weights trained once per session, by (kind, vocab, steps, B)
+# weights trained once per session, and torch's RNG state training left, by (kind, vocab, steps, B)
+_TRAINED: dict[tuple, tuple[dict[str, torch.Tensor], torch.Tensor]] = {}
 
 
 def mars_trained(kind: str, tokenizer, steps: int = 150, block_size: int = 4) -> torch.nn.Module:
     """A tiny Qwen2 or Llama after `steps` MARS steps on the toy answers (fp32, deterministic): trained once per
-    test session, then a fresh model with those weights on every call (a test may change its model freely)."""
+    test session, then a fresh model with those weights on every call (a test may change its model freely). Every
+    call leaves torch's RNG where training left it, so a test sees the same random state whichever test trained."""
     key = (kind, len(tokenizer), steps, block_size)
     if key not in _TRAINED:
         trained = train(kind, tokenizer, steps, block_size)
-        _TRAINED[key] = {k: v.detach().clone() for k, v in trained.state_dict().items()}
+        _TRAINED[key] = {k: v.detach().clone() for k, v in trained.state_dict().items()}, torch.get_rng_state()
+    weights, rng = _TRAINED[key]
     model = untrained(kind, tokenizer)
-    model.load_state_dict(_TRAINED[key])
+    model.load_state_dict(weights)
+    torch.set_rng_state(rng)
     return model.eval()
 
 
