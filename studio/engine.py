@@ -127,10 +127,20 @@ def race_runtime(name: str | None) -> Runtime:
     return pool(name).runtime if on_llamacpp() else models.get_runtime(name)
 
 
+def gpu() -> str | None:
+    """The GPU the served llama.cpp engine runs on (a CUDA build), else None."""
+    key = models.CONFIG.model or "default"
+    return POOLS[key].first.gpu if on_llamacpp() and key in POOLS else None
+
+
 def label() -> str:
-    """How the small print names the engine: "llama.cpp BF16, 2 threads"; "" on torch."""
+    """How the small print names the engine: "llama.cpp BF16, 2 threads", or "llama.cpp BF16 on NVIDIA H200" on a
+    GPU build; "" on torch."""
     if not on_llamacpp():
         return ""
+    if gpu():
+        return f"llama.cpp {models.CONFIG.llamacpp_weights.upper()} on {gpu()}"
     key = models.CONFIG.model or "default"
-    threads = POOLS[key].first.threads if key in POOLS else (models.CONFIG.llamacpp_threads or os.cpu_count() or 1)
+    first = POOLS[key].first if key in POOLS else None
+    threads = first.threads if first is not None else (models.CONFIG.llamacpp_threads or os.cpu_count() or 1)
     return f"llama.cpp {models.CONFIG.llamacpp_weights.upper()}, {threads} thread{'s' if threads > 1 else ''}"

@@ -49,8 +49,9 @@ class Served:
 
         e = self.engine
         mode = ", invariant" if e.invariant else ""
+        where = f"on {e.gpu}" if e.gpu else f"{e.threads} thread{'s' if e.threads > 1 else ''}"
         return (f"llama.cpp {self.weights.upper()} (llama-cpp-python {llama_cpp.__version__}): {e.path.name}, "
-                f"{e.threads} thread{'s' if e.threads > 1 else ''}, KV {e.kv_type}{mode}; "
+                f"{where}, KV {e.kv_type}{mode}; "
                 f"verified mode here: {self.runtime.guarantee()}")
 
     def record(self) -> dict:
@@ -72,8 +73,9 @@ def serve(source: str | None, weights: str, threads: int | None = None, invarian
 
 
 def lookup_llama(engine: Any) -> Any:
-    """A high-level Llama as the engine runs: its GGUF, context, threads, KV type, flash attention off beside an
-    F32 cache (llama.cpp's choice, on the CPU on, otherwise), drafting by prompt lookup."""
+    """A high-level Llama as the engine runs: its GGUF, context, threads, KV type, layers on the GPU, flash
+    attention off beside an F32 cache or on a GPU (llama.cpp's choice, on the CPU on, otherwise), drafting by prompt
+    lookup."""
     from llama_cpp import Llama
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
@@ -81,7 +83,8 @@ def lookup_llama(engine: Any) -> Any:
 
     kv = KV_TYPES[engine.kv_type]
     return Llama(model_path=str(engine.path), n_ctx=min(engine.n_ctx, LOOKUP_CONTEXT), n_threads=engine.threads,
-                 n_threads_batch=engine.threads, type_k=kv, type_v=kv, flash_attn=engine.kv_type != "f32",
+                 n_threads_batch=engine.threads, type_k=kv, type_v=kv,
+                 flash_attn=engine.kv_type != "f32" and not engine.gpu, n_gpu_layers=engine.options["gpu_layers"],
                  draft_model=LlamaPromptLookupDecoding(num_pred_tokens=LOOKUP_TOKENS), verbose=False)
 
 

@@ -216,3 +216,19 @@ def test_a_twin_is_the_same_engine_again(tiny, engine):
     a = generate(engine, tokenizer, "the cat", strategy="verified", max_new_tokens=8).token_ids
     b = generate(other, tokenizer, "the cat", strategy="verified", max_new_tokens=8).token_ids
     assert a == b
+
+
+def test_the_engine_names_the_devices_it_runs_on(tiny, engine):
+    """backend_devices reads ggml's registry: the CPU is always there, with the name this build gives it; a GPU is
+    named only where the build has one, and gpu_layers=0 keeps the engine on the CPU, so the curve's record (the key
+    of its file) and the small print name the GPU only when the layers run there."""
+    from mars_core.engines.llamacpp.cost import record
+    from mars_core.engines.llamacpp.engine import backend_devices
+
+    devices = backend_devices(llama_cpp)
+    assert ("CPU" in dict(devices)) and all(name for _, name in devices)
+    gpus = [name for kind, name in devices if kind == "GPU"]
+    assert engine.gpu == (gpus[0] if gpus else None)
+    assert record(engine).get("gpu") == engine.gpu
+    cpu_only = LlamaCppEngine(tiny[2], n_ctx=64, threads=1, kv_type="f32", gpu_layers=0)
+    assert cpu_only.gpu is None and "gpu" not in record(cpu_only) and cpu_only.options["gpu_layers"] == 0

@@ -88,3 +88,25 @@ def test_cli_refuses_bad_llamacpp_flags(argv, said, capsys):
     with pytest.raises(SystemExit):
         main(argv)
     assert said in capsys.readouterr().err
+
+
+def test_the_gpu_benchmark_refuses_a_build_without_a_gpu(tmp_path):
+    """benchmarks/llamacpp_gpu.sh (the H200 table in speed.md) first asks llama.cpp which devices it has: on a build
+    without a GPU backend it says how to install the CUDA build and stops before any bench runs."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from mars_core.engines.llamacpp.engine import backend_devices
+
+    llama_cpp = pytest.importorskip("llama_cpp")
+    if any(kind == "GPU" for kind, _ in backend_devices(llama_cpp)):
+        pytest.skip("this llama-cpp-python has a GPU backend")
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(["bash", str(root / "benchmarks" / "llamacpp_gpu.sh"), str(tmp_path / "out")], cwd=root,
+                          env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "PYTHON": sys.executable,
+                               "MARS_BENCH": "false"}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "llama.cpp devices: [('CPU'" in done.stdout
+    assert 'CMAKE_ARGS="-DGGML_CUDA=on" pip install' in done.stderr
+    assert not list((tmp_path / "out").glob("*.json"))

@@ -40,7 +40,7 @@ def launched(checkpoint, monkeypatch):
         table.update(before)
 
 
-def test_the_race_decodes_on_llamacpp(launched):
+def test_the_race_decodes_on_llamacpp(launched, monkeypatch):
     from mars_core import generate
 
     config = models.CONFIG
@@ -61,6 +61,14 @@ def test_the_race_decodes_on_llamacpp(launched):
     stats = frames[-1][6]
     assert "Measured on this shared CPU on llama.cpp F32, 1 thread," in stats
     assert "llama.cpp F32" in app.intro_markdown()
+    # on a GPU build the small print names the GPU, not this CPU's threads
+    assert engine.gpu() is None
+    monkeypatch.setattr(pool.first, "gpu", "NVIDIA H200")
+    assert engine.gpu() == "NVIDIA H200" and engine.label() == "llama.cpp F32 on NVIDIA H200"
+    frames = list(race_loop.run_race("Count to five.", 4, 4, race_loop.lane_controls(0.9),
+                                     race_state.RaceSession()))
+    assert "Measured on llama.cpp F32 on NVIDIA H200, each lane" in frames[-1][6]
+    assert "shared CPU" not in frames[-1][6]
 
 
 @pytest.mark.parametrize("argv, said", [

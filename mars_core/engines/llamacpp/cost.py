@@ -29,14 +29,15 @@ CONTEXT = 30  # tokens cached before the timed forward (a short chat prompt)
 
 
 def record(engine: LlamaCppEngine) -> dict:
-    """Where and how the curve was measured: the CPU, the GGUF, threads, the KV type and the mode."""
+    """Where and how the curve was measured: the CPU (and the GPU the layers run on), the GGUF, threads, the KV type
+    and the mode."""
     import llama_cpp
 
     return {"cpu": cpu_name(), "isa": sorted(f for f in ("avx512_bf16", "avx512f", "avx2", "amx_bf16")
                                              if f in cpu_flags()),
             "engine": f"llama.cpp (llama-cpp-python {llama_cpp.__version__})", "gguf": engine.path.name,
             "gguf_size": engine.path.stat().st_size, "threads": engine.threads, "kv": engine.kv_type,
-            "invariant": engine.invariant}
+            "invariant": engine.invariant, **({"gpu": engine.gpu} if engine.gpu else {})}
 
 
 def curve_path(engine: LlamaCppEngine, cache_dir: Path | None = None) -> Path:

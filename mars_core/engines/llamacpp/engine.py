@@ -10,6 +10,9 @@ Width: ggml computes one row with its dot-product kernels and two or more with l
 numbers depend on whether its forward had one row. invariant=True feeds every forward at least two rows and reads at
 least two logits rows (a spare token on a sequence of its own, removed after): every forward takes the same kernels,
 so one-token decoding and verified decoding see the same numbers, at the price of a width-2 forward per token.
+
+Where llama-cpp-python was built with a GPU backend (CMAKE_ARGS="-DGGML_CUDA=on"), gpu_layers=-1 (llama.cpp's
+default) puts every layer and the output head there; the decoders still read each forward's logits on the host.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from ...runtime.engine import Engine
 from .tree import SeqPlan, plan
 
 KV_TYPES = {"f32": 0, "f16": 1}  # ggml_type ids of the KV cache's element types
+DEVICE_TYPES = {0: "CPU", 1: "GPU", 2: "iGPU", 3: "accelerator", 4: "meta"}  # enum ggml_backend_dev_type
 PREFILL_ROWS = 64  # logits rows a decode's first forward reads when the engine has no mask id (B <= 64)
 
 
@@ -42,6 +46,20 @@ def binding() -> Any:
     if _logger.logger.level == logging.NOTSET:  # llama.cpp's load and graph chatter: errors only, unless asked
         _logger.logger.setLevel(logging.ERROR)
     return llama_cpp
+
+
+def backend_devices(llama_cpp: Any) -> list[tuple[str, str]]:
+    """(kind, description) of every device this llama.cpp build registered, e.g. ("GPU", "NVIDIA H200"), read
+    through ggml's backend registry in the libggml beside the binding's libllama."""
+    lib = ctypes.CDLL(str(Path(llama_cpp.llama_cpp._lib._name).with_name("libggml.so")))
+    lib.ggml_backend_dev_count.restype = ctypes.c_size_t
+    lib.ggml_backend_dev_get.argtypes, lib.ggml_backend_dev_get.restype = [ctypes.c_size_t], ctypes.c_void_p
+    lib.ggml_backend_dev_type.argtypes, lib.ggml_backend_dev_type.restype = [ctypes.c_void_p], ctypes.c_int
+    lib.ggml_backend_dev_description.argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_dev_description.restype = ctypes.c_char_p
+    devices = (lib.ggml_backend_dev_get(i) for i in range(lib.ggml_backend_dev_count()))
+    return [(DEVICE_TYPES.get(lib.ggml_backend_dev_type(d), "other"),
+             lib.ggml_backend_dev_description(d).decode(errors="replace")) for d in devices]
 
 
 @dataclass
@@ -115,15 +133,17 @@ class LlamaCppEngine(Engine):
 
     def __init__(self, path: str | os.PathLike, *, n_ctx: int = 4096, threads: int | None = None, n_seq_max: int = 64,
                  kv_type: str = "f16", invariant: bool = False, eos_token_id: Any = None,
-                 flash_attn: bool | None = None, mask_id: int | None = None):
+                 flash_attn: bool | None = None, mask_id: int | None = None, gpu_layers: int = -1):
         llama_cpp = binding()
         self.options = {"n_ctx": n_ctx, "threads": threads, "n_seq_max": n_seq_max, "kv_type": kv_type,
                         "invariant": invariant, "eos_token_id": eos_token_id, "flash_attn": flash_attn,
-                        "mask_id": mask_id}  # what twin() makes another engine with
+                        "mask_id": mask_id, "gpu_layers": gpu_layers}  # what twin() makes another engine with
         self.lib, self.path, self.invariant = llama_cpp, Path(path), invariant
         self.threads = threads or os.cpu_count() or 1
         llama_cpp.llama_backend_init()
         params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = gpu_layers  # -1: every layer on the GPU where the build has one; 0: the CPU alone
+        self.gpu = next((d for kind, d in backend_devices(llama_cpp) if kind == "GPU"), None) if gpu_layers else None
         self.model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)
         if not self.model:
             raise ValueError(f"llama.cpp could not load {self.path}")
@@ -151,14 +171,16 @@ class LlamaCppEngine(Engine):
     def context_params(self, n_ctx: int, n_seq_max: int, kv_type: str, flash_attn: bool | None) -> Any:
         """One unified KV cache of n_ctx cells shared by every sequence (a cell may hold several). Flash attention
         (None: off beside an F32 cache, llama.cpp's choice otherwise) rounds the scores through F16 on the CPU: F32
-        logits then differ from torch's by 1e-3 of their range, against 2e-6 without it."""
+        logits then differ from torch's by 1e-3 of their range, against 2e-6 without it. On a GPU None is off too:
+        llama.cpp's choice there depends on whether the build compiled its kernels, and the bench's lookup row must
+        run as this engine does."""
         params = self.lib.llama_context_default_params()
         params.n_ctx, params.n_batch, params.n_ubatch = n_ctx, n_ctx, min(n_ctx, 512)
         params.n_seq_max, params.kv_unified = n_seq_max, True
         params.n_threads = params.n_threads_batch = self.threads
         params.type_k = params.type_v = KV_TYPES[kv_type]
         if flash_attn is None:
-            flash_attn = False if kv_type == "f32" else None
+            flash_attn = False if kv_type == "f32" or self.gpu else None
         params.flash_attn_type = {None: -1, True: 1, False: 0}[flash_attn]  # LLAMA_FLASH_ATTN_TYPE_AUTO / ...
         params.no_perf = False
         return params

@@ -237,5 +237,5 @@ def cached_gguf(source: str | os.PathLike | None = None, weights: str = "bf16") 
     path = gguf_path(resolved, weights)
     if path.is_file():
         return path
-    model, tokenizer = load(resolved, dtype="fp32")
+    model, tokenizer = load(resolved, dtype="fp32", device="cpu")
     return export_gguf(model, tokenizer, path, weights=weights, name=Path(resolved).name)

@@ -22,21 +22,24 @@ def default_kv(weights: str) -> str:
 
 
 def load_llamacpp(source: str | os.PathLike | None = None, weights: str = "bf16", threads: int | None = None,
-                  n_ctx: int = 4096, invariant: bool = False, kv_type: str | None = None) -> tuple[LlamaCppEngine, Any]:
+                  n_ctx: int = 4096, invariant: bool = False, kv_type: str | None = None, gpu_layers: int = -1
+                  ) -> tuple[LlamaCppEngine, Any]:
     """(llama.cpp engine, tokenizer) of a MARS checkpoint (None: the embedded model), its GGUF written once per
-    weight type ("f32", "bf16", "q8_0") and kept; invariant: every forward at least two rows (see engine.py)."""
+    weight type ("f32", "bf16", "q8_0") and kept; invariant: every forward at least two rows (see engine.py);
+    gpu_layers: layers on the GPU of a GPU build (-1 all, 0 none)."""
     from ...load import load, resolve_source
 
     if weights not in WEIGHTS:
         raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}")
     resolved = resolve_source(source)
-    model, tokenizer = load(resolved, dtype="fp32")
+    model, tokenizer = load(resolved, dtype="fp32", device="cpu")
     path = gguf_path(resolved, weights)
     if not path.is_file():
         export_gguf(model, tokenizer, path, weights=weights, name=os.path.basename(resolved))
     eos = getattr(model.generation_config, "eos_token_id", None)
     del model
     engine = LlamaCppEngine(path, n_ctx=n_ctx, threads=threads, kv_type=kv_type or default_kv(weights),
-                            invariant=invariant, eos_token_id=eos, mask_id=tokenizer.mask_token_id)
+                            invariant=invariant, eos_token_id=eos, mask_id=tokenizer.mask_token_id,
+                            gpu_layers=gpu_layers)
     engine.dtype = weights
     return engine, tokenizer
