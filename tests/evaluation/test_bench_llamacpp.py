@@ -110,3 +110,26 @@ def test_the_gpu_benchmark_refuses_a_build_without_a_gpu(tmp_path):
     assert "llama.cpp devices: [('CPU'" in done.stdout
     assert 'CMAKE_ARGS="-DGGML_CUDA=on" pip install' in done.stderr
     assert not list((tmp_path / "out").glob("*.json"))
+
+
+def test_host_time_by_width_logs_every_forward(tiny):
+    """benchmarks/llamacpp_host_time.py: the engine's decodes are logged one per forward, and the host time after
+    each (but the prefill and the last) is binned by the tokens that forward fed."""
+    from benchmarks.llamacpp_host_time import host_by_width, timed_decodes
+    from mars_core.generate import encode_prompt, generate
+
+    _, tokenizer, served = tiny
+    engine = served.engine
+    log = timed_decodes(engine)
+    try:
+        before = engine.forwards
+        out = generate(engine, tokenizer, PROMPTS[0], strategy="verified", block_size=4, max_new_tokens=12,
+                       runtime=served.runtime)
+        assert len(log) == engine.forwards - before == out.forwards
+        assert [w for w, _, _ in log][0] == len(encode_prompt(tokenizer, PROMPTS[0])) + 3  # prompt and G_0
+        bins = host_by_width(log)
+        assert sum(len(v) for v in bins.values()) == len(log) - 2
+        assert all(host >= 0 and forward > 0 for v in bins.values() for host, forward in v)
+        assert all(start < end for _, start, end in log) and all(a[2] <= b[1] for a, b in zip(log, log[1:]))
+    finally:
+        del engine.decode  # the class's own again
