@@ -23,6 +23,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -208,12 +209,26 @@ def test_the_space_starts_offline_and_races_with_the_adapter(tmp_path):
                PYTHONUNBUFFERED="1", PYTHONPATH=str(HOOK), SPACE_ROOT=str(space), SPACE_IMPORTS=str(imports))
     if "MARS_CACHE" in os.environ:  # the converted base, merged model and cost curve are cached there
         env["MARS_CACHE"] = os.environ["MARS_CACHE"]
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "spaces/app.py"], cwd=space, env=env, stdout=out,
-                                stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    for attempt in (1, 2):
+        with open(log, "w") as out:
+            proc = subprocess.Popen([sys.executable, "spaces/app.py"], cwd=space, env=env, stdout=out,
+                                    stderr=subprocess.STDOUT)
+        try:
+            wait_until_up(proc, url, log, timeout=240)
+            break
+        except RuntimeError:  # the process has exited
+            # Once so far (in about ten suite runs), the process died by SIGILL inside orjson 3.8.3's dumps
+            # (the kernel's trap line names it) while serving the first page: a third-party crash, started again
+            # once. Any other exit, a second crash or a start that never answers still fails the test.
+            if attempt == 2 or proc.returncode != -signal.SIGILL:
+                raise
+            print(f"the Space died by SIGILL while starting; started again:\n{log.read_text()[-1500:]}",
+                  file=sys.stderr)
+        except BaseException:  # a start that never answered: end it before failing
+            stop_process(proc)
+            raise
     try:
-        url = f"http://127.0.0.1:{port}/"
-        wait_until_up(proc, url, log, timeout=240)
         client = Client(url, verbose=False)
         job = client.submit("List the numbers from 1 to 15, separated by commas.", 0.9, 4, 0.0, 48, False,
                             api_name="/race")
