@@ -127,10 +127,16 @@ def race_runtime(name: str | None) -> Runtime:
     return pool(name).runtime if on_llamacpp() else models.get_runtime(name)
 
 
+def served_engine() -> Any | None:
+    """The served model's first llama.cpp engine once prepared (None on torch, or before it is prepared)."""
+    found = POOLS.get(models.CONFIG.model or "default") if on_llamacpp() else None
+    return found.first if found is not None else None
+
+
 def gpu() -> str | None:
     """The GPU the served llama.cpp engine runs on (a CUDA build), else None."""
-    key = models.CONFIG.model or "default"
-    return POOLS[key].first.gpu if on_llamacpp() and key in POOLS else None
+    first = served_engine()
+    return first.gpu if first is not None else None
 
 
 def label() -> str:
@@ -138,9 +144,8 @@ def label() -> str:
     GPU build; "" on torch."""
     if not on_llamacpp():
         return ""
-    if gpu():
-        return f"llama.cpp {models.CONFIG.llamacpp_weights.upper()} on {gpu()}"
-    key = models.CONFIG.model or "default"
-    first = POOLS[key].first if key in POOLS else None
+    first = served_engine()
+    if first is not None and first.gpu:
+        return f"llama.cpp {models.CONFIG.llamacpp_weights.upper()} on {first.gpu}"
     threads = first.threads if first is not None else (models.CONFIG.llamacpp_threads or os.cpu_count() or 1)
     return f"llama.cpp {models.CONFIG.llamacpp_weights.upper()}, {threads} thread{'s' if threads > 1 else ''}"

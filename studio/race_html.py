@@ -168,7 +168,7 @@ def stats_markdown(runs: dict[str, Run], session: RaceSession, block_size: int, 
         said = f" (τ in force {tau:.2f}{load_note})" if key == "mars" else ""
         lines.append(headline(key, runs[key], ar, done=done, exact=exact, tau=said))
     on = f" on {engine.label()}" if engine.label() else ""  # the engine the lanes decode on, where not torch
-    where = on[1:] if engine.gpu() else f"on this shared CPU{on}"
+    where = f"on {engine.label()}" if engine.gpu() else f"on this shared CPU{on}"
     lines.append(f"<small>Measured {where}, each lane timed by its own forwards: {speeds(runs)}. "
                  "A lane's tokens/s over AR's is its tokens per forward over what its forward costs against AR's "
                  "(a wider forward costs more). Forwards are the machine-independent count; seconds vary with "
