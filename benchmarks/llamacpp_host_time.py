@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mars_core.evaluation.bench_llamacpp import serve, torch_threads  # noqa: E402
-from mars_core.evaluation.prompts import load_split, prompt_set  # noqa: E402
+from mars_core.evaluation.prompts import split_prompts  # noqa: E402
 from mars_core.generate import generate  # noqa: E402
 
 WIDEST = 9  # widths from here on share a bin
@@ -56,7 +56,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=None, help="llama.cpp's threads (default: every core)")
     args = p.parse_args()
     served = serve(None, args.weights, args.threads)
-    records = prompt_set(args.prompts) if args.split == "heldout" else load_split(args.split, args.prompts)
+    records = split_prompts(args.split, args.prompts)
     log = timed_decodes(served.engine)
     for strategy, block_size, threshold in (("ar", 1, 1.0), ("verified", 4, 0.3)):
         bins: dict[int, list[tuple[float, float]]] = defaultdict(list)

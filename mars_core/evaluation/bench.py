@@ -42,7 +42,7 @@ from .bench_llamacpp import LLAMACPP_METHODS, Served, llamacpp_configurations, s
 from .counts import Counts, Runner
 from .loading import load_prepared
 from .plots import speedup_plot
-from .prompts import load_split, prompt_set
+from .prompts import split_prompts
 from .tasks import OPEN, PREDICTABLE
 
 VERIFIED_THRESHOLD = STRATEGIES["verified"].threshold  # the draft threshold verified decodes with by default
@@ -418,7 +418,7 @@ def main(argv: list[str] | None = None) -> None:
         args.batch_sizes, args.block_sizes, args.thresholds = "1", "4", "1.0,0.9"
         args.verified_thresholds = f"{VERIFIED_THRESHOLD:g}"
 
-    records = prompt_set(args.limit) if args.split == "heldout" else load_split(args.split, args.limit)
+    records = split_prompts(args.split, args.limit)
     model, tokenizer, runtime = load_prepared(args.model, dtype=args.dtype, pack=not args.no_pack,
                                               invariant=not args.fastest_kernels,
                                               measure_cost=args.layout == "cost" and not args.cost)

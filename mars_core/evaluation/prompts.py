@@ -87,6 +87,12 @@ def prompt_set(limit: int | None = None) -> list[dict]:
         return list(DEFAULT_PROMPTS)[:limit]
 
 
+def split_prompts(name: str = "heldout", limit: int | None = None) -> list[dict]:
+    """The prompts a benchmark runs on: prompt_set() for "heldout" (the built-ins where no data ships), else the
+    split's records (load_split)."""
+    return prompt_set(limit) if name == "heldout" else load_split(name, limit)
+
+
 def prompt_categories() -> list[str]:
     """The categories of prompt_set(), in order of first appearance."""
     return list(dict.fromkeys(p["category"] for p in prompt_set()))

@@ -34,3 +34,14 @@ def test_the_split_is_read_like_the_held_out_one():
     assert all(r["prompt"] and r["reference"] is not None for r in rows)
     first = [r["category"] for r in load_split("never_trained", 7)]
     assert len(set(first)) == 7  # round-robin over categories: any prefix covers them
+
+
+@pytest.mark.skipif(not split_path("never_trained").is_file(), reason="data/never_trained.jsonl is not built")
+def test_a_benchmark_names_either_split():
+    """split_prompts: mars-bench's and the benchmarks' --split: held-out is prompt_set(), any other the split file."""
+    from mars_core.evaluation.prompts import prompt_set, split_prompts
+
+    assert split_prompts("heldout", 5) == prompt_set(5)
+    assert split_prompts("never_trained", 5) == load_split("never_trained", 5) != prompt_set(5)
+    with pytest.raises(ValueError, match="unknown split 'no_such_split'"):
+        split_prompts("no_such_split", 1)
