@@ -17,10 +17,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mars_core import generate, load, prepare  # noqa: E402
-from mars_core.decoding import verified  # noqa: E402
-from mars_core.evaluation.prompts import load_split, prompt_set  # noqa: E402
+from mars_core.decoding.verified import tree  # noqa: E402
+from mars_core.evaluation.prompts import split_prompts  # noqa: E402
 
-VARIANTS = {"second pass": -1, "one pass": verified.SPARE_HEAD_ROWS}  # label: SPARE_HEAD_ROWS (-1: never one pass)
+VARIANTS = {"second pass": -1, "one pass": tree.SPARE_HEAD_ROWS}  # label: SPARE_HEAD_ROWS (-1: never one pass)
 
 
 def decode(model, tokenizer, prompts: list[str], batch_size: int, **kw) -> tuple[list[list[int]], float]:
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
 
     model, tokenizer = load(args.model, dtype=args.dtype)
     runtime = prepare(model)
-    records = prompt_set(args.limit) if args.split == "heldout" else load_split(args.split, args.limit)
+    records = split_prompts(args.split, args.limit)
     prompts = [r["prompt"] for r in records]
     kw = dict(strategy="verified", block_size=4, threshold=0.3, runtime=runtime)
     decode(model, tokenizer, prompts[:1], 1, **kw)  # warm-up
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     answers: dict[str, list[list[int]]] = {}
     for _ in range(args.rounds):
         for name, rows in VARIANTS.items():
-            verified.SPARE_HEAD_ROWS = rows
+            tree.SPARE_HEAD_ROWS = rows  # read_logits reads it at each forward
             answers[name], seconds = decode(model, tokenizer, prompts, args.batch_size, **kw)
             speed[name].append(sum(map(len, answers[name])) / seconds)
     one_token, _ = decode(model, tokenizer, prompts, args.batch_size, strategy="ar", runtime=runtime)
