@@ -1,7 +1,7 @@
 """Where a llama.cpp decode's time goes between forwards: the host time after each forward (until the next
 llama_decode), binned by the tokens that forward fed, for one-token decoding and for verified decoding.
 
-    python benchmarks/llamacpp_host_time.py [--weights q8_0] [--split heldout] [--prompts 8] [--max-new-tokens 64]
+    python benchmarks/llamacpp_host_time.py [--weights q8_0] [--split heldout] [--prompts 8] [--rounds 1]
 
 It times LlamaCppEngine.decode around generate() on the embedded model's GGUF (llama.cpp's cost curve sizes the
 trees, as mars-bench does), the decoders' bookkeeping on one torch thread; each decode's prefill is left out. The
@@ -54,28 +54,32 @@ def main() -> None:
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--threads", type=int, default=None, help="llama.cpp's threads (default: every core)")
+    p.add_argument("--rounds", type=int, default=1, help="times over the prompts, the two decoders in turn per prompt")
     args = p.parse_args()
     served = serve(None, args.weights, args.threads)
     records = split_prompts(args.split, args.prompts)
     log = timed_decodes(served.engine)
-    for strategy, block_size, threshold in (("ar", 1, 1.0), ("verified", 4, 0.3)):
-        bins: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    runs = (("ar", 1, 1.0), ("verified", 4, 0.3))
+    bins: dict[str, dict[int, list[tuple[float, float]]]] = {name: defaultdict(list) for name, _, _ in runs}
+    for _ in range(args.rounds):  # each prompt by each strategy in turn: a slow spell of the machine hits both
         for record in records:
-            log.clear()
-            with torch_threads(1):
-                generate(served.engine, served.tokenizer, record["prompt"], strategy=strategy, block_size=block_size,
-                         threshold=threshold, max_new_tokens=args.max_new_tokens, runtime=served.runtime)
-            for width, pairs in host_by_width(log).items():
-                bins[width] += pairs
-        every = [host for pairs in bins.values() for host, _ in pairs]
-        print(f"{args.weights} {args.split} {strategy}: {len(every)} forwards, host {sum(every) / len(every):.2f} ms "
-              "a forward")
-        for width in sorted(bins):
-            host = sorted(h for h, _ in bins[width])
-            forward = sum(f for _, f in bins[width]) / len(bins[width])
+            for strategy, block_size, threshold in runs:
+                log.clear()
+                with torch_threads(1):
+                    generate(served.engine, served.tokenizer, record["prompt"], strategy=strategy,
+                             block_size=block_size, threshold=threshold, max_new_tokens=args.max_new_tokens,
+                             runtime=served.runtime)
+                for width, pairs in host_by_width(log).items():
+                    bins[strategy][width] += pairs
+    for strategy, by_width in bins.items():
+        every = sorted(host for pairs in by_width.values() for host, _ in pairs)
+        print(f"{args.weights} {args.split} {strategy}: {len(every)} forwards, host median "
+              f"{every[len(every) // 2]:.2f} mean {sum(every) / len(every):.2f} ms a forward")
+        for width in sorted(by_width):
+            host = sorted(h for h, _ in by_width[width])
+            forward = sum(f for _, f in by_width[width]) / len(by_width[width])
             print(f"  {width if width < WIDEST else f'{WIDEST}+'} fed: {len(host):4d} forwards, host median "
                   f"{host[len(host) // 2]:.2f} mean {sum(host) / len(host):.2f} ms; forward {forward:.2f} ms")
-
 
 if __name__ == "__main__":
     main()

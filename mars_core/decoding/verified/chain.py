@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from ..control import DecodeControl
-from ..lookup import expected_run, lookup_confidence, lookup_drafts
+from ..lookup import expected_run, lookup_confidence, lookup_rows
 from ..sampling import confidence_of, distribution, draw, first_argmax
 from .config import VerifiedConfig
 from .plan import group_odds, plan_by_cost, sibling_odds
@@ -119,11 +119,13 @@ def with_lookup(chain: Chain, state: DecodeState, threshold: float, config: Veri
     if config.lookup_drafts == 0:
         return replace(chain, count=count)
     text = torch.cat([state.prompt, state.answer.out], 1)
-    found, found_count = lookup_drafts(text, state.text_start, state.prompt.shape[1] + state.answer.generated,
-                                       config.lookup_ngrams, config.lookup_drafts)
-    if not bool(found_count.any()):  # nothing repeats: the mask chain as it is
+    rows, count_found = lookup_rows(text.tolist(), state.text_start.tolist(),
+                                    (state.prompt.shape[1] + state.answer.generated).tolist(), config.lookup_ngrams,
+                                    config.lookup_drafts)
+    if not any(count_found):  # nothing repeats: the mask chain as it is
         return replace(chain, count=count)
-    found = pad_to(found, depth, pad_id)
+    found = pad_to(torch.tensor(rows, dtype=text.dtype, device=text.device), depth, pad_id)
+    found_count = torch.tensor(count_found, device=text.device)
     found_conf = lookup_confidence(found, chain.tokens, chain.conf, lookup_odds(state, config))
     found_count = torch.minimum(found_count, leading(found_conf >= threshold))
     looked = expected_run(found_conf, found_count) > expected_run(chain.conf, count)
@@ -150,18 +152,18 @@ def next_chain(proposed: Chain, state: DecodeState, threshold: float, *, config:
         chain = Chain(proposed.tokens, proposed.conf, proposed.q, none.long(), none)
         return Choice(chain, none[:, None].expand(b, depth + 1), none[:, None].expand(b, depth))
     chain = with_lookup(proposed, state, threshold, config, pad_id)
-    floor = config.sibling_floor
-    sib = torch.zeros_like(chain.conf)
-    if floor is not None:
+    floor, sib = config.sibling_floor, None
+    if floor is not None:  # below the sibling floor neither rule feeds one
         sib = sibling_odds(chain.conf, chain.second_p, chain.count, done)
-    sib = torch.where(sib >= (floor or 0.0), sib, 0.0)  # below the sibling floor neither rule feeds one
+        sib = torch.where(sib >= floor, sib, 0.0)
     if seconds is not None:
         count, group_fed, sibling_fed = plan_by_cost(chain.conf, chain.count, done, seconds,
                                                      draft_yield=state.draft_yield, g=g, sib=sib)
         return Choice(replace(chain, count=count), group_fed, sibling_fed)
     likely = group_odds(chain.conf, chain.count) >= config.group_floor
     steps = torch.arange(depth + 1, device=chain.tokens.device)
-    return Choice(chain, (steps <= chain.count[:, None]) & likely & ~done[:, None], sib > 0)
+    sibling_fed = torch.zeros_like(chain.conf, dtype=torch.bool) if sib is None else sib > 0
+    return Choice(chain, (steps <= chain.count[:, None]) & likely & ~done[:, None], sibling_fed)
 
 
 def next_tree(verdict: Verdict, choice: Choice, done: torch.Tensor, threshold: float, *, groups: tuple[int, ...],

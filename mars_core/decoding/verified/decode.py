@@ -31,7 +31,7 @@ from .verify import DecodeState, Verdict, checked_path, commit_verdict, crop, tr
 
 def to_host(*tensors: torch.Tensor) -> list[list[int]]:
     """The tensors' values as Python lists, in one device-to-host copy (one sync per forward)."""
-    flat = torch.cat([t.reshape(-1).long() for t in tensors]).tolist()
+    flat = torch.cat([t.reshape(-1) if t.dtype == torch.long else t.reshape(-1).long() for t in tensors]).tolist()
     sizes = [t.numel() for t in tensors]
     return [flat[end - n : end] for end, n in zip(accumulate(sizes), sizes)]
 

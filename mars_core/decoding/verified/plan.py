@@ -9,6 +9,8 @@ and the sibling e_a (d_a's second choice) is used with probability about c_1 ...
 
 from __future__ import annotations
 
+from itertools import accumulate
+
 import torch
 
 from ...runtime.curve import CostCurve
@@ -63,27 +65,32 @@ def plan_by_cost(conf: torch.Tensor, count: torch.Tensor, done: torch.Tensor, se
     expected to get matched, w = GROUP_YIELD_WEIGHT and t the cost curve at this batch size (K: the longest K_i);
     r = t(1) / t(1 + g) prices those drafts in the forwards that will check them (about 1 at batch 1 on a CPU, 0.5
     at batch 8). K = 0 with no group is a plain one-token forward, so a tree is fed only where it is expected to
-    commit more tokens per second than that. Ties go to the smaller K, then the higher floor."""
+    commit more tokens per second than that. Ties go to the smaller K, then the higher floor. Where no sample has a
+    draft, or no K >= 1 could beat K = 0 even at best (drafts_may_pay), the search is skipped."""
     b, depth = conf.shape
     live = ~done
+    t1, t_group = float(seconds[1]), float(seconds[min(1 + g, len(seconds) - 1)])  # a group's drafts: 1 + g wide
+    # a group's proposals are worth at least one matched draft: the running yield moves only in forwards that check
+    # drafts, so a low one would otherwise stop every group, and with them every later draft, for good
+    proposals = GROUP_YIELD_WEIGHT * t1 / t_group * max(1.0, float(draft_yield))
+    g0 = (1 + proposals) * t1 > t_group  # with K = 0: G_0 where it commits more per second than a plain forward
     if not bool(count.any()):  # no drafts anywhere (one host read, far cheaper than the search): G_0 or nothing
-        return no_drafts_plan(count, live, seconds, draft_yield=draft_yield, g=g, depth=depth)
+        return no_drafts_plan(count, live, g0, depth)
     steps = torch.arange(depth + 1, device=conf.device)
     capped = torch.minimum(count[None, :], steps[:, None])  # [K, b]
     run = torch.cat([torch.zeros_like(conf[:, :1]), conf.cumprod(-1)], 1).cumsum(-1)  # run[i, a] = sum_{l<=a} c_1..c_l
     tokens = ((1 + run.gather(1, capped.T)).T * live).sum(-1)  # [K] expected commits, over live samples
+    k0 = max(1 / t1, (1 + proposals) / t_group)  # the best K = 0 plan's commits per second, per live sample
+    if not drafts_may_pay(tokens, capped, live, seconds, proposals=proposals, k0=k0, g=g, sib=sib):
+        return no_drafts_plan(torch.zeros_like(count), live, g0, depth)
+    sib = torch.zeros_like(conf) if sib is None else sib
     odds = group_odds(conf.repeat(depth + 1, 1), capped.reshape(-1)).view(depth + 1, b, depth + 1)  # [K, b, j]
     eligible = (steps <= capped[..., None]) & live[:, None]
     floors = torch.tensor(FLOORS, device=conf.device)
     fed = eligible[:, None] & (odds[:, None] >= floors[None, :, None, None])  # [K, f, b, j]
-    sib = torch.zeros_like(conf) if sib is None else sib
     sib_fed = ((steps[:-1] < capped[..., None])[:, None] & (sib[None, None] >= floors[None, :, None, None])
                & (sib > 0) & live[:, None])  # [K, f, b, a]
     width = 1 + (capped * live).amax(-1)[:, None] + fed.any(2).sum(-1) * g + sib_fed.any(2).sum(-1) * (1 + g)
-    checking = seconds[1] / seconds[min(1 + g, len(seconds) - 1)]  # a group's drafts are checked at that width
-    # a group's proposals are worth at least one matched draft: the running yield moves only in forwards that check
-    # drafts, so a low one would otherwise stop every group, and with them every later draft, for good
-    proposals = GROUP_YIELD_WEIGHT * checking * draft_yield.clamp_min(1.0)
     gain = (tokens[:, None] + proposals * (odds[:, None] * fed).sum((-2, -1))
             + (1 + proposals) * (sib * sib_fed).sum((-2, -1)))
     best = (gain / seconds[width]).flatten().argmax()  # the first of equals: fewer drafts, fewer branches
@@ -91,15 +98,37 @@ def plan_by_cost(conf: torch.Tensor, count: torch.Tensor, done: torch.Tensor, se
     return capped[k], fed[k, f], sib_fed[k, f]
 
 
-def no_drafts_plan(count: torch.Tensor, live: torch.Tensor, seconds: torch.Tensor, *, draft_yield: torch.Tensor,
-                   g: int, depth: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """plan_by_cost where no sample has a draft: K = 0, no sibling, and G_0 (P(m = 0) = 1) fed to every live sample
-    where n (1 + proposals) / t(1 + g) > n / t(1), n the live samples (the same choice, ties to no group)."""
-    checking = seconds[1] / seconds[min(1 + g, len(seconds) - 1)]
-    proposals = GROUP_YIELD_WEIGHT * checking * draft_yield.clamp_min(1.0)
-    feed = (1 + proposals) / seconds[1 + g] > 1 / seconds[1]
+def drafts_may_pay(tokens: torch.Tensor, capped: torch.Tensor, live: torch.Tensor, seconds: torch.Tensor, *,
+                   proposals: float, k0: float, g: int, sib: torch.Tensor | None) -> bool:
+    """Whether some draft cap K >= 1 could beat the best plan with K = 0 (k0 commits per second per live sample).
+    A bound on each K's gain per second, in three cases by what the tree holds beside the drafts: nothing (the
+    expected commits over 1 + K_max tokens), a group (every live sample's fed groups' odds sum to 1 at most; g tokens
+    more), a sibling (every one fed; 1 + g more), each over the least seconds of any width from there on. Where none
+    could, the search is skipped: most forwards where width is dear (llama.cpp's Q8_0 on an AVX2 CPU: 2 tokens cost
+    1.8x one). A few numbers per K, so reckoned on the host (one copy)."""
+    parts = [tokens, (capped * live).amax(-1).to(tokens.dtype), live.sum()[None].to(tokens.dtype)]
+    if sib is not None:  # [K] every sibling fed
+        drafts = torch.arange(sib.shape[1], device=sib.device)
+        parts.append(((drafts < capped[..., None]) * (sib * live[:, None])).sum((-2, -1)))
+    host = torch.cat(parts).tolist()
+    k = len(tokens)
+    gains, widest, (n,), sib_sum = host[:k], host[k: 2 * k], host[2 * k: 2 * k + 1], host[2 * k + 1:] or [0.0] * k
+    least = list(accumulate(reversed(seconds.tolist()), min))[::-1]  # least[w]: the fewest seconds at width >= w
+    for gain, w, s in list(zip(gains, widest, sib_sum))[1:]:
+        w, grouped = int(w), gain + n * proposals
+        if max(gain / least[1 + w], grouped / least[1 + w + g],
+               (grouped + (1 + proposals) * s) / least[2 + w + g]) > n * k0:
+            return True
+    return False
+
+
+def no_drafts_plan(count: torch.Tensor, live: torch.Tensor, g0: bool, depth: int
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """plan_by_cost with K = 0 (no sample has a draft, or none could pay): no sibling, and G_0 (P(m = 0) = 1) fed to
+    every live sample where g0: n (1 + proposals) / t(1 + g) > n / t(1), n the live samples (ties to no group)."""
     group_fed = torch.zeros((len(count), depth + 1), dtype=torch.bool, device=count.device)
-    group_fed[:, 0] = live & feed
+    if g0:
+        group_fed[:, 0] = live
     return count, group_fed, torch.zeros((len(count), depth), dtype=torch.bool, device=count.device)
 
 

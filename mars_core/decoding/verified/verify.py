@@ -79,7 +79,7 @@ def verify(logits: torch.Tensor, tree: Tree, ctl: DecodeControl, generator: torc
     if ctl.temperature == 0:
         chosen, sure = greedy(logits, ctl.confidence)  # every verify row's argmax and its confidence
         tokens, conf = chosen[:, : K + 1], sure[:, : K + 1]
-        m = leading((tokens[:, :K] == tree.drafts) & tree.fed)
+        m = leading((tokens[:, :K] == tree.drafts) & tree.fed) if K else torch.zeros_like(tokens[:, 0])
     else:
         p = distribution(logits, ctl)
         m, tokens = speculative(p[:, : K + 1], tree.drafts, tree.q, tree.fed, generator)
@@ -117,13 +117,14 @@ def crop(cache, state: DecodeState, tree: Tree, verdict: Verdict, *, kept: int, 
     """The cache keeps the pending tokens and the first `kept` drafts (the most any sample matched on the chain;
     the others' unmatched ones stay as holes) and drops the rest, siblings included (a matched sibling is fed again
     as a pending token); the sequence grows by m+1."""
-    P, K = tree.pending.shape[1], tree.drafts.shape[1]
-    width = tree.width(g)
+    P, width = tree.pending.shape[1], tree.width(g)
     if width > P + kept:
         cache.crop(-(width - P - kept))
-    m = verdict.m
-    matched = tree.fed & (torch.arange(K, device=m.device) < (m - verdict.by_sibling.long())[:, None])
-    state.valid = torch.cat([state.valid, tree.pending_valid, matched[:, :kept]], 1)
+    m, kept_valid = verdict.m, [state.valid, tree.pending_valid]
+    if kept:  # the matched drafts among the first `kept` (a plain forward has none)
+        on_chain = m - verdict.by_sibling.long()
+        kept_valid.append(tree.fed[:, :kept] & (torch.arange(kept, device=m.device) < on_chain[:, None]))
+    state.valid = torch.cat(kept_valid, 1)
     state.length = state.length + m + 1
 
 
