@@ -71,7 +71,7 @@ def random_case(rng: random.Random, b: int, siblings: bool, curve: str = "rising
     widest = 2 + depth + (depth + 1) * g + depth * (1 + g)
     steps = [rng.uniform(0.0, 0.3) * rng.choice([0.05, 1.0]) for _ in range(widest + 1)]
     seconds = [1.0 + sum(steps[: w + 1]) for w in range(widest + 1)]  # rising: width never costs less
-    if curve == "steep":  # width as dear as llama.cpp's Q8_0 on an AVX2 CPU: 1.8x at 2 tokens, then +0.5 a token
+    if curve == "steep":  # width as dear as llama.cpp's Q8_0 on an AVX2 CPU (docs/speed.md)
         seconds = [1.0, 1.0] + [1.8 + 0.5 * (w - 2) for w in range(2, widest + 1)]
     elif curve == "bumpy":  # a measured curve need not rise everywhere (noise, kernel switches)
         seconds = [s * rng.uniform(0.85, 1.15) for s in seconds]

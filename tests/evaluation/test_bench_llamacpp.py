@@ -133,3 +133,15 @@ def test_host_time_by_width_logs_every_forward(tiny):
         assert all(start < end for _, start, end in log) and all(a[2] <= b[1] for a, b in zip(log, log[1:]))
     finally:
         del engine.decode  # the class's own again
+
+
+def test_lookup_odds_by_place_counts_each_draft_after_the_ones_before_it_matched():
+    """benchmarks/lookup_odds.py: a draft is reached only where every draft before it matched and the answer goes on
+    that far; a chain found counts once per place."""
+    from benchmarks.lookup_odds import odds_by_place
+
+    # after "... 5 1 2" the bigram "1 2" proposes 3 4 5: 3 matches, 4 misses the 9; after "1 2 3" the trigram
+    # proposes 4 5 1, and only the answer's last token is left to check it against
+    found, matched, reached = odds_by_place([1, 2, 3, 4, 5], [1, 2, 3, 9], (3, 2), 3)
+    assert (found, matched, reached) == (2, [1, 0, 0], [2, 1, 0])
+    assert odds_by_place([1, 2, 3], [4, 5], (3, 2), 3) == (0, [0, 0, 0], [0, 0, 0])

@@ -104,8 +104,8 @@ def drafts_may_pay(tokens: torch.Tensor, capped: torch.Tensor, live: torch.Tenso
     A bound on each K's gain per second, in three cases by what the tree holds beside the drafts: nothing (the
     expected commits over 1 + K_max tokens), a group (every live sample's fed groups' odds sum to 1 at most; g tokens
     more), a sibling (every one fed; 1 + g more), each over the least seconds of any width from there on. Where none
-    could, the search is skipped: most forwards where width is dear (llama.cpp's Q8_0 on an AVX2 CPU: 2 tokens cost
-    1.8x one). A few numbers per K, so reckoned on the host (one copy)."""
+    could, the search is skipped: most forwards where width is dear (llama.cpp's Q8_0 on an AVX2 CPU,
+    docs/speed.md#where-verifieds-time-goes-on-llamacpp). A few numbers per K, so reckoned on the host (one copy)."""
     parts = [tokens, (capped * live).amax(-1).to(tokens.dtype), live.sum()[None].to(tokens.dtype)]
     if sib is not None:  # [K] every sibling fed
         drafts = torch.arange(sib.shape[1], device=sib.device)
