@@ -81,5 +81,6 @@ def main() -> None:
             print(f"  {width if width < WIDEST else f'{WIDEST}+'} fed: {len(host):4d} forwards, host median "
                   f"{host[len(host) // 2]:.2f} mean {sum(host) / len(host):.2f} ms; forward {forward:.2f} ms")
 
+
 if __name__ == "__main__":
     main()
