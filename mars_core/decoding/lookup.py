@@ -12,20 +12,13 @@ from __future__ import annotations
 import torch
 
 
-def lookup_drafts(seq: torch.Tensor, start: torch.Tensor, end: torch.Tensor, ngrams: tuple[int, ...],
-                  width: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Prompt lookup per row of seq [b, S] (text in start..end-1): the `width` tokens that followed the latest
-    earlier occurrence of the row's last n tokens, for the longest n in ngrams that occurs. (drafts, count)."""
-    drafts, count = lookup_rows(seq.tolist(), start.tolist(), end.tolist(), ngrams, width)
-    return (torch.tensor(drafts, dtype=seq.dtype, device=seq.device).view(len(drafts), width),
-            torch.tensor(count, dtype=torch.long, device=seq.device))
-
-
 def lookup_rows(rows: list[list[int]], starts: list[int], ends: list[int], ngrams: tuple[int, ...], width: int
                 ) -> tuple[list[list[int]], list[int]]:
-    """lookup_drafts on the host: rows are searched newest first, a few microseconds a row, where torch's batched
-    search cost a quarter of a millisecond a forward (docs/speed.md#where-verifieds-time-goes-on-llamacpp); a
-    caller that finds nothing (count all 0) need not make a tensor."""
+    """Prompt lookup per row (text in start..end-1): the `width` tokens that followed the latest earlier occurrence of
+    the row's last n tokens, for the longest n in ngrams that occurs. (drafts, count). Rows are searched on the host,
+    newest first: a few microseconds a row, where torch's batched search cost a quarter of a millisecond a forward
+    (docs/speed.md#where-verifieds-time-goes-on-llamacpp); a caller that finds nothing (count all 0) makes no
+    tensor."""
     found = [_latest(row, s, e, ngrams) for row, s, e in zip(rows, starts, ends)]
     drafts = [[row[min(max(after, 0) + j, len(row) - 1)] for j in range(width)] for row, after in zip(rows, found)]
     count = [min(max(e - after, 0), width) if after >= 0 else 0 for e, after in zip(ends, found)]

@@ -7,7 +7,7 @@ import random
 
 import torch
 
-from mars_core.decoding.lookup import lookup_drafts
+from mars_core.decoding.lookup import lookup_rows
 
 
 def reference(seq: torch.Tensor, start: torch.Tensor, end: torch.Tensor, ngrams: tuple[int, ...], width: int
@@ -36,8 +36,8 @@ def test_lookup_equals_the_batched_reference_on_random_texts():
         start = torch.tensor([rng.randint(0, size) for _ in range(b)])
         end = torch.tensor([rng.randint(int(s), size) for s in start])
         ngrams, width = rng.choice([(3, 2), (2,), (3, 2, 1), (1,), (4, 2)]), rng.randint(1, 8)
-        drafts, count = lookup_drafts(seq, start, end, ngrams, width)
+        drafts, count = lookup_rows(seq.tolist(), start.tolist(), end.tolist(), ngrams, width)
         want_drafts, want_count = reference(seq, start, end, ngrams, width)
-        assert torch.equal(drafts, want_drafts) and torch.equal(count, want_count), (seq, start, end, ngrams)
-        found += int((count > 0).sum())
+        assert drafts == want_drafts.tolist() and count == want_count.tolist(), (seq, start, end, ngrams)
+        found += sum(c > 0 for c in count)
     assert found > 1000  # the cases really found continuations

@@ -7,7 +7,7 @@ import torch
 
 from mars_core import DecodeControl, TreeLayout, generate, stream
 from mars_core.decoding import verified
-from mars_core.decoding.lookup import expected_run, lookup_drafts
+from mars_core.decoding.lookup import expected_run, lookup_rows
 from mars_core.runtime import CostCurve, Runtime
 
 from reference import reference_verified
@@ -182,12 +182,12 @@ def test_lookup_finds_the_latest_longest_match():
                         [9, 9, 5, 1, 2, 8, 8, 4, 2, 0, 0, 0, 0, 0, 0],    # text ends at 9: "4 2" -> only "2" matches
                         [0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0]])   # no repeat at all
     start, end = torch.tensor([2, 2, 5]), torch.tensor([15, 9, 13])
-    drafts, count = lookup_drafts(seq, start, end, (3, 2), 4)
-    assert count.tolist() == [4, 0, 0]
-    assert drafts[0].tolist() == [6, 7, 1, 2]
-    drafts, count = lookup_drafts(seq, start, end, (3, 2, 1), 4)
-    assert count.tolist() == [4, 4, 0]  # a 1-gram "2" at position 4: what follows it, up to the text's end
-    assert drafts[1].tolist() == [8, 8, 4, 2]
+    drafts, count = lookup_rows(seq.tolist(), start.tolist(), end.tolist(), (3, 2), 4)
+    assert count == [4, 0, 0]
+    assert drafts[0] == [6, 7, 1, 2]
+    drafts, count = lookup_rows(seq.tolist(), start.tolist(), end.tolist(), (3, 2, 1), 4)
+    assert count == [4, 4, 0]  # a 1-gram "2" at position 4: what follows it, up to the text's end
+    assert drafts[1] == [8, 8, 4, 2]
 
 
 def test_stop_and_max_new_tokens(trained, tokenizer):
