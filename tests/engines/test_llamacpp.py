@@ -232,3 +232,16 @@ def test_the_engine_names_the_devices_it_runs_on(tiny, engine):
     assert record(engine).get("gpu") == engine.gpu
     cpu_only = LlamaCppEngine(tiny[2], n_ctx=64, threads=1, kv_type="f32", gpu_layers=0)
     assert cpu_only.gpu is None and "gpu" not in record(cpu_only) and cpu_only.options["gpu_layers"] == 0
+
+
+def test_the_curve_is_keyed_by_the_build(engine, monkeypatch, tmp_path):
+    """Two builds of one version may take different kernels (LLAMAFILE off: the dot products at every width), so the
+    curve and width check of one are never read for the other: the build's features are part of the file's key."""
+    from mars_core.engines.llamacpp import cost
+
+    features = cost.build_features(llama_cpp)
+    assert "CPU" in features and cost.record(engine)["build"] == features
+    here = cost.curve_path(engine, tmp_path)
+    monkeypatch.setattr(llama_cpp, "llama_print_system_info", lambda: features.replace("LLAMAFILE = 1", "").encode()
+                        if "LLAMAFILE = 1" in features else (features + " | LLAMAFILE = 1").encode())
+    assert cost.curve_path(engine, tmp_path) != here

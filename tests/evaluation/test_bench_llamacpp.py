@@ -82,6 +82,18 @@ def test_cli_llamacpp_weights(tmp_path, tiny, monkeypatch, capsys):
     assert "llama.cpp F32" in printed and "machine:" in printed and "=eng_ar" in printed
 
 
+def test_the_line_names_a_build_without_tinyblas(tiny, monkeypatch):
+    """A build without tinyBLAS (-DGGML_LLAMAFILE=OFF: the dot products at every width) is named in the bench's line
+    beside the guarantee its width check found; the default build is not."""
+    import llama_cpp
+
+    served = tiny[2]
+    features = llama_cpp.llama_print_system_info().decode()
+    assert ("tinyBLAS off" in served.describe()) == ("LLAMAFILE = 1" not in features)
+    monkeypatch.setattr(llama_cpp, "llama_print_system_info", lambda: b"CPU : AVX2 = 1 | OPENMP = 1 | ")
+    assert "tinyBLAS off" in served.describe() and "invariant" in served.describe()
+
+
 @pytest.mark.parametrize("argv, said", [(["--methods", "llamacpp_ar"], "need --llamacpp-weights"),
                                         (["--llamacpp-weights", "q4_0"], "unknown weight types")])
 def test_cli_refuses_bad_llamacpp_flags(argv, said, capsys):

@@ -29,15 +29,29 @@ CONTEXT = 30  # tokens cached before the timed forward (a short chat prompt)
 
 
 def record(engine: LlamaCppEngine) -> dict:
-    """Where and how the curve was measured: the CPU (and the GPU the layers run on), the GGUF, threads, the KV type
-    and the mode."""
+    """Where and how the curve was measured: the CPU (and the GPU the layers run on), the build (its features, such
+    as LLAMAFILE: without tinyBLAS every width takes the dot products, docs/llamacpp.md), the GGUF, threads, the KV
+    type and the mode."""
     import llama_cpp
 
     return {"cpu": cpu_name(), "isa": sorted(f for f in ("avx512_bf16", "avx512f", "avx2", "amx_bf16")
                                              if f in cpu_flags()),
-            "engine": f"llama.cpp (llama-cpp-python {llama_cpp.__version__})", "gguf": engine.path.name,
+            "engine": f"llama.cpp (llama-cpp-python {llama_cpp.__version__})", "build": build_features(llama_cpp),
+            "gguf": engine.path.name,
             "gguf_size": engine.path.stat().st_size, "threads": engine.threads, "kv": engine.kv_type,
             "invariant": engine.invariant, **({"gpu": engine.gpu} if engine.gpu else {})}
+
+
+def build_features(llama_cpp) -> str:
+    """The build's features as llama.cpp reports them ("CPU : AVX2 = 1 | ... | LLAMAFILE = 1 | ..."): two builds of
+    one version may differ in kernels, so in curve, width check and exactness alike."""
+    return llama_cpp.llama_print_system_info().decode(errors="replace").strip(" |")
+
+
+def has_tinyblas(llama_cpp) -> bool:
+    """Whether this build takes llamafile's tinyBLAS from two rows on (the default); without it (CMAKE_ARGS=
+    "-DGGML_LLAMAFILE=OFF") every width takes the dot products and a row's logits do not depend on the width."""
+    return "LLAMAFILE = 1" in build_features(llama_cpp)
 
 
 def curve_path(engine: LlamaCppEngine, cache_dir: Path | None = None) -> Path:

@@ -10,6 +10,8 @@ Width: ggml computes one row with its dot-product kernels and two or more with l
 numbers depend on whether its forward had one row. invariant=True feeds every forward at least two rows and reads at
 least two logits rows (a spare token on a sequence of its own, removed after): every forward takes the same kernels,
 so one-token decoding and verified decoding see the same numbers, at the price of a width-2 forward per token.
+A build without tinyBLAS (-DGGML_LLAMAFILE=OFF, docs/llamacpp.md) takes the dot products at every width: exact
+without the spare row, at a dearer width.
 
 Where llama-cpp-python was built with a GPU backend (CMAKE_ARGS="-DGGML_CUDA=on"), gpu_layers=-1 (llama.cpp's
 default) puts every layer and the output head there; the decoders still read each forward's logits on the host.
