@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from types import ModuleType
 
 import torch
 
@@ -42,13 +43,13 @@ def record(engine: LlamaCppEngine) -> dict:
             "invariant": engine.invariant, **({"gpu": engine.gpu} if engine.gpu else {})}
 
 
-def build_features(llama_cpp) -> str:
+def build_features(llama_cpp: ModuleType) -> str:
     """The build's features as llama.cpp reports them ("CPU : AVX2 = 1 | ... | LLAMAFILE = 1 | ..."): two builds of
-    one version may differ in kernels, so in curve, width check and exactness alike."""
+    one version may differ in kernels, and so in curve, width check and exactness."""
     return llama_cpp.llama_print_system_info().decode(errors="replace").strip(" |")
 
 
-def has_tinyblas(llama_cpp) -> bool:
+def has_tinyblas(llama_cpp: ModuleType) -> bool:
     """Whether this build takes llamafile's tinyBLAS from two rows on (the default); without it (CMAKE_ARGS=
     "-DGGML_LLAMAFILE=OFF") every width takes the dot products and a row's logits do not depend on the width."""
     return "LLAMAFILE = 1" in build_features(llama_cpp)
