@@ -245,3 +245,42 @@ def test_the_curve_is_keyed_by_the_build(engine, monkeypatch, tmp_path):
     monkeypatch.setattr(llama_cpp, "llama_print_system_info", lambda: features.replace("LLAMAFILE = 1", "").encode()
                         if "LLAMAFILE = 1" in features else (features + " | LLAMAFILE = 1").encode())
     assert cost.curve_path(engine, tmp_path) != here
+
+
+def test_a_kept_curve_whose_shape_moved_is_timed_again(engine, monkeypatch, tmp_path):
+    """The planner reads t(w) / t(1); a kept curve whose shape is off by DRIFT either way from forwards timed now (kept
+    on another host of one CPU model, or timed under load) is timed again and rewritten; within it, it is read."""
+    from mars_core.engines.llamacpp import cost
+    from mars_core.runtime.curve import CostCurve
+
+    kept = CostCurve((1,), (1, 4, 8), ((0.020, 0.032, 0.039),), {})  # 1.6x at 4, 1.93x at 8
+    fresh = (0.020, 0.030, 0.034, 0.036, 0.040, 0.042, 0.045, 0.047, 0.05, 0.05, 0.06, 0.06, 0.07, 0.07, 0.08, 0.09)
+    assert cost.SPOT_WIDTHS == (1, 4, 8) and len(fresh) == len(cost.WIDTHS)
+    timed = []
+    monkeypatch.setattr(cost, "time_widths", lambda e, rounds: timed.append(rounds) or list(fresh))
+    path = cost.curve_path(engine, tmp_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(kept.to_json())
+
+    monkeypatch.setattr(cost, "spot_seconds", lambda e: [0.025, 0.045, 0.055])  # 1.8x and 2.2x: within 1.2
+    assert cost.cost_curve(engine, cache_dir=tmp_path) == kept and not timed
+    monkeypatch.setattr(cost, "spot_seconds", lambda e: pytest.fail("a read without measuring times nothing"))
+    assert cost.cost_curve(engine, cache_dir=tmp_path, measure=False) == kept
+
+    for now in ([0.020, 0.030, 0.050], [0.020, 0.022, 0.030]):  # 2.5x at 8 (dearer), then 1.1x at 4 (cheaper)
+        path.write_text(kept.to_json())
+        monkeypatch.setattr(cost, "spot_seconds", lambda e, now=now: now)
+        curve = cost.cost_curve(engine, cache_dir=tmp_path, rounds=2)
+        assert curve.seconds == (fresh,) and timed[-1] == 2
+        assert CostCurve.from_json(path.read_text()) == curve  # rewritten
+    assert len(timed) == 2
+
+    path.write_text("{not json")  # a damaged file is measured again
+    assert cost.cost_curve(engine, cache_dir=tmp_path).seconds == (fresh,) and len(timed) == 3
+
+
+def test_spot_seconds_times_real_forwards(engine):
+    from mars_core.engines.llamacpp import cost
+
+    now = cost.spot_seconds(engine)
+    assert len(now) == len(cost.SPOT_WIDTHS) and all(0 < s < 5 for s in now)

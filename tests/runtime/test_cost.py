@@ -28,6 +28,17 @@ def test_curve_reads_by_batch_and_width():
     assert CostCurve.from_json(curve.to_json()) == curve
 
 
+def test_shape_moved_reads_the_shape_either_way():
+    """Two timings of widths (1, 4, 8): twice as slow with the same shape has not moved; dearer or cheaper width by
+    more than the factor has."""
+    from mars_core.runtime.curve import shape_moved
+
+    then = [0.020, 0.032, 0.040]  # 1.6x at 4, 2x at 8
+    assert not shape_moved(then, [0.040, 0.066, 0.082], 1.15)
+    assert shape_moved(then, [0.020, 0.032, 0.048], 1.15)  # 2.4x at 8
+    assert shape_moved(then, [0.020, 0.026, 0.040], 1.15)  # 1.3x at 4
+
+
 @pytest.mark.parametrize("bad", [
     dict(batch_sizes=(1,), widths=(1, 2), seconds=((1.0,),)),  # a column short
     dict(batch_sizes=(1,), widths=(2, 1), seconds=((1.0, 2.0),)),  # not ascending

@@ -69,7 +69,8 @@ def plan_by_cost(conf: torch.Tensor, count: torch.Tensor, done: torch.Tensor, se
     draft, or no K >= 1 could beat K = 0 even at best (drafts_may_pay), the search is skipped."""
     b, depth = conf.shape
     live = ~done
-    t1, t_group = float(seconds[1]), float(seconds[min(1 + g, len(seconds) - 1)])  # a group's drafts: 1 + g wide
+    host = seconds.tolist()  # one copy: the narrow widths and the bound read floats
+    t1, t_group = host[1], host[min(1 + g, len(host) - 1)]  # a group's drafts: 1 + g wide
     # a group's proposals are worth at least one matched draft: the running yield moves only in forwards that check
     # drafts, so a low one would otherwise stop every group, and with them every later draft, for good
     proposals = GROUP_YIELD_WEIGHT * t1 / t_group * max(1.0, float(draft_yield))
@@ -81,7 +82,7 @@ def plan_by_cost(conf: torch.Tensor, count: torch.Tensor, done: torch.Tensor, se
     run = torch.cat([torch.zeros_like(conf[:, :1]), conf.cumprod(-1)], 1).cumsum(-1)  # run[i, a] = sum_{l<=a} c_1..c_l
     tokens = ((1 + run.gather(1, capped.T)).T * live).sum(-1)  # [K] expected commits, over live samples
     k0 = max(1 / t1, (1 + proposals) / t_group)  # the best K = 0 plan's commits per second, per live sample
-    if not drafts_may_pay(tokens, capped, live, seconds, proposals=proposals, k0=k0, g=g, sib=sib):
+    if not drafts_may_pay(tokens, capped, live, host, proposals=proposals, k0=k0, g=g, sib=sib):
         return no_drafts_plan(torch.zeros_like(count), live, g0, depth)
     sib = torch.zeros_like(conf) if sib is None else sib
     odds = group_odds(conf.repeat(depth + 1, 1), capped.reshape(-1)).view(depth + 1, b, depth + 1)  # [K, b, j]
@@ -98,7 +99,7 @@ def plan_by_cost(conf: torch.Tensor, count: torch.Tensor, done: torch.Tensor, se
     return capped[k], fed[k, f], sib_fed[k, f]
 
 
-def drafts_may_pay(tokens: torch.Tensor, capped: torch.Tensor, live: torch.Tensor, seconds: torch.Tensor, *,
+def drafts_may_pay(tokens: torch.Tensor, capped: torch.Tensor, live: torch.Tensor, seconds: list[float], *,
                    proposals: float, k0: float, g: int, sib: torch.Tensor | None) -> bool:
     """Whether some draft cap K >= 1 could beat the best plan with K = 0 (k0 commits per second per live sample).
     A bound on each K's gain per second, in three cases by what the tree holds beside the drafts: nothing (the
@@ -113,7 +114,7 @@ def drafts_may_pay(tokens: torch.Tensor, capped: torch.Tensor, live: torch.Tenso
     host = torch.cat(parts).tolist()
     k = len(tokens)
     gains, widest, (n,), sib_sum = host[:k], host[k: 2 * k], host[2 * k: 2 * k + 1], host[2 * k + 1:] or [0.0] * k
-    least = list(accumulate(reversed(seconds.tolist()), min))[::-1]  # least[w]: the fewest seconds at width >= w
+    least = list(accumulate(reversed(seconds), min))[::-1]  # least[w]: the fewest seconds at width >= w
     for gain, w, s in list(zip(gains, widest, sib_sum))[1:]:
         w, grouped = int(w), gain + n * proposals
         if max(gain / least[1 + w], grouped / least[1 + w + g],

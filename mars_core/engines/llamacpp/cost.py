@@ -2,7 +2,9 @@
 
 Widths cost differently on llama.cpp than on torch (one row takes ggml's dot products, two or more tinyBLAS: about
 2x at width 2 in BF16 and Q8_0, 1.2x in F32), so the planner must read this engine's curve, not torch's. Measured
-once per machine, GGUF, threads and mode, and kept on disk (runtime.timing); the fastest of interleaved rounds.
+once per machine, GGUF, threads and mode, and kept on disk (runtime.timing); the fastest of interleaved rounds. The
+planner reads only its shape, t(w) / t(1), and that moves between two hosts of one CPU model and under load, so a
+kept curve is checked against a few forwards timed at load and timed again where its shape has moved.
 
     runtime = llamacpp_runtime(engine, tokenizer)  # Runtime(cost=curve, width_check=...): generate(..., runtime=)
 """
@@ -18,15 +20,17 @@ from types import ModuleType
 import torch
 
 from ...machine import cpu_flags, cpu_name
-from ...runtime.curve import CostCurve
+from ...runtime.curve import CostCurve, shape_moved
 from ...runtime.forward import cache_mask
 from ...runtime.runtime import Runtime, WidthCheck
-from ...runtime.timing import cache_root, kept, machine_busy, read_json, seconds
+from ...runtime.timing import cache_root, kept, machine_busy, read_json, seconds, write_json
 from .check import width_check
 from .engine import LlamaCppEngine
 
 WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32)
 CONTEXT = 30  # tokens cached before the timed forward (a short chat prompt)
+SPOT_WIDTHS = (1, 4, 8)  # widths a kept curve is checked at when it is read
+DRIFT = 1.2  # a kept curve whose t(w) / t(1) is off by this factor either way from one timed now is timed again
 
 
 def record(engine: LlamaCppEngine) -> dict:
@@ -83,21 +87,34 @@ def time_widths(engine: LlamaCppEngine, widths: tuple[int, ...] = WIDTHS, rounds
     return best
 
 
+def spot_seconds(engine: LlamaCppEngine) -> list[float]:
+    """Seconds of forwards of SPOT_WIDTHS tokens now, the fastest of five interleaved rounds (under a second; fewer
+    rounds read the shape too noisily for DRIFT: docs/speed.md#a-kept-curve-checked-at-load)."""
+    return time_widths(engine, SPOT_WIDTHS, rounds=5)
+
+
+def drifted(curve: CostCurve, now: list[float]) -> bool:
+    """Whether the curve's shape at SPOT_WIDTHS is off by DRIFT either way from forwards timed now (shape_moved)."""
+    return shape_moved(curve.at(1, SPOT_WIDTHS), now, DRIFT)
+
+
 def cost_curve(engine: LlamaCppEngine, rounds: int = 5, cache_dir: Path | None = None, measure: bool = True
                ) -> CostCurve | None:
-    """This engine's curve, from disk or measured now (and kept, with the load it was timed under); None where none
-    is kept and measure is False."""
+    """This engine's curve: the one kept on disk where forwards timed now still fit its shape (drifted), else
+    measured now and kept, with the load it was timed under; measure=False reads the kept one (or None), untimed."""
     path = curve_path(engine, cache_dir)
-    if not measure:
-        found = read_json(path)
-        return None if found is None else CostCurve.from_dict(found)
-
-    def timed() -> CostCurve:
-        times = time_widths(engine, rounds=rounds)
-        machine = {**record(engine), "busy": machine_busy(), "load_average": os.getloadavg()[0]}
-        return CostCurve((1,), WIDTHS, (tuple(times),), machine)
-
-    return kept(path, CostCurve.from_dict, timed, CostCurve.to_dict, timed=False)
+    found = read_json(path)
+    try:
+        curve = None if found is None else CostCurve.from_dict(found)
+    except (KeyError, TypeError, ValueError):  # a damaged file is measured again
+        curve = None
+    if not measure or (curve is not None and not drifted(curve, spot_seconds(engine))):
+        return curve
+    times = time_widths(engine, rounds=rounds)
+    machine = {**record(engine), "busy": machine_busy(), "load_average": os.getloadavg()[0]}
+    curve = CostCurve((1,), WIDTHS, (tuple(times),), machine)
+    write_json(path, curve.to_dict())
+    return curve
 
 
 CHECK_PROMPT = "Name three rivers in Europe and say which is longest."
