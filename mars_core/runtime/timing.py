@@ -96,18 +96,22 @@ T = TypeVar("T")
 
 
 def kept(path: Path | None, read: Callable[[dict], T], measure: Callable[[], T], write: Callable[[T], dict], *,
-         timed: bool = True) -> T:
+         timed: bool = True, holds: Callable[[T], bool] | None = None) -> T:
     """The value kept at path, else measured now and kept there (path None: measured, never kept).
 
     read turns the kept JSON back into the value (one it cannot read, KeyError/TypeError/ValueError, is measured
-    again); write turns a value into JSON. A timed value measured while the machine was busy is not kept: other
-    work inflated it, so it serves this process only and the next one times again."""
+    again); write turns a value into JSON; holds, where given, says whether a kept value still holds on this machine
+    now (one that does not is measured again and rewritten). A timed value measured while the machine was busy is not
+    kept: other work inflated it, so it serves this process only and the next one times again."""
     value = read_json(path)
     if value is not None:
         try:
-            return read(value)
+            found = read(value)
         except (KeyError, TypeError, ValueError):
             pass
+        else:
+            if holds is None or holds(found):
+                return found
     crowded = timed and machine_busy()  # asked before measuring: the timing itself loads the cores
     measured = measure()
     if not crowded:

@@ -61,3 +61,6 @@ def test_kept_measures_once_keeps_it_and_never_keeps_a_timing_taken_on_a_busy_ma
     assert value(busy) == 3 and not busy.exists()  # inflated by other work: this process's only
     assert value(busy, timed=False) == 4 and busy.exists()  # not a timing: kept whatever the load
     assert value(None) == 5  # nowhere to keep it
+    monkeypatch.setattr(timing, "machine_busy", lambda: False)
+    assert value(path, holds=lambda n: n == 2) == 2 and len(measured) == 5  # still holds: read back
+    assert value(path, holds=lambda n: False) == 6 and json.loads(path.read_text()) == {"n": 6}  # no longer: again

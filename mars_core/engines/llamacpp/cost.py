@@ -23,7 +23,7 @@ from ...machine import cpu_flags, cpu_name
 from ...runtime.curve import CostCurve, shape_moved
 from ...runtime.forward import cache_mask
 from ...runtime.runtime import Runtime, WidthCheck
-from ...runtime.timing import cache_root, kept, machine_busy, read_json, seconds, write_json
+from ...runtime.timing import cache_root, kept, machine_busy, read_json, seconds
 from .check import width_check
 from .engine import LlamaCppEngine
 
@@ -103,18 +103,17 @@ def cost_curve(engine: LlamaCppEngine, rounds: int = 5, cache_dir: Path | None =
     """This engine's curve: the one kept on disk where forwards timed now still fit its shape (drifted), else
     measured now and kept, with the load it was timed under; measure=False reads the kept one (or None), untimed."""
     path = curve_path(engine, cache_dir)
-    found = read_json(path)
-    try:
-        curve = None if found is None else CostCurve.from_dict(found)
-    except (KeyError, TypeError, ValueError):  # a damaged file is measured again
-        curve = None
-    if not measure or (curve is not None and not drifted(curve, spot_seconds(engine))):
-        return curve
-    times = time_widths(engine, rounds=rounds)
-    machine = {**record(engine), "busy": machine_busy(), "load_average": os.getloadavg()[0]}
-    curve = CostCurve((1,), WIDTHS, (tuple(times),), machine)
-    write_json(path, curve.to_dict())
-    return curve
+    if not measure:
+        found = read_json(path)
+        return None if found is None else CostCurve.from_dict(found)
+
+    def timed() -> CostCurve:
+        times = time_widths(engine, rounds=rounds)
+        machine = {**record(engine), "busy": machine_busy(), "load_average": os.getloadavg()[0]}
+        return CostCurve((1,), WIDTHS, (tuple(times),), machine)
+
+    return kept(path, CostCurve.from_dict, timed, CostCurve.to_dict, timed=False,
+                holds=lambda curve: not drifted(curve, spot_seconds(engine)))
 
 
 CHECK_PROMPT = "Name three rivers in Europe and say which is longest."
