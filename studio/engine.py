@@ -140,12 +140,17 @@ def gpu() -> str | None:
 
 
 def label() -> str:
-    """How the small print names the engine: "llama.cpp BF16, 2 threads", or "llama.cpp BF16 on NVIDIA H200" on a
-    GPU build; "" on torch."""
+    """How the small print names the engine: "llama.cpp BF16, 2 threads" (", tinyBLAS off" on a build without it,
+    whose kernels and speeds differ: docs/llamacpp.md), or "llama.cpp BF16 on NVIDIA H200" on a GPU build; "" on
+    torch."""
     if not on_llamacpp():
         return ""
     first = served_engine()
     if first is not None and first.gpu:
         return f"llama.cpp {models.CONFIG.llamacpp_weights.upper()} on {first.gpu}"
+    from mars_core.engines.llamacpp.cost import has_tinyblas
+    from mars_core.engines.llamacpp.engine import binding
+
     threads = first.threads if first is not None else (models.CONFIG.llamacpp_threads or os.cpu_count() or 1)
-    return f"llama.cpp {models.CONFIG.llamacpp_weights.upper()}, {threads} thread{'s' if threads > 1 else ''}"
+    build = "" if has_tinyblas(binding()) else ", tinyBLAS off"
+    return f"llama.cpp {models.CONFIG.llamacpp_weights.upper()}, {threads} thread{'s' if threads > 1 else ''}{build}"

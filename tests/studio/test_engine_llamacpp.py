@@ -69,6 +69,15 @@ def test_the_race_decodes_on_llamacpp(launched, monkeypatch):
                                      race_state.RaceSession()))
     assert "Measured on llama.cpp F32 on NVIDIA H200, each lane" in frames[-1][6]
     assert "shared CPU" not in frames[-1][6]
+    # a CPU build without tinyBLAS (other kernels, other speeds) says so
+    import llama_cpp
+
+    monkeypatch.setattr(pool.first, "gpu", None)
+    features = llama_cpp.llama_print_system_info().decode()
+    assert engine.label() == ("llama.cpp F32, 1 thread" if "LLAMAFILE = 1" in features else
+                              "llama.cpp F32, 1 thread, tinyBLAS off")
+    monkeypatch.setattr(llama_cpp, "llama_print_system_info", lambda: features.replace("LLAMAFILE = 1", "").encode())
+    assert engine.label() == "llama.cpp F32, 1 thread, tinyBLAS off"
 
 
 @pytest.mark.parametrize("argv, said", [
