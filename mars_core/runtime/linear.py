@@ -30,6 +30,7 @@ from torch import nn
 from .timing import fastest_seconds
 
 BATCH_HINT = 16  # rows oneDNN packs the weight for (how it was chosen: docs/speed.md#packed-linear-layers)
+PROBE_ROWS = 32  # rows one_row_differs compares alone and together (bf16 rounds most differences away)
 DTYPES = (torch.float32, torch.bfloat16)  # bf16 F.linear runs oneDNN already, but reorders W on every call
 
 
@@ -55,6 +56,7 @@ class Packed:
     weight: torch.Tensor  # the model's own weight (kept to check identity and its version)
     packed: torch.Tensor  # oneDNN's reordered copy
     version: int  # weight._version when packed
+    pair: bool = False  # a lone row is fed beside a copy of itself (one_row_differs on this CPU)
 
 
 PackedLinears = dict[int, Packed]  # by id() of the weight
@@ -71,7 +73,7 @@ def pack_linears(model: nn.Module) -> PackedLinears:
     does not apply (packing_pays) or this torch build lacks the oneDNN ops."""
     if not packing_pays(model):
         return {}
-    dtypes, packed = packed_dtypes(), {}
+    dtypes, packed, pairs = packed_dtypes(), {}, {}
     with torch.no_grad():
         for module in model.modules():
             w = getattr(module, "weight", None)
@@ -81,12 +83,30 @@ def pack_linears(model: nn.Module) -> PackedLinears:
                 copy = torch.ops.mkldnn._reorder_linear_weight(w.detach(), BATCH_HINT)
             except (AttributeError, RuntimeError):  # a torch build without these oneDNN ops
                 return {}
-            packed[id(w)] = Packed(w, copy, version(w))
+            shape = (*w.shape, w.dtype)
+            if shape not in pairs:  # the kernel oneDNN picks depends on the shape alone: one probe per shape
+                pairs[shape] = one_row_differs(copy, w.shape[1], w.dtype)
+            packed[id(w)] = Packed(w, copy, version(w), pairs[shape])
     return packed
 
 
+def one_row_differs(packed: torch.Tensor, inputs: int, dtype: torch.dtype) -> bool:
+    """Whether oneDNN gives a row fed alone other bits than the same row fed beside another, for this packed weight
+    on this CPU (an AMD EPYC with AVX512-BF16 does at 1536 inputs, in fp32 and bf16; no shape of the embedded model
+    does on an AVX2-only EPYC)."""
+    x = torch.randn(PROBE_ROWS, inputs, generator=torch.Generator().manual_seed(0)).to(dtype)
+    run = lambda rows: torch.ops.mkldnn._linear_pointwise(rows, packed, None, "none", [], "")  # noqa: E731
+    return not torch.equal(torch.cat([run(row[None]) for row in x]), run(x))
+
+
 def packed_linear(x: torch.Tensor, entry: Packed, bias: torch.Tensor | None) -> torch.Tensor:
-    """y = x W^T + b from the packed W."""
+    """y = x W^T + b from the packed W. Where this CPU's kernel for one row differs from its kernel for two
+    (entry.pair), a lone row is fed beside a copy of itself, so a row's bits do not depend on how many rows share its
+    forward; two rows cost about 10% more than one in that layer (docs/speed.md#one-row-fed-as-two)."""
+    if entry.pair and x.numel() == x.shape[-1]:
+        two = x.reshape(1, -1).expand(2, -1).contiguous()
+        return torch.ops.mkldnn._linear_pointwise(two, entry.packed, bias, "none", [], "")[:1].view(
+            *x.shape[:-1], -1)
     return torch.ops.mkldnn._linear_pointwise(x, entry.packed, bias, "none", [], "")
 
 

@@ -61,6 +61,7 @@ class Runtime:
     packed_from: int = 1  # a packed layer answers inputs of at least this many rows (fewer: torch's kernel)
     rows: bool = False  # attention row by row: a row's numbers do not depend on the forward's width
     cost: CostCurve | None = None  # seconds of a forward by batch and width; None: verified's fixed rules
+    live_cost: bool = False  # verified re-prices width by its own timed forwards (CPU; decoding/verified/pace.py)
     width_check: WidthCheck | None = None  # what a check on this machine found (None: not checked)
 
     @property
@@ -79,8 +80,10 @@ class Runtime:
 
     def record(self, model: torch.nn.Module) -> dict[str, Any]:
         """Where and how a measurement under this runtime runs: the machine record and the kernels chosen."""
+        paired = any(entry.pair for entry in self.linears.values())  # a lone row fed as two: other bits, other speed
         return {**machine_info(model.device, model.dtype), "linear": "onednn_packed" if self.linears else "torch",
                 "packed_from_rows": self.packed_from if self.linears else 0,
+                **({"one_row": "fed as two"} if paired else {}),
                 "attention": "rows" if self.rows else "sdpa"}
 
     def key(self, model: torch.nn.Module) -> str:

@@ -357,6 +357,35 @@ def test_a_batch_gets_narrower_trees_where_width_costs_by_batch(trained, tokeniz
     assert sum(together) / len(together) < sum(map(sum, alone)) / sum(map(len, alone))
 
 
+CHEAP = CostCurve.from_function(lambda b, w: 0.01 * (1 + 0.15 * (w - 1)))  # half of STEEP's price of width
+
+
+def test_live_cost_prices_width_by_the_decodes_own_forwards(trained, tokenizer, monkeypatch):
+    """Runtime.live_cost: each forward after the prefill is timed, and the plan reads width at what the forwards
+    cost. Forwards that cost what STEEP says, under a curve that prices width at half that: the record's seconds
+    move to STEEP's shape, the trees are narrower than the curve alone makes them, and the answer is AR's."""
+    from mars_core.decoding.verified import decode
+
+    clock, forward = [0.0], decode.hidden_states
+
+    def costed(model, ids, *args):  # the forward takes what STEEP says of its width, on a clock of our own
+        clock[0] += STEEP.at(1, [ids.shape[1]])[0]
+        return forward(model, ids, *args)
+
+    monkeypatch.setattr(decode, "hidden_states", costed)
+    monkeypatch.setattr(decode, "perf_counter", lambda: clock[0])
+    prompts, records = list(ANSWERS), []
+    kw = dict(threshold=0.05, layout=TreeLayout(cost=CHEAP))
+    live = [fed_widths(trained, tokenizer, p, runtime=Runtime(live_cost=True), record=records.append, **kw)
+            for p in prompts]
+    as_timed = [fed_widths(trained, tokenizer, p, **kw) for p in prompts]
+    assert [r.token_ids[0] for _, r in live] == hf_greedy(trained, tokenizer, prompts, 40)
+    assert records[0].seconds[4] / records[0].seconds[1] == pytest.approx(1.45)  # each decode starts from the curve
+    assert max(float(r.seconds[4] / r.seconds[1]) for r in records) > 1.7  # and moves to STEEP's 1.9
+    mean = [sum(sum(w) for w, _ in runs) / sum(len(w) for w, _ in runs) for runs in (live, as_timed)]
+    assert mean[0] < mean[1]
+
+
 def test_the_fixed_rules_apply_without_a_curve_or_when_asked(trained, tokenizer):
     """use_cost=False ignores the curve: the same trees as no curve at all (group floor and threshold only)."""
     plain = fed_widths(trained, tokenizer, list(ANSWERS), threshold=0.3)[0]

@@ -126,7 +126,7 @@ def test_runtime_names_the_guarantee(invariant_engine, tiny, tmp_path):
     """llamacpp_runtime with the tokenizer carries the curve and the width check: guarantee() says identical."""
     _, tokenizer, _ = tiny
     runtime = llamacpp_runtime(invariant_engine, tokenizer, cache_dir=tmp_path, rounds=1)
-    assert runtime.cost is not None and runtime.invariant
+    assert runtime.cost is not None and runtime.invariant and runtime.live_cost  # priced again by each decode
     assert runtime.guarantee() == "identical to one-token decoding"
 
 

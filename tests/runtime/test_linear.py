@@ -5,6 +5,7 @@ training, weight updates and adapter merges never see a stale packed copy."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib
 
 import pytest
@@ -63,6 +64,26 @@ def test_a_row_gets_the_same_bits_at_every_row_count(dtype):
         with torch.inference_mode(), LinearKernels(pack_linears(layer)):
             alone = torch.cat([layer(x[r : r + 1]) for r in range(33)])
             assert all(torch.equal(layer(x[:m]), alone[:m]) for m in range(2, 34)), (n, k)
+
+
+@pytest.mark.parametrize("dtype", packed_dtypes())
+def test_a_lone_row_is_fed_as_two_where_the_cpu_computes_it_apart(dtype):
+    """Where oneDNN's kernel for one row gives other bits than its kernel for two (one_row_differs, probed once per
+    shape when packing), a lone row is fed beside a copy of itself and gets the bits it gets beside another row."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(1536, 576, bias=False).to(dtype)
+    x = torch.randn(2, 1536).to(dtype)
+    (entry,) = pack_linears(layer).values()
+    assert entry.pair == linear.one_row_differs(entry.packed, 1536, dtype)
+    paired, alone = dataclasses.replace(entry, pair=True), dataclasses.replace(entry, pair=False)
+    pointwise = torch.ops.mkldnn._linear_pointwise
+    with torch.inference_mode():
+        got = linear.packed_linear(x[:1][None], paired, None)  # [1, 1, 1536], as a decoder feeds one token
+        assert got.shape == (1, 1, 576)
+        assert torch.equal(got[0], pointwise(torch.stack([x[0], x[0]]), entry.packed, None, "none", [], "")[:1])
+        assert torch.equal(linear.packed_linear(x[:1], alone, None), pointwise(x[:1], entry.packed, None, "none", [],
+                                                                                    ""))
+        assert torch.equal(linear.packed_linear(x, paired, None), linear.packed_linear(x, alone, None))  # 2 rows as is
 
 
 def test_bf16_packs_exactly_where_onednn_has_bf16_kernels():

@@ -15,6 +15,7 @@ The rooms, in the order a forward runs them:
     chain.py   the next drafts (mask_chain, with_lookup) and the tree they are fed in (next_chain, next_tree)
     plan.py    which drafts, groups and siblings pay for their width: a pure function of confidences and the cost
                curve (plan_by_cost, group_odds, sibling_odds, FLOORS); it never imports tree.py
+    pace.py    Pace: the curve's price of width, moved by the decode's own timed forwards (Runtime.live_cost)
     record.py  Forward, what a caller that asks (DecodeOptions.record) sees of each forward
     decode.py  verified_decode, the loop
 """

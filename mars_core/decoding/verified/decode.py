@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from itertools import accumulate
+from time import perf_counter
 from typing import Any
 
 import torch
@@ -23,6 +24,7 @@ from ..lookup import expected_run
 from ..spec import DecodeSpec, Step
 from .chain import Chain, Choice, mask_chain, next_chain, next_tree, track_lookup
 from .config import VerifiedConfig
+from .pace import Pace
 from .plan import FLOORS, group_odds, seconds_by_width, sibling_odds
 from .record import Forward
 from .tree import Tree, leading, read_logits, tree_inputs
@@ -82,6 +84,7 @@ class Run:
     cache: Any  # the model's KV cache: read through runtime/forward.py, cut with crop(-n) only
     depth: int  # D: the longest draft chain a forward may check
     seconds: torch.Tensor | None  # seconds of a forward by tokens fed (None: the fixed rules)
+    pace: Pace | None  # the price of width as this decode's forwards find it (None: the curve as timed)
     record: Callable[[Forward], None] | None
     state: DecodeState
     tree: Tree
@@ -104,7 +107,11 @@ def step(r: Run, ctl: DecodeControl) -> Step:
     spec, state, tree, g = r.spec, r.state, r.tree, r.g
     fed = tree_inputs(tree, state.length, state.valid, g, spec.mask_id if g > 0 else spec.pad_id)
     ids, positions, mask = fed
+    began = perf_counter()
     hidden = hidden_states(r.model, ids, positions.clamp_min(0), mask, r.cache, spec.runtime)
+    if r.pace is not None and r.verdict is not None:  # every forward but the prefill prices the width it fed
+        r.pace.observe(ids.shape[1], perf_counter() - began)
+        r.seconds = r.pace.seconds(ids.device)
     logits, all_logits = read_logits(r.logits_of, hidden, tree, g)
     verdict = verify(logits, tree, ctl, spec.generator)
     end = commit_verdict(state, verdict, spec)
@@ -148,6 +155,9 @@ def verified_decode(
     depth = max(g, config.lookup_drafts) if g > 0 else 0
     curve = (config.cost or spec.runtime.cost) if config.use_cost else None
     state, tree = start(prompts, spec, control.snapshot().threshold, depth, model.device)
+    seconds = seconds_by_width(curve, len(prompts), depth, g, model.device)
+    live = seconds is not None and spec.runtime.live_cost and model.device.type == "cpu"  # a CPU forward's time is
+    # known when it returns; a GPU's would cost a sync
     r = Run(model=model, spec=spec, config=config, cache=new_cache(model), depth=depth, record=record, state=state,
-            tree=tree, seconds=seconds_by_width(curve, len(prompts), depth, g, model.device))
+            tree=tree, seconds=seconds, pace=Pace.start(seconds) if live else None)
     yield from decode_loop(control, state.answer, lambda ctl: step(r, ctl), lambda _: advance(r))

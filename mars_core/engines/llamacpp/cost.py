@@ -131,7 +131,8 @@ def kept_width_check(engine: LlamaCppEngine, tokenizer, cache_dir: Path | None =
 
 
 def llamacpp_runtime(engine: LlamaCppEngine, tokenizer=None, cache_dir: Path | None = None, **kwargs) -> Runtime:
-    """A Runtime whose cost curve is llama.cpp's (kwargs: cost_curve's): verified then sizes its trees by it. With
+    """A Runtime whose cost curve is llama.cpp's (kwargs: cost_curve's): verified then sizes its trees by it, priced
+    again by each decode's own forwards (live_cost: the curve's shape moves with other load on a shared CPU). With
     the tokenizer, also what a width check found on this machine, so runtime.guarantee() says what verified keeps."""
     check = kept_width_check(engine, tokenizer, cache_dir) if tokenizer is not None else None
-    return Runtime(cost=cost_curve(engine, cache_dir=cache_dir, **kwargs), width_check=check)
+    return Runtime(cost=cost_curve(engine, cache_dir=cache_dir, **kwargs), width_check=check, live_cost=True)
