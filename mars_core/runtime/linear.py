@@ -95,8 +95,12 @@ def one_row_differs(packed: torch.Tensor, inputs: int, dtype: torch.dtype) -> bo
     on this CPU (an AMD EPYC with AVX512-BF16 does at 1536 inputs, in fp32 and bf16; no shape of the embedded model
     does on an AVX2-only EPYC)."""
     x = torch.randn(PROBE_ROWS, inputs, generator=torch.Generator().manual_seed(0)).to(dtype)
-    run = lambda rows: torch.ops.mkldnn._linear_pointwise(rows, packed, None, "none", [], "")  # noqa: E731
-    return not torch.equal(torch.cat([run(row[None]) for row in x]), run(x))
+    return not torch.equal(torch.cat([pointwise(row[None], packed) for row in x]), pointwise(x, packed))
+
+
+def pointwise(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """oneDNN's x W^T + b over a packed W, as it comes (no pairing)."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
 def packed_linear(x: torch.Tensor, entry: Packed, bias: torch.Tensor | None) -> torch.Tensor:
@@ -105,9 +109,8 @@ def packed_linear(x: torch.Tensor, entry: Packed, bias: torch.Tensor | None) -> 
     forward; two rows cost about 10% more than one in that layer (docs/speed.md#one-row-fed-as-two)."""
     if entry.pair and x.numel() == x.shape[-1]:
         two = x.reshape(1, -1).expand(2, -1).contiguous()
-        return torch.ops.mkldnn._linear_pointwise(two, entry.packed, bias, "none", [], "")[:1].view(
-            *x.shape[:-1], -1)
-    return torch.ops.mkldnn._linear_pointwise(x, entry.packed, bias, "none", [], "")
+        return pointwise(two, entry.packed, bias)[:1].view(*x.shape[:-1], -1)
+    return pointwise(x, entry.packed, bias)
 
 
 _TORCH_LINEAR = F.linear  # torch's own, which every call that a runtime does not route goes to
