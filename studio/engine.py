@@ -145,12 +145,10 @@ def label() -> str:
     torch."""
     if not on_llamacpp():
         return ""
-    first = served_engine()
-    if first is not None and first.gpu:
-        return f"llama.cpp {models.CONFIG.llamacpp_weights.upper()} on {first.gpu}"
-    from mars_core.engines.llamacpp.cost import has_tinyblas
+    from mars_core.engines.llamacpp.cost import runs_on
     from mars_core.engines.llamacpp.engine import binding
 
+    first = served_engine()
+    gpu = first.gpu if first is not None else None
     threads = first.threads if first is not None else (models.CONFIG.llamacpp_threads or os.cpu_count() or 1)
-    build = "" if has_tinyblas(binding()) else ", tinyBLAS off"
-    return f"llama.cpp {models.CONFIG.llamacpp_weights.upper()}, {threads} thread{'s' if threads > 1 else ''}{build}"
+    return f"llama.cpp {models.CONFIG.llamacpp_weights.upper()}{' ' if gpu else ', '}{runs_on(gpu, threads, binding())}"

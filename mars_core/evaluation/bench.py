@@ -3,8 +3,9 @@
     mars-bench --json bench.json --batch-sizes 1,4,16 --block-sizes 4,8 --thresholds 1.0,0.95,0.9,0.8
 
 Every method decodes the same prompts (the held-out set by default) with the same max_new_tokens and stops
-at EOS, in one process. After a warm-up each configuration runs `--repeats` times, the repeats interleaved
-(every configuration once per round), and medians are reported, over all prompts and per prompt category.
+at EOS, in one process. After a warm-up each configuration runs `--repeats` times, interleaved (every configuration
+once per round, and within a round every configuration on one prompt category before any on the next), and medians
+are reported, over all prompts and per prompt category.
 Each MARS row also carries the bound
     steps_per_forward × t(1-token forward) / t(B-token forward)
 measured on the same model and batch size: the speedup over AR that MARS could reach with zero overhead.
@@ -190,6 +191,21 @@ def groups(categories) -> dict[str, list[str]]:
     return out
 
 
+def interleaved(repeats: int, categories: list[dict]) -> list[tuple[int, str, int]]:
+    """The timing order, (round, category, job) units: round r times every job on every category once before round
+    r+1, and within a round every job takes a category before any job takes the next, in turns that go forward and
+    back (serpentine). Jobs then alternate every few prompts, so a machine that drifts within a minute (a noisy
+    neighbour, clocks) slows every method alike instead of the one that happened to run then. categories[k]: job k's."""
+    names = list(dict.fromkeys(c for cats in categories for c in cats))
+    units, turn = [], 0
+    for r in range(repeats):
+        for c in names:
+            jobs = [k for k, cats in enumerate(categories) if c in cats]
+            units += [(r, c, k) for k in (jobs if turn % 2 == 0 else jobs[::-1])]
+            turn += 1
+    return units
+
+
 def bench(
     model, tokenizer, records: list[dict], *, methods=METHODS, batch_sizes=(1,), block_sizes=(4,),
     thresholds=(1.0, 0.9), verified_thresholds=(VERIFIED_THRESHOLD,), max_new_tokens=64, repeats=3,
@@ -220,15 +236,13 @@ def bench(
     runtime = runtime or Runtime()
     for bs, (method, b, t, runner, w) in jobs:
         runner(model, tokenizer, [records[0]["prompt"]], 4, runtime)  # warm-up (and any first-use setup)
-    # Repeats interleaved: round r times every configuration once before round r+1 starts, so a machine that
-    # drifts (a noisy neighbour, clocks) slows every method alike instead of the one that happened to run then.
-    passes: list[list[dict]] = [[] for _ in jobs]
-    with tqdm(total=repeats * len(jobs), desc="mars-bench", disable=not progress) as bar:
-        for _ in range(repeats):
-            for k, (bs, (method, b, t, runner, w)) in enumerate(jobs):
-                passes[k].append({c: time_pass(runner, model, tokenizer, batches, max_new_tokens, runtime)
-                                  for c, batches in batched[bs].items()})
-                bar.update()
+    passes: list[list[dict]] = [[{} for _ in range(repeats)] for _ in jobs]
+    units = interleaved(repeats, [batched[bs] for bs, _ in jobs])
+    with tqdm(total=len(units), desc="mars-bench", disable=not progress) as bar:
+        for r, c, k in units:
+            bs, (method, b, t, runner, w) = jobs[k]
+            passes[k][r][c] = time_pass(runner, model, tokenizer, batched[bs][c], max_new_tokens, runtime)
+            bar.update()
     rows: list[Row] = []
     for (bs, (method, b, t, runner, w)), done in zip(jobs, passes):
         for c in parts[bs]:

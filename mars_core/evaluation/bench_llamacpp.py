@@ -47,13 +47,11 @@ class Served:
         """One line: the engine, GGUF, threads, KV cache and what verified keeps here."""
         import llama_cpp
 
-        from ..engines.llamacpp.cost import has_tinyblas
+        from ..engines.llamacpp.cost import runs_on
 
         e = self.engine
-        mode = (", invariant" if e.invariant else "") + ("" if has_tinyblas(llama_cpp) else ", tinyBLAS off")
-        where = f"on {e.gpu}" if e.gpu else f"{e.threads} thread{'s' if e.threads > 1 else ''}"
         return (f"llama.cpp {self.weights.upper()} (llama-cpp-python {llama_cpp.__version__}): {e.path.name}, "
-                f"{where}, KV {e.kv_type}{mode}; "
+                f"{runs_on(e.gpu, e.threads, llama_cpp)}, KV {e.kv_type}{', invariant' if e.invariant else ''}; "
                 f"verified mode here: {self.runtime.guarantee()}")
 
     def record(self) -> dict:

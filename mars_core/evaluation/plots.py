@@ -5,6 +5,7 @@ mars-bench's speedups over transformers' generate."""
 from __future__ import annotations
 
 import os
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -121,7 +122,8 @@ def speedup_plot(rows: list, path: str, title: str = "") -> str | None:
         ax.set_xticks(range(len(sub)), labels, rotation=90, fontsize=7)
         ax.set_title(f"batch {bs}")
     axes[0][0].set_ylabel("speedup vs transformers generate")
-    fig.suptitle(title or "mars-bench: wall-clock speedup (all prompts)")
+    width = 5.5 * len(sizes)
+    fig.suptitle(textwrap.fill(title or "mars-bench: wall-clock speedup (all prompts)", int(11 * width)), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mars_core import VerifiedConfig
-from mars_core.evaluation.bench import METHODS, bench, bench_table, main
+from mars_core.evaluation.bench import METHODS, bench, bench_table, interleaved, main
 from mars_core.runtime import CostCurve
 from mars_core.runtime.linear import packing_pays
 
@@ -77,7 +77,17 @@ def test_bench_interleaves_repeats_across_configurations(model, tokenizer, monke
     assert jobs == 4 and len(order) == 3 * jobs
     rounds = [order[r * jobs : (r + 1) * jobs] for r in range(3)]
     assert len(set(map(id, rounds[0]))) == jobs  # every configuration once in a round
-    assert rounds[0] == rounds[1] == rounds[2]
+    assert rounds[0] == rounds[1][::-1] == rounds[2]  # turns go forward and back
+
+
+def test_interleaved_takes_every_job_on_a_category_before_the_next():
+    """Jobs alternate category by category (a few prompts each), serpentine; a job batched across categories
+    ("all" only) takes its turn with the others that have an "all" part."""
+    units = interleaved(2, [{"lists": 0, "chat": 0}, {"lists": 0, "chat": 0}, {"all": 0}])
+    assert units[:4] == [(0, "lists", 0), (0, "lists", 1), (0, "chat", 1), (0, "chat", 0)]
+    assert units[4:6] == [(0, "all", 2), (1, "lists", 1)]
+    assert sorted(units) == sorted({(r, c, k) for r in range(2) for k, cats in
+                                    enumerate([("lists", "chat"), ("lists", "chat"), ("all",)]) for c in cats})
 
 
 def test_cli_help():

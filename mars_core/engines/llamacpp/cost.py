@@ -59,6 +59,14 @@ def has_tinyblas(llama_cpp: ModuleType) -> bool:
     return "LLAMAFILE = 1" in build_features(llama_cpp)
 
 
+def runs_on(gpu: str | None, threads: int, llama_cpp: ModuleType) -> str:
+    """Where an engine runs, as the app's small print and the bench's line name it: "on NVIDIA H200" on a GPU build,
+    else "2 threads", with ", tinyBLAS off" on a build without it (other kernels, other speeds: docs/llamacpp.md)."""
+    if gpu:
+        return f"on {gpu}"
+    return f"{threads} thread{'s' if threads > 1 else ''}" + ("" if has_tinyblas(llama_cpp) else ", tinyBLAS off")
+
+
 def curve_path(engine: LlamaCppEngine, cache_dir: Path | None = None) -> Path:
     """Where this engine's curve is kept: <cache>/llamacpp_cost/<hash of record()>.json."""
     key = hashlib.sha256(json.dumps(record(engine), sort_keys=True).encode()).hexdigest()[:16]
