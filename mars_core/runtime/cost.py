@@ -18,7 +18,7 @@ import torch
 from .curve import CostCurve, interpolate
 from .forward import cache_mask, forward, new_cache
 from .runtime import Runtime
-from .timing import machine_busy, read_json, seconds, write_json
+from .timing import machine_busy, read_kept, seconds, write_json
 
 __all__ = ["CostCurve", "forward_cost", "interpolate", "measure_cost", "spot_seconds"]
 
@@ -94,14 +94,9 @@ def forward_cost(model: torch.nn.Module, runtime: Runtime, cache_dir: str | Path
     path = Path(cache_dir) / f"{key}.json" if cache_dir is not None else None
     if not refresh and key in _UNKEPT:
         return _UNKEPT[key]
-    kept = None if refresh else read_json(path)
-    if kept is not None:
-        try:
-            curve = CostCurve.from_dict(kept)
-        except (ValueError, KeyError, TypeError):
-            curve = None  # a damaged file is measured again
-        if curve is not None and (machine_busy() or not inflated(curve, spot_seconds(model, runtime))):
-            return curve
+    curve = None if refresh else read_kept(path, CostCurve.from_dict)  # a damaged file is measured again
+    if curve is not None and (machine_busy() or not inflated(curve, spot_seconds(model, runtime))):
+        return curve
     crowded = machine_busy()  # asked before timing: the timing itself loads the cores
     curve = measure_cost(model, runtime)
     if crowded:

@@ -95,6 +95,18 @@ def write_json(path: str | os.PathLike | None, value: dict, indent: int = 1) -> 
 T = TypeVar("T")
 
 
+def read_kept(path: Path | None, read: Callable[[dict], T]) -> T | None:
+    """The value kept at path, untimed and unchecked; None where there is none or read cannot read it
+    (KeyError/TypeError/ValueError: a damaged or older file)."""
+    value = read_json(path)
+    if value is None:
+        return None
+    try:
+        return read(value)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def kept(path: Path | None, read: Callable[[dict], T], measure: Callable[[], T], write: Callable[[T], dict], *,
          timed: bool = True, holds: Callable[[T], bool] | None = None) -> T:
     """The value kept at path, else measured now and kept there (path None: measured, never kept).
@@ -103,15 +115,9 @@ def kept(path: Path | None, read: Callable[[dict], T], measure: Callable[[], T],
     again); write turns a value into JSON; holds, where given, says whether a kept value still holds on this machine
     now (one that does not is measured again and rewritten). A timed value measured while the machine was busy is not
     kept: other work inflated it, so it serves this process only and the next one times again."""
-    value = read_json(path)
-    if value is not None:
-        try:
-            found = read(value)
-        except (KeyError, TypeError, ValueError):
-            pass
-        else:
-            if holds is None or holds(found):
-                return found
+    found = read_kept(path, read)
+    if found is not None and (holds is None or holds(found)):
+        return found
     crowded = timed and machine_busy()  # asked before measuring: the timing itself loads the cores
     measured = measure()
     if not crowded:

@@ -266,6 +266,8 @@ def test_a_kept_curve_whose_shape_moved_is_timed_again(engine, monkeypatch, tmp_
     assert cost.cost_curve(engine, cache_dir=tmp_path) == kept and not timed
     monkeypatch.setattr(cost, "spot_seconds", lambda e: pytest.fail("a read without measuring times nothing"))
     assert cost.cost_curve(engine, cache_dir=tmp_path, measure=False) == kept
+    path.write_text('{"seconds": [[0.02]]}')  # damaged: read without measuring, it is no curve
+    assert cost.cost_curve(engine, cache_dir=tmp_path, measure=False) is None
 
     for now in ([0.020, 0.030, 0.050], [0.020, 0.022, 0.030]):  # 2.5x at 8 (dearer), then 1.1x at 4 (cheaper)
         path.write_text(kept.to_json())

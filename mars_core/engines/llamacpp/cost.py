@@ -23,7 +23,7 @@ from ...machine import cpu_flags, cpu_name
 from ...runtime.curve import CostCurve, shape_moved
 from ...runtime.forward import cache_mask
 from ...runtime.runtime import Runtime, WidthCheck
-from ...runtime.timing import cache_root, kept, machine_busy, read_json, seconds
+from ...runtime.timing import cache_root, kept, machine_busy, read_kept, seconds
 from .check import width_check
 from .engine import LlamaCppEngine
 
@@ -112,8 +112,7 @@ def cost_curve(engine: LlamaCppEngine, rounds: int = 5, cache_dir: Path | None =
     measured now and kept, with the load it was timed under; measure=False reads the kept one (or None), untimed."""
     path = curve_path(engine, cache_dir)
     if not measure:
-        found = read_json(path)
-        return None if found is None else CostCurve.from_dict(found)
+        return read_kept(path, CostCurve.from_dict)
 
     def timed() -> CostCurve:
         times = time_widths(engine, rounds=rounds)
