@@ -14,7 +14,7 @@ import threading
 
 import gradio as gr
 
-from studio import batch, engine, explorer, lanes, models, race, walkthrough
+from studio import batch, engine, explorer, lanes, models, race, train, train_state, walkthrough
 from studio.inputs import page_js
 from studio.race_html import LANE_CSS, verified_guarantee
 
@@ -90,7 +90,7 @@ def build_ui() -> gr.Blocks:
         with gr.Accordion("What MARS is, and the model served", open=False, elem_id="intro"):
             gr.Markdown(intro_markdown())
         status = gr.Markdown(models.status_markdown()[0], elem_id="model-status")
-        buttons = [button for tab in (race, batch, walkthrough, explorer) for button in tab.build(demo)]
+        buttons = [button for tab in (race, batch, walkthrough, explorer, train) for button in tab.build(demo)]
         if models.PRELOADING and not models.status_markdown()[1]:
             for button in buttons:  # the page's first paint: Run waits for the model being prepared (poll enables)
                 button.interactive = False
@@ -100,6 +100,12 @@ def build_ui() -> gr.Blocks:
                   show_progress="hidden", queue=False)
     demo.queue(default_concurrency_limit=models.CONFIG.concurrency, max_size=64)
     return demo
+
+
+def preload() -> None:
+    """Prepare the served models, then the Train tab's base model (so a first Start draws its first point soon)."""
+    models.preload()
+    models.prepare_in_background(train_state.base_name())
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -124,6 +130,8 @@ def main(argv: list[str] | None = None) -> None:
                              "path for every width), one-token decoding a width-2 forward per token")
     parser.add_argument("--concurrency", type=int, default=int(os.environ.get("MARS_CONCURRENCY", "4")),
                         help="generations served at once (the queue holds the rest)")
+    parser.add_argument("--trainings", type=int, default=int(os.environ.get("MARS_TRAININGS", "1")),
+                        help="Train tab runs at once, all visitors together (the others get a message)")
     parser.add_argument("--no-preload", action="store_true", help="load the models on the first request only")
     parser.add_argument("--record-example", action="store_true",
                         help="race the default prompt and save it (assets/race_example.json) as the page's first "
@@ -137,6 +145,8 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(str(err))
     if args.concurrency < 1:
         parser.error("--concurrency must be at least 1")
+    if args.trainings < 0:
+        parser.error("--trainings must be at least 0 (0: the Train tab refuses every run)")
     try:
         chosen = engine.check_engine(args.engine, args.llamacpp_weights.lower(), args.ar_model)
     except ValueError as err:
@@ -148,13 +158,13 @@ def main(argv: list[str] | None = None) -> None:
                                      dtype=None if args.dtype in (None, "auto") else args.dtype,
                                      engine=chosen, llamacpp_weights=args.llamacpp_weights.lower(),
                                      llamacpp_threads=args.llamacpp_threads,
-                                     llamacpp_invariant=args.llamacpp_invariant)
+                                     llamacpp_invariant=args.llamacpp_invariant, trainings=args.trainings)
     if args.record_example:
         print(f"recorded {race.record_example()}")
         return
     models.PRELOADING = not args.no_preload
     if not args.no_preload:
-        threading.Thread(target=models.preload, name="preload", daemon=True).start()
+        threading.Thread(target=preload, name="preload", daemon=True).start()
     build_ui().launch(server_name=args.host, server_port=args.port, theme=THEME, css=CSS, js=page_js())
 
 

@@ -62,6 +62,9 @@ INPUTS = {i.elem_id: i for i in (  # every slider whose typed value the page wat
     Input("batch-threshold", TAU, 0.05, 1.0, 0.01, 0.9, TAU),
     Input("batch-block", BLOCK, 1, MAX_BLOCK_SIZE, 1, 4, BLOCK),
     Input("batch-max-new", NEW, 8, BATCH_MAX_NEW_TOKENS, 8, 64, NEW),
+    Input("train-block", BLOCK, 2, 8, 1, 4, BLOCK, "tokens one forward may commit: 1 real + B−1 mask slots"),
+    Input("train-steps", "Steps", 5, 2000, 5, 400, "Steps (at most)", "4 examples a step"),
+    Input("train-minutes", "Minutes", 0.5, 10, 0.5, 3, "Minutes (at most)", "whichever budget ends first"),
 )}
 WATCHED = tuple(INPUTS)  # the boxes page_js watches, by elem_id
 THRESHOLDS = (INPUTS["race-threshold"].low, INPUTS["race-threshold"].high)  # every τ the app takes (the explorer's)

@@ -49,6 +49,7 @@ class AppConfig:
     llamacpp_weights: str = "bf16"  # llama.cpp's GGUF weight type: "f32", "bf16" or "q8_0"
     llamacpp_threads: int | None = None  # llama.cpp's threads (None: every core)
     llamacpp_invariant: bool = False  # llama.cpp forwards at two rows or more: verified is AR bit for bit, AR slower
+    trainings: int = 1  # Train tab runs at once, all visitors together (each takes both cores of a small CPU)
 
 
 CONFIG = AppConfig()

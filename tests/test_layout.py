@@ -133,12 +133,15 @@ STUDIO_FLOORS = (
     ("studio", "studio.inputs", "studio.charts", "studio.models"),  # limits and checks, chart basics, the models
     ("studio.lanes", "studio.engine"),  # what the tabs share: recorder, frame policy, colours, Run/Stop, error
     # guard; what the race decodes on (torch or llama.cpp engines)
-    ("studio.race_state", "studio.batch_state", "studio.walk"),  # the tabs' rooms, under them: what a race keeps
-    # (session, lanes' records, facts), what a batch run keeps, what the two walkthroughs share (the stepped decode)
-    ("studio.race_html", "studio.race_figures", "studio.batch_html", "studio.walk_verified"),  # the race's panes,
-    # counters, notes, stats and charts; the batch's cells, slots chart and stats; the verified walkthrough
-    ("studio.race_loop",),  # the race itself and the frames it sends the page
-    ("studio.race", "studio.batch", "studio.walkthrough", "studio.explorer"),  # one tab each: build(demo)
+    ("studio.race_state", "studio.batch_state", "studio.walk", "studio.train_state"),  # the tabs' rooms, under them:
+    # what a race keeps (session, lanes' records, facts), what a batch run keeps, what the two walkthroughs share (the
+    # stepped decode), what the Train tab keeps (session, trained models, the cap on trainings)
+    ("studio.race_html", "studio.race_figures", "studio.batch_html", "studio.walk_verified", "studio.train_figures"),
+    # the race's panes, counters, notes, stats and charts; the batch's cells, slots chart and stats; the verified
+    # walkthrough; the training's charts and status
+    ("studio.race_loop", "studio.train_loop"),  # the race itself and the frames it sends the page; the live training
+    # and the race of what it trained
+    ("studio.race", "studio.batch", "studio.walkthrough", "studio.explorer", "studio.train"),  # one tab each
     ("app",),  # the header, the tabs, theme and launch
 )
 

@@ -73,21 +73,23 @@ def pack_linears(model: nn.Module) -> PackedLinears:
     does not apply (packing_pays) or this torch build lacks the oneDNN ops."""
     if not packing_pays(model):
         return {}
-    dtypes, packed, pairs = packed_dtypes(), {}, {}
+    dtypes, copies, pairs = packed_dtypes(), {}, {}
     with torch.no_grad():
         for module in model.modules():
             w = getattr(module, "weight", None)
-            if type(module) is not nn.Linear or w.device.type != "cpu" or w.dtype not in dtypes or id(w) in packed:
+            if type(module) is not nn.Linear or w.device.type != "cpu" or w.dtype not in dtypes or id(w) in copies:
                 continue
             try:
                 copy = torch.ops.mkldnn._reorder_linear_weight(w.detach(), BATCH_HINT)
             except (AttributeError, RuntimeError):  # a torch build without these oneDNN ops
                 return {}
             shape = (*w.shape, w.dtype)
-            if shape not in pairs:  # the kernel oneDNN picks depends on the shape alone: one probe per shape
+            # the kernel oneDNN picks depends on the shape alone, but whether its one-row bits differ shows on some
+            # weights only: each weight is probed until one of its shape does (docs/speed.md#one-row-fed-as-two)
+            if not pairs.get(shape):
                 pairs[shape] = one_row_differs(copy, w.shape[1], w.dtype)
-            packed[id(w)] = Packed(w, copy, version(w), pairs[shape])
-    return packed
+            copies[id(w)] = (w, copy, shape)
+    return {key: Packed(w, copy, version(w), pairs[shape]) for key, (w, copy, shape) in copies.items()}
 
 
 def one_row_differs(packed: torch.Tensor, inputs: int, dtype: torch.dtype) -> bool:

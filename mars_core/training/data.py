@@ -113,6 +113,27 @@ def _as_dataset(source: ChatSource) -> datasets.Dataset:
     return datasets.Dataset.from_list([dict(r) for r in source])
 
 
+def encode_chat(tokenizer, messages: Sequence[Message], max_length: int) -> dict[str, list[int]]:
+    """tokenize_chat, or empty lists for a conversation left without a label (or whose template is not
+    prefix-stable: logged), which the callers drop."""
+    try:
+        out = tokenize_chat(tokenizer, messages, max_length)
+    except ValueError as e:
+        logger.warning("dropping a conversation: %s", e)
+        return {"input_ids": [], "labels": []}
+    return out if has_target(out["labels"]) else {"input_ids": [], "labels": []}
+
+
+def tokenized_chats(examples: Sequence[Mapping[str, Any]], tokenizer, max_length: int) -> list[dict[str, list[int]]]:
+    """The examples ({"messages": [...]}) tokenized as load_chat_dataset does, as a plain list (what the Trainer takes
+    as a dataset; no `datasets` needed): for a few hundred examples, as a live run trains on."""
+    rows = [encode_chat(tokenizer, example["messages"], max_length) for example in examples]
+    kept = [row for row in rows if row["input_ids"]]
+    if not kept:
+        raise ValueError("no conversation has an assistant token to learn from (check roles and max_length)")
+    return kept
+
+
 def load_chat_dataset(source: ChatSource, tokenizer, max_length: int) -> datasets.Dataset:
     """Tokenized chat dataset with columns input_ids and labels; examples left without a label are dropped."""
     raw = _as_dataset(source)
@@ -120,12 +141,7 @@ def load_chat_dataset(source: ChatSource, tokenizer, max_length: int) -> dataset
         raise ValueError(f"chat data needs a 'messages' column, found {raw.column_names}")
 
     def encode(example: dict[str, Any]) -> dict[str, list[int]]:
-        try:
-            out = tokenize_chat(tokenizer, example["messages"], max_length)
-        except ValueError as e:
-            logger.warning("dropping a conversation: %s", e)
-            return {"input_ids": [], "labels": []}
-        return out if has_target(out["labels"]) else {"input_ids": [], "labels": []}
+        return encode_chat(tokenizer, example["messages"], max_length)
 
     encoded = raw.map(encode, remove_columns=raw.column_names, desc="tokenizing chats")
     kept = encoded.filter(lambda ex: len(ex["input_ids"]) > 0, desc="dropping unlabelled chats")

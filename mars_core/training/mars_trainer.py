@@ -49,6 +49,26 @@ def mars_inputs(
     return torch.cat([noisy, input_ids], dim=1), positions
 
 
+def slot_terms(block_size: int) -> list[str]:
+    """The names of the per-slot noisy losses: loss_slot1 .. loss_slot{B}."""
+    return [f"loss_slot{j}" for j in range(1, block_size + 1)]
+
+
+def slot_losses(noisy_ce: torch.Tensor, keep: torch.Tensor, block_size: int
+                ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """The noisy stream's token losses (`noisy_ce`, one per True of `keep` [b, n], row by row) summed and counted by
+    slot. The noisy query at position p predicts token p+1 and sees the real tokens before its block, which starts
+    at s = p - p mod B: with L = s the first token it does not see, it predicts token L + j, j = p mod B + 1, as a
+    decode's mask j-1 does (prediction j of MARS_METHOD.md; prediction 0, token L, is the AR one). Slot j, then: the
+    token j+1 past the last real one. Slot B is trained but never read at B-1 masks."""
+    slot = (torch.arange(keep.shape[1], device=keep.device) % block_size + 1).expand_as(keep)[keep]
+    sums, counts = {}, {}
+    for j, name in enumerate(slot_terms(block_size), 1):
+        here = slot == j
+        sums[name], counts[name] = noisy_ce.masked_fill(~here, 0.0).sum(), here.sum()
+    return sums, counts
+
+
 class MarsTrainer(ChatTrainer):
     """Trainer for MARS fine-tuning of a causal LM; the checkpoint stays an ordinary causal LM.
 
@@ -56,13 +76,14 @@ class MarsTrainer(ChatTrainer):
     causal and block rules already keep real queries from seeing them.
     """
 
-    loss_terms = ("loss_noisy", "loss_clean")
-
     def __init__(self, model: torch.nn.Module | None = None, args: MarsConfig | None = None, **kwargs: Any):
         args = args if args is not None else MarsConfig()
         if not isinstance(args, MarsConfig):
             raise TypeError(f"MarsTrainer needs a MarsConfig (block_size, ar_weight, ...), got {type(args).__name__}")
         self.mask_token_id = resolve_mask_token_id(args, kwargs.get("processing_class"), model)
+        # loss_slot{j}: the noisy loss of a decode's prediction j, the token j+1 past the last real token a mask sees
+        # (slot j = 1..B; a decode reads slots 1..B-1), each a mean over its own tokens: nearer slots learn first
+        self.loss_terms = ("loss_noisy", "loss_clean", *slot_terms(args.block_size))
         super().__init__(model=model, args=args, **kwargs)
 
     def token_loss_sum(self, model: torch.nn.Module, inputs: dict[str, torch.Tensor]
@@ -92,5 +113,6 @@ class MarsTrainer(ChatTrainer):
         noisy_sum = ce.masked_fill(is_clean, 0.0).sum()
         clean_sum = ce.masked_fill(~is_clean, 0.0).sum()
         count = keep_one.sum()
-        self.record_terms({"loss_noisy": noisy_sum, "loss_clean": clean_sum}, count)
+        slot_sums, slot_counts = slot_losses(ce[~is_clean], keep_one, self.args.block_size)
+        self.record_terms({"loss_noisy": noisy_sum, "loss_clean": clean_sum, **slot_sums}, count, slot_counts)
         return noisy_sum + self.args.ar_weight * clean_sum, count, outputs

@@ -113,16 +113,20 @@ class ChatTrainer(Trainer):
             loss = loss * self.accelerator.num_processes
         return loss
 
-    def record_terms(self, sums: dict[str, torch.Tensor], count: torch.Tensor) -> None:
-        """Accumulate per-term token-loss sums (train or eval) until the next log, where they become means."""
+    def record_terms(self, sums: dict[str, torch.Tensor], count: torch.Tensor,
+                     counts: dict[str, torch.Tensor] | None = None) -> None:
+        """Accumulate per-term token-loss sums (train or eval) until the next log, where they become means: over
+        `count` tokens, or over a term's own token count in `counts` (a loss over some of the tokens only)."""
         split = "train" if self.model.training else "eval"
         acc = self._term_sums.setdefault(split, {})
-        for name, value in {**sums, "_count": count}.items():
+        own = {f"_count:{name}": n for name, n in (counts or {}).items()}
+        for name, value in {**sums, "_count": count, **own}.items():
             value = value.detach().float().reshape(())
             acc[name] = acc[name] + value if name in acc else value
 
     def _pop_term_means(self, split: str) -> dict[str, float]:
-        """Token-weighted means of the `loss_terms` across all processes, then reset.
+        """Token-weighted means of the `loss_terms` across all processes, then reset (a term with no token yet is
+        left out).
 
         Every process calls this at the same log, with the same fixed term names (zeros where it recorded
         nothing), so the gather never waits on a process that has nothing to send.
@@ -131,11 +135,13 @@ class ChatTrainer(Trainer):
             return {}
         acc = self._term_sums.pop(split, {})
         zero = torch.zeros((), device=self.args.device)
-        local = torch.stack([acc.get(k, zero).to(zero.device) for k in (*self.loss_terms, "_count")])
-        total = self.accelerator.gather(local).reshape(-1, len(local)).sum(0)
-        if total[-1] == 0:
-            return {}
-        return {name: round((total[i] / total[-1]).item(), 4) for i, name in enumerate(self.loss_terms)}
+        count = acc.get("_count", zero)
+        # each term's sum, then its token count (its own where it was recorded with one, else the common one)
+        local = torch.stack([v.to(zero.device) for name in self.loss_terms
+                             for v in (acc.get(name, zero), acc.get(f"_count:{name}", count))])
+        total = self.accelerator.gather(local).reshape(-1, len(local)).sum(0).tolist()
+        return {name: round(total[2 * i] / total[2 * i + 1], 4) for i, name in enumerate(self.loss_terms)
+                if total[2 * i + 1] > 0}
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Add the separately recorded loss terms (e.g. loss_noisy, loss_clean) to the Trainer's logs."""

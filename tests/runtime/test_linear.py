@@ -86,6 +86,28 @@ def test_a_lone_row_is_fed_as_two_where_the_cpu_computes_it_apart(dtype):
         assert torch.equal(linear.packed_linear(x, paired, None), linear.packed_linear(x, alone, None))  # 2 rows as is
 
 
+def test_a_shape_is_paired_when_any_of_its_weights_shows_the_one_row_difference(monkeypatch):
+    """Whether a weight's one-row bits differ shows on some weights of a shape only (SmolLM2's first down projection
+    shows nothing, the next ones do): every weight is probed until one of its shape does, and then all of that shape
+    are fed as two; a shape none of whose weights shows it is left alone."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*(torch.nn.Linear(64, 32, bias=False) for _ in range(4)), torch.nn.Linear(32, 64))
+    shows = {id(model[2].weight)}  # the third weight of shape (32, 64) is the first to show it
+    probed = []
+
+    def probe(packed, inputs, dtype):
+        weight = next(m.weight for m in model if m.weight.shape[1] == inputs and id(m.weight) not in probed_ids)
+        probed_ids.add(id(weight))
+        probed.append(inputs)
+        return id(weight) in shows
+
+    probed_ids: set[int] = set()
+    monkeypatch.setattr(linear, "one_row_differs", probe)
+    entries = pack_linears(model)
+    assert [entries[id(m.weight)].pair for m in model] == [True, True, True, True, False]
+    assert probed == [64, 64, 64, 32]  # the fourth (32, 64) weight needs no probe: its shape already pairs
+
+
 def test_bf16_packs_exactly_where_onednn_has_bf16_kernels():
     """On a CPU without them (AVX2 only) oneDNN refuses to reorder a bf16 weight: bf16 is then not a packed dtype,
     and pack_linears leaves a bf16 layer as it was."""

@@ -71,7 +71,8 @@ def race_args(prompt: str, threshold: float = 0.9, max_new_tokens: int = 48) -> 
 
 def test_api_lists_the_endpoints(client):
     names = set(client.view_api(return_format="dict", print_info=False)["named_endpoints"])
-    assert {"/race", "/set_threshold", "/stop", "/walkthrough", "/walkthrough_verified", "/sweep", "/mask"} <= names
+    assert {"/race", "/set_threshold", "/stop", "/walkthrough", "/walkthrough_verified", "/sweep", "/mask", "/train",
+            "/train_stop", "/train_race"} <= names
 
 
 def test_race_streams_every_lane(client):
@@ -121,6 +122,35 @@ def test_stop_ends_the_race(client):
     assert "stopped" in part(final, "ar") and "forward 0" in part(final, "ar")  # what was generated stays
 
 
+# /train's outputs, in order
+TRAIN_OUT = ("losses", "speeds", "status", "bar", "metrics", "prompt", "message")
+
+
+def test_train_streams_its_metrics_with_its_defaults_then_stop_keeps_the_model_to_race(client):
+    """/train called with no argument (the default corpus, B = 4, the default budget) streams updates whose metrics
+    JSON has the step, seconds, AR loss, slot losses and the probes' tokens per forward; /train_stop ends it at its
+    next step (no error), and /train_race races what it learned against the model before training."""
+    job = client.submit(api_name="/train")
+    deadline, metrics = time.monotonic() + 120, {}
+    while time.monotonic() < deadline and not (metrics.get("step", 0) >= 3 and metrics.get("tau_tokens_per_forward")):
+        updates = job.outputs()
+        metrics = next((u[TRAIN_OUT.index("metrics")] for u in reversed(updates)
+                        if isinstance(u[TRAIN_OUT.index("metrics")], dict)), {})
+        time.sleep(0.2)
+    assert {"step", "seconds", "ar_loss", "slot_losses", "tau_tokens_per_forward",
+            "verified_tokens_per_forward"} <= set(metrics) and len(metrics["slot_losses"]) == 3
+    client.predict(api_name="/train_stop")
+    final = job.result(timeout=120)
+    last = final[TRAIN_OUT.index("metrics")]
+    assert "stopped" in last["state"] and 3 <= last["step"] < 400
+    assert last["verified_identical"] == last["items"] == 3  # fp32: verified is one-token decoding
+    offered = final[TRAIN_OUT.index("prompt")]  # the held-out prompts, as the dropdown's update
+    prompt = offered["value"]
+    assert prompt.startswith("Count from") and len(offered["choices"]) == 8
+    raced = client.predict(prompt, api_name="/train_race")
+    assert len(raced) == 7 and all("tokens in" in pane for pane in raced[:6]) and "after training" in raced[-1]
+
+
 @pytest.mark.parametrize("args, message", [
     (("   ", 0.9, 4, 0.0, 48), "Empty prompt"),
     (("hi", 0.9, 4, 0.0, 100000), "Max new tokens must be between 8 and 512"),  # the slider's range, stated once
@@ -152,6 +182,8 @@ BAD = {
                ("1", 99, 8, ["lists"], 2), ("1", 4, 10**6, ["lists"], 2), ("1", 4, 8, ["poetry"], 2)],
     "/walkthrough": [("hi", 1.5, 4, 8), ("hi", 0.9, 9, 8), ("hi", 0.9, 4, 1000), ("", 0.9, 4, 8)],
     "/walkthrough_verified": [("hi", 0.0, 4, 8), ("hi", 0.3, 0, 8), ("hi", 0.3, 4, 65), ("hi", 0.3, 4, 2)],
+    "/train": [("counting", "", 1, 5, 1), ("counting", "", 4, 0, 1), ("counting", "", 4, 5, 11),
+               ("poetry", "", 4, 5, 1), ("counting", "", 4, "x", 1)],
 }
 
 

@@ -77,7 +77,8 @@ def served(tmp_path_factory) -> Iterator[tuple[str, float]]:
     """`python app.py` serving the screenshot model (screenshot_model), shared by the module's tests: its URL and how
     long to wait for it."""
     model, timeout = screenshot_model(tmp_path_factory.mktemp("tiny"))
-    with launched_app(model, timeout=timeout) as url:
+    real = bool(os.environ.get("MARS_SCREENSHOT_MODEL"))  # a real model runs on every core, as a user's does
+    with launched_app(model, timeout=timeout, threads=None if real else 1) as url:
         yield url, timeout
 
 
@@ -343,6 +344,53 @@ def test_verified_walkthrough_in_a_browser(driver, served, tmp_path):
     driver.execute_script("document.getElementById('walkv-forward').scrollIntoView()")
     time.sleep(0.5)
     screenshot(driver, tmp_path, "walkthrough_verified.png")
+
+
+def chart_points(driver, elem_id: str) -> int:
+    """How many points the plotly chart in #elem_id draws, over all its traces (0 while none is drawn)."""
+    return driver.execute_script(
+        "const plot = document.querySelector('#' + arguments[0] + ' .js-plotly-plot');"
+        "return plot && plot.data ? plot.data.reduce((n, t) => n + (t.x ? t.x.length : 0), 0) : 0;", elem_id)
+
+
+def test_train_in_a_browser(driver, served, tmp_path):
+    """The Train tab: Start draws the losses as the steps come (the chart gains points while it trains), Stop ends the
+    training cleanly and keeps the model (with MARS_SCREENSHOT_MODEL, a real model: the default budget runs out
+    instead), and Race puts it against the model before training (train.png: the charts; train_race.png: the race)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    url, timeout = served
+    driver.get(url)
+    wait = WebDriverWait(driver, timeout)
+    wait.until(ec.element_to_be_clickable((By.XPATH, "//button[@role='tab' and normalize-space()='Train']"))).click()
+    time.sleep(0.5)
+    assert chart_points(driver, "train-loss-plot") == 0
+    press(driver, "train-run")
+    wait.until(lambda d: chart_points(d, "train-loss-plot") >= 4)  # the AR loss and 3 slots, at a first step
+    first = chart_points(driver, "train-loss-plot")
+    wait.until(lambda d: chart_points(d, "train-loss-plot") > first)  # it moves: more steps drawn
+    assert "training" in driver.find_element(By.ID, "train-status").text
+    if os.environ.get("MARS_SCREENSHOT_MODEL"):
+        wait.until(lambda d: "done" in d.find_element(By.ID, "train-status").text)
+    else:
+        driver.find_element(By.ID, "train-stop").click()
+        wait.until(lambda d: "stopped" in d.find_element(By.ID, "train-status").text)
+    assert "Trained for" in driver.find_element(By.ID, "train-message").text
+    assert not visible_errors(driver)
+    time.sleep(1.5)  # the last chart update paints
+    driver.execute_script("document.getElementById('train-message').scrollIntoView()")
+    time.sleep(0.5)
+    screenshot(driver, tmp_path, "train.png")
+    press(driver, "train-race")
+    wait.until(lambda d: "after training" in d.find_element(By.ID, "train-race-summary").text
+               and "done" in d.find_element(By.ID, "train-after-verified").text
+               and "done" in d.find_element(By.ID, "train-before-mars").text)
+    assert not visible_errors(driver)
+    driver.execute_script("document.getElementById('train-race').scrollIntoView()")
+    time.sleep(0.5)
+    screenshot(driver, tmp_path, "train_race.png")
 
 
 def in_first_screen(driver, elem_id: str) -> bool:

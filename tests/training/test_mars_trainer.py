@@ -73,6 +73,35 @@ def test_loss_matches_hand_computation(model, tokenizer, dataset, tmp_path, alph
     assert logged["eval_loss_clean"] == pytest.approx(ce_clean.item(), abs=1e-3)
 
 
+def test_slot_losses_match_hand_computation(model, tokenizer, dataset, tmp_path) -> None:
+    """loss_slot{j}: the noisy CE of the labels at positions p+1 with p mod B = j-1, each a mean over its own tokens;
+    weighted by their counts, the slots give back the noisy loss."""
+    b_size = 3
+    trainer = MarsTrainer(model=model, args=config(tmp_path, block_size=b_size), processing_class=tokenizer)
+    batch = ChatCollator(tokenizer.pad_token_id)([dataset[i] for i in range(4)])
+    x, y = batch["input_ids"], batch["labels"]
+    n = x.shape[1]
+    with torch.no_grad():
+        loss = trainer.compute_loss(model, batch)
+        noisy = x.masked_fill(y != -100, tokenizer.mask_token_id)
+        mask = as_model_mask(training_attention_mask(n, b_size), model).expand(x.shape[0], -1, -1, -1)
+        logits = model(input_ids=torch.cat([noisy, x], 1), attention_mask=mask,
+                       position_ids=torch.arange(n).repeat(2)[None].expand(x.shape[0], -1)).logits[:, :n - 1]
+        ce = F.cross_entropy(logits.transpose(1, 2), y[:, 1:], ignore_index=-100, reduction="none")
+    trainer.log({"eval_loss": loss.item()})
+    logged = trainer.state.log_history[-1]
+    slot_of_query = torch.arange(n - 1) % b_size + 1  # the query at p predicts label p+1
+    weighted = 0.0
+    for j in range(1, b_size + 1):
+        here = (slot_of_query == j)[None].expand_as(ce) & (y[:, 1:] != -100)
+        expected = ce[here].mean().item()
+        assert logged[f"eval_loss_slot{j}"] == pytest.approx(expected, abs=1e-3)
+        weighted += ce[here].sum().item()
+    count = int((y[:, 1:] != -100).sum())
+    assert weighted / count == pytest.approx(logged["eval_loss_noisy"], abs=1e-3)
+    assert len({round(logged[f"eval_loss_slot{j}"], 3) for j in range(1, b_size + 1)}) == b_size  # slots differ
+
+
 def test_bf16_model_loss_close_to_fp32(tokenizer, dataset, tmp_path) -> None:
     model = tiny_qwen2(len(tokenizer))
     batch = ChatCollator(tokenizer.pad_token_id)([dataset[0], dataset[1]])

@@ -1,0 +1,99 @@
+"""The Train tab: watch MARS learn. Pick a small corpus (or paste text), B and a budget, press Start: mars_core's own
+MarsTrainer fine-tunes a LoRA on a copy of the base model while the page draws the AR loss and each mask slot's loss
+falling and held-out tokens per forward rising; then race the trained model against the same model before training."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from mars_core.training.corpora import CORPORA, DEFAULT_CORPUS, MAX_PASTED_CHARS, PASTED
+
+from . import lanes, models
+from .charts import plotly_data
+from .inputs import slider, typed_js, unchecked
+from .lanes import QUICK
+from .race_html import legend_html, pane_html
+from .race_state import LANES
+from .train_figures import loss_figure, progress_html, speed_figure
+from .train_loop import SIDES, race, train
+from .train_state import TrainSession
+
+
+def intro() -> str:
+    """What the tab does, naming the model a training starts from."""
+    base = ("the embedded SmolLM2-135M-Instruct *without* its shipped MARS adapter" if models.CONFIG.model is None
+            else f"the served model, {models.model_label(models.CONFIG.model)}")
+    return (
+        "MARS is continued training, no new heads: the model learns to fill B−1 **mask slots** after the last real "
+        "token, so one forward can commit several tokens. Press **Start**: a LoRA is fine-tuned live on a copy of "
+        f"{base} with mars_core's own `MarsTrainer`. Watch the AR loss stay low while each mask slot's loss falls "
+        "(slot 1, the token after next, learns first), and the held-out tokens per forward rise. The held-out items "
+        "are prompts of the corpus that training never sees. Then race what was trained against the same model before "
+        "training.")
+
+
+def stop(session: TrainSession) -> None:
+    """The Stop button: the training ends at its next step (what it learned is kept, and can be raced), a race at its
+    next forward."""
+    session.stop_all()
+
+
+def corpus_note(corpus: str) -> str:
+    """One line on the chosen corpus."""
+    if corpus == PASTED:
+        return (f"Your text, cut into passages (prompt: continue from its first words; answer: the rest); the last "
+                f"passages are held out. Up to {MAX_PASTED_CHARS:,} characters.")
+    return f"*{corpus}*: {CORPORA[corpus].about}." if corpus in CORPORA else ""
+
+
+def build(demo: gr.Blocks) -> list[gr.Button]:
+    """The Train tab: the corpus, B and the budget, Start/Stop, the progress, the two live charts and the metrics;
+    then the race of the trained model against its base. Returns no button to hold until the served model is ready:
+    a training prepares its own base model (models.preparing says so on the status line)."""
+    session = gr.State(TrainSession())
+    with gr.Tab("Train", elem_id="train-tab"):
+        gr.Markdown(intro())
+        with gr.Row(equal_height=True):
+            with gr.Column(scale=4, min_width=300):
+                corpus = unchecked(gr.Radio([*CORPORA, PASTED], value=DEFAULT_CORPUS, label="What to learn",
+                                            elem_id="train-corpus"))
+                note = gr.Markdown(corpus_note(DEFAULT_CORPUS), elem_id="train-corpus-note")
+                pasted = gr.Textbox("", label="Text to learn (with “pasted text”)", lines=3,
+                                    max_length=MAX_PASTED_CHARS, elem_id="train-text")
+            with gr.Column(scale=3, min_width=240):
+                block, steps, minutes = (slider(f"train-{name}") for name in ("block", "steps", "minutes"))
+            start_button, stop_button = lanes.run_and_stop("train", "Start")
+        message = gr.Markdown("", elem_id="train-message")
+        bar = gr.HTML(progress_html(0, 1, 0, 1), elem_id="train-progress", padding=False)
+        status = gr.Markdown("Press **Start** (the default: counting, B = 4, 3 minutes at most).",
+                             elem_id="train-status")
+        with gr.Row():
+            losses = gr.Plot(plotly_data(loss_figure([])), show_label=False, elem_id="train-loss-plot")
+            speeds = gr.Plot(plotly_data(speed_figure([])), show_label=False, elem_id="train-speed-plot")
+        with gr.Accordion("Metrics (JSON)", open=False):
+            metrics = gr.JSON(label="metrics", show_label=False)
+        gr.Markdown("### Race what was trained\nThe same model before training (top) and after (bottom), each as AR, "
+                    "MARS at τ = 0.9 and MARS verified, on a held-out prompt of the corpus.")
+        with gr.Row(equal_height=True):
+            with gr.Column(scale=4, min_width=300):
+                prompt = gr.Dropdown([], label="Held-out prompt (never trained on)", allow_custom_value=True,
+                                     elem_id="train-race-prompt")
+            with gr.Column(scale=1, min_width=120):
+                race_button = gr.Button("Race", variant="primary", elem_id="train-race")
+        summary = gr.Markdown("", elem_id="train-race-summary")
+        panes = []
+        for side in SIDES:
+            gr.Markdown(f"**{'Before training' if side == 'before' else 'After training'}**")
+            with gr.Row():
+                for key in LANES:
+                    with gr.Column(min_width=280):
+                        panes.append(gr.HTML(pane_html(None, key=key), elem_id=f"train-{side}-{key}", padding=False))
+        gr.HTML(legend_html())
+    inputs = [corpus, pasted, block, steps, minutes, session]
+    start_button.click(train, inputs, [losses, speeds, status, bar, metrics, prompt, message],
+                       api_name="train", show_progress="minimal", concurrency_limit=None, js=typed_js(inputs, True))
+    stop_button.click(stop, session, None, api_name="train_stop", **QUICK)
+    race_button.click(race, [prompt, session], [*panes, summary], api_name="train_race", show_progress="minimal",
+                      concurrency_limit=None)
+    corpus.change(corpus_note, corpus, note, api_visibility="undocumented", show_progress="hidden", queue=False)
+    return []

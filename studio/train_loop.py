@@ -1,0 +1,297 @@
+"""The Train tab's two runs: a live MARS training (mars_core.training.live: the real MarsTrainer, a LoRA on a copy of
+the base model, in a thread) streamed to the page as its losses and probes come; then a race of the trained model
+against the same model before training (AR, MARS τ, MARS verified each), on a held-out item of its corpus."""
+
+from __future__ import annotations
+
+import copy
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import gradio as gr
+
+from mars_core import DecodeControl, prepare, stream
+from mars_core.decoding.strategies import default_threshold
+from mars_core.runtime import Runtime
+from mars_core.training.corpora import CORPORA, PASTED, corpus_split, pasted_examples
+
+from . import models, train_state
+from .charts import plotly_data
+from .inputs import check, warn
+from .lanes import Throttle, guarded
+from .race_html import pane_html
+from .race_state import LANE_NAMES, LANES, Run, departure
+from .train_figures import loss_figure, progress_html, speed_figure, status_markdown
+from .train_state import Trained, TrainSession
+
+if TYPE_CHECKING:  # the trainer's modules load on the first Start (transformers' Trainer brings peft and accelerate):
+    from mars_core.training.live import LiveConfig  # an app that only decodes, as a Space, needs none of them
+
+PROBE_ITEMS = 2  # held-out items each probe during training decodes (a probe pauses the training: kept short)
+PROBE_TOKENS = 32
+CHECK_ITEMS = 3  # held-out items the trained model is checked on at the end (verified against one-token decoding)
+CHECK_TOKENS = 64
+RACE_TOKENS = 64
+FRAME_SECONDS = 1.0  # the page is updated about this often while a training runs
+SIDES = ("before", "after")
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """A training's settings, checked: the corpus's name, its training and held-out items, and the run's config."""
+
+    corpus: str
+    train: list[dict]
+    held_out: list[dict]
+    config: LiveConfig
+
+
+def checked_settings(corpus: Any, pasted: Any, block_size: Any, steps: Any, minutes: Any) -> TrainSettings:
+    """The validated settings (a ValueError with one message else)."""
+    from mars_core.training.live import LiveConfig
+
+    block = check("train-block", block_size)
+    budget = check("train-steps", steps)
+    seconds = 60.0 * check("train-minutes", minutes)
+    if corpus == PASTED:
+        train, held = pasted_examples(pasted)
+    elif corpus in CORPORA:
+        train, held = corpus_split(corpus)
+    else:
+        raise ValueError(f"Corpus must be one of {', '.join([*CORPORA, PASTED])}, got {corpus!r}.")
+    return TrainSettings(corpus, train, held, LiveConfig(block_size=block, max_steps=budget, max_seconds=seconds))
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def train_frame(points: list[dict], settings: TrainSettings, elapsed: float, state: str, *,
+                choices: Any = None, message: str = "") -> tuple:
+    """One update of the training's outputs: both charts, the status and its bar, the metrics JSON, the race's prompt
+    choices (gr.skip() until the training ends), the message line."""
+    config = settings.config
+    step = max((p["step"] for p in points), default=0)
+    return (plotly_data(loss_figure(points)), plotly_data(speed_figure(points)),
+            status_markdown(points, config.max_steps, config.max_seconds, elapsed, state),
+            progress_html(elapsed, config.max_seconds, step, config.max_steps), metrics_json(points, state),
+            gr.skip() if choices is None else choices, message)
+
+
+def metrics_json(points: list[dict], state: str) -> dict:
+    """The latest figures (what API clients read): step, seconds, ar_loss, slot_losses, the last probe's tokens per
+    forward, the state; and every point so far."""
+    last = next((p for p in reversed(points) if "ar_loss" in p), {})
+    probe = next((p for p in reversed(points) if p.get("probe") or p.get("check")), {})
+    step = max((p["step"] for p in points), default=0)
+    seconds = max((p["seconds"] for p in points), default=0.0)
+    return {"state": state, "step": step, "seconds": seconds, "ar_loss": last.get("ar_loss"),
+            "slot_losses": last.get("slot_losses", []),
+            "tau_tokens_per_forward": probe.get("tau_tokens_per_forward"),
+            "verified_tokens_per_forward": probe.get("verified_tokens_per_forward"),
+            **{k: v for k, v in probe.items() if k in ("verified_identical", "ar_correct", "items")},
+            "points": points}
+
+
+def failure(message: str) -> tuple:
+    """One message next to Start; everything on screen stays."""
+    return (*(gr.skip(),) * 6, warn(message))
+
+
+def notice(message: str) -> tuple:
+    return (*(gr.skip(),) * 6, message)
+
+
+def train(corpus: str, pasted: str, block_size: Any, steps: Any, minutes: Any,
+          session: TrainSession) -> Iterator[tuple]:
+    """The Start button: the settings checked, a training place claimed (one per visitor, a cap for the machine),
+    then the training streamed; its last frame offers the held-out prompts to race."""
+    try:
+        settings = checked_settings(corpus, pasted, block_size, steps, minutes)
+        stop = train_state.start(session)
+    except ValueError as err:
+        yield failure(str(err))
+        return
+    try:
+        yield from guarded(run_training(settings, session, stop), failure, "Training")
+    finally:
+        train_state.finish(session)
+
+
+def run_training(settings: TrainSettings, session: TrainSession, stop: threading.Event) -> Iterator[tuple]:
+    """The training itself: the base model prepared (once), a copy trained in a thread (its metrics arriving through
+    a queue, a frame a second), then merged, checked on held-out items and kept for the race."""
+    from mars_core.evaluation.probe import decode_probe, live_probe
+    from mars_core.training.live import merged, train_live
+
+    name = train_state.base_name()
+    for said in models.preparing([name], stop.is_set):
+        yield notice(said)
+    if stop.is_set():
+        yield notice("Stopped before the training began.")
+        return
+    base, tokenizer = models.get_model(name)
+    if getattr(tokenizer, "mask_token_id", None) is None:
+        raise ValueError("This model has no mask token: MARS training needs one (mars_core.load guarantees one).")
+    config, held = settings.config, settings.held_out
+    points: list[dict] = []
+    arrived: queue.Queue = queue.Queue()
+    outcome: dict[str, Any] = {}
+
+    probe = live_probe(tokenizer, held[:PROBE_ITEMS], config.block_size, base.dtype, models.get_runtime(name).cost,
+                       PROBE_TOKENS)
+
+    def work() -> None:
+        try:
+            outcome["result"] = train_live(copy.deepcopy(base).float(), tokenizer, settings.train, config,
+                                           arrived.put, probe, stop)
+        except Exception as err:  # noqa: BLE001 - handed to the generator, which says it (guarded)
+            outcome["error"] = err
+        finally:
+            arrived.put(None)
+
+    start = time.monotonic()
+    threading.Thread(target=work, name="train", daemon=True).start()
+    yield train_frame(points, settings, 0.0, "training", message="Training started: the first losses come after "
+                      "the first steps, the first probe of held-out items before them.")
+    try:
+        while not _drain(arrived, points):  # a frame a second until the training's end (None) arrives
+            yield train_frame(points, settings, time.monotonic() - start, "training")
+            try:
+                item = arrived.get(timeout=FRAME_SECONDS)
+            except queue.Empty:
+                continue
+            if item is None:
+                break
+            points.append(item)
+    finally:
+        stop.set()  # the page left (Gradio closed this generator): the training ends at its next step
+    if "error" in outcome:
+        raise outcome["error"]
+    wrapped, callback = outcome["result"]
+    elapsed = time.monotonic() - start
+    yield train_frame(points, settings, elapsed, "checking", message="Merging the LoRA and checking the trained "
+                      f"model on {CHECK_ITEMS} held-out items (verified against its own one-token decoding)…")
+    after = merged(wrapped, base.dtype)
+    runtime = prepare(after)
+    final = decode_probe(after, tokenizer, held[:CHECK_ITEMS], config.block_size, max_new_tokens=CHECK_TOKENS,
+                         runtime=runtime, one_token=True)
+    final.pop("answers", None)
+    steps = max((p["step"] for p in points), default=0)
+    points.append({"step": steps, "seconds": round(time.monotonic() - start, 2), "check": True, **final})
+    train_state.keep(session, Trained(after, tokenizer, runtime, settings.corpus, config.block_size, held, steps,
+                                      final))
+    ended = {"stop": "stopped (what it learned is kept)", "seconds": "time budget spent"}.get(callback.stopped_by,
+                                                                                             "step budget spent")
+    prompts = [item["messages"][0]["content"] for item in held]
+    yield train_frame(points, settings, elapsed, f"done: {ended}", choices=gr.Dropdown(choices=prompts,
+                      value=prompts[0]), message=trained_summary(final, steps))
+
+
+def _drain(arrived: queue.Queue, points: list[dict]) -> bool:
+    """Move every metric waiting in the queue onto `points`; True when the training's end (None) was among them."""
+    while True:
+        try:
+            item = arrived.get_nowait()
+        except queue.Empty:
+            return False
+        if item is None:
+            return True
+        points.append(item)
+
+
+def trained_summary(final: dict, steps: int) -> str:
+    """The trained model, in one line: its held-out tokens per forward and whether verified kept its answers."""
+    return (f"**Trained for {steps} steps.** On {final['items']} held-out items: verified "
+            f"{final['verified_tokens_per_forward']:.2f} tokens per forward, its answers identical to the trained "
+            f"model's own one-token decoding on {final['verified_identical']} of {final['items']}; MARS at τ = 0.9 "
+            f"{final['tau_tokens_per_forward']:.2f}; one-token answers equal to the reference on "
+            f"{final['ar_correct']} of {final['items']}. Race it below.")
+
+
+# ----------------------------------------------------------------------------- the race
+
+
+def race_failure(message: str) -> tuple:
+    return (*(gr.skip(),) * 6, warn(message))
+
+
+def race(prompt: Any, session: TrainSession) -> Iterator[tuple]:
+    """The Race button: the trained model (after) against its base (before), AR, MARS τ and verified each, on a
+    held-out prompt, one forward per lane in turn inside a generation slot."""
+    trained = train_state.kept(session)
+    if trained is None:
+        yield race_failure("Train a model first (Start above): the race is between it and its base."
+                           if session.trained is None else "Your trained model was dropped to make room for newer "
+                           "ones (the app keeps a few): train again.")
+        return
+    if not isinstance(prompt, str) or not prompt.strip():
+        yield race_failure("Pick a held-out prompt to race on.")
+        return
+    controls = {(side, key): DecodeControl(threshold=1.0 if key == "ar" else
+                                           default_threshold("verified") if key == "verified" else 0.9)
+                for side in SIDES for key in LANES}
+    session.lanes = list(controls.values())
+    yield from models.in_a_slot(guarded(run_race(prompt, trained, controls), race_failure, "Race"),
+                                lambda: (*(gr.skip(),) * 6, models.WAITING),
+                                lambda: any(c.stopped for c in controls.values()))
+
+
+def run_race(prompt: str, trained: Trained, controls: dict) -> Iterator[tuple]:
+    """The six lanes, one forward each in turn; a frame when due (lanes.Throttle)."""
+    name = train_state.base_name()
+    for said in models.preparing([name]):
+        yield (*(gr.skip(),) * 6, said)
+    base, tokenizer = models.get_model(name)
+    served = {"before": (base, models.get_runtime(name)), "after": (trained.model, trained.runtime)}
+    strategies = {"ar": "ar", "mars": "sliding", "verified": "verified"}
+    runs = {(side, key): Run(LANE_NAMES[key], stream(served[side][0], tokenizer, prompt, strategy=strategies[key],
+                                                     block_size=trained.block_size, max_new_tokens=RACE_TOKENS,
+                                                     control=controls[(side, key)], runtime=served[side][1]),
+                             tokenizer)
+            for side in SIDES for key in LANES}
+    throttle = Throttle()
+    with models.TRACKER:
+        while not all(r.finished for r in runs.values()):
+            for run in runs.values():
+                if not run.finished:
+                    run.advance()
+            stopped = any(c.stopped for c in controls.values())
+            done = all(r.finished for r in runs.values())
+            if throttle.due(sum(len(r.ids) for r in runs.values()), done):
+                yield race_frame(runs, {side: served[side][1] for side in SIDES},
+                                 "stopped" if stopped else "done" if done else "running", done)
+
+
+def race_frame(runs: dict, runtimes: dict[str, Runtime], status: str, done: bool) -> tuple:
+    """The six panes (before, then after; each verified lane titled by its runtime's width check) and the race's
+    summary line."""
+    panes = []
+    for side in SIDES:
+        ar = runs[(side, "ar")]
+        exact = runtimes[side].invariant
+        for key in LANES:
+            run = runs[(side, key)]
+            depart = departure(ar.ids, run.ids, done) if key != "ar" else None
+            panes.append(pane_html(run, f"{status} · {sum(run.counts)} tokens in {len(run.counts)} forwards", depart,
+                                   key, exact, 0.9 if key == "mars" else None))
+    return (*panes, race_summary(runs, done))
+
+
+def race_summary(runs: dict, done: bool) -> str:
+    """Tokens per forward before and after training, lane by lane (counts: true of the answers on screen)."""
+    rows = []
+    for side, said in (("before", "before training"), ("after", "after training")):
+        ar = runs[(side, "ar")]
+        cells = []
+        for key in LANES:
+            run = runs[(side, key)]
+            s = run.summary()
+            same = "" if key == "ar" else (" (AR's answer)" if departure(ar.ids, run.ids, done) is None else
+                                           " (departs from AR)")
+            cells.append(f"{LANE_NAMES[key]} **{s['tokens_per_forward']:.2f}**{same}")
+        rows.append(f"{said}: " + " · ".join(cells))
+    return "Tokens per forward, " + "  \n".join(rows)
