@@ -16,11 +16,11 @@ import time
 import torch
 
 from mars_core import load, prepare
-from mars_core.evaluation.probe import decode_probe, live_probe
+from mars_core.evaluation.probe import final_check, live_probe
 from mars_core.load import resolve_dtype
 from mars_core.machine import machine_info
 from mars_core.training.corpora import CORPORA, DEFAULT_CORPUS, corpus_split
-from mars_core.training.live import LiveConfig, merged, train_live
+from mars_core.training.live import LiveConfig, train_live
 
 
 def run(method: str, base: torch.nn.Module, tokenizer, train, held, config: LiveConfig, probe_items: int,
@@ -38,10 +38,7 @@ def run(method: str, base: torch.nn.Module, tokenizer, train, held, config: Live
                                    live_probe(tokenizer, held[:probe_items], config.block_size, dtype, cost)
                                    if method == "mars" else None)
     seconds = time.monotonic() - start
-    final = merged(wrapped, dtype)
-    runtime = prepare(final)
-    figures = decode_probe(final, tokenizer, held, config.block_size, max_new_tokens=96, runtime=runtime,
-                           one_token=True)
+    _, runtime, figures = final_check(wrapped, tokenizer, held, config.block_size, dtype, max_new_tokens=96)
     reached = next((m["seconds"] for m in stream if m.get("verified_tokens_per_forward", 0) >= 2.0), None)
     return {"method": method, "steps": callback.steps, "seconds": round(seconds, 1), "stopped_by": callback.stopped_by,
             "first_point_seconds": stream[0]["seconds"] if stream else None, "verified_2_at_seconds": reached,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 
-from mars_core import DecodeControl, prepare, stream
+from mars_core import DecodeControl, stream
 from mars_core.decoding.strategies import default_threshold
 from mars_core.runtime import Runtime
 from mars_core.training.corpora import CORPORA, PASTED, corpus_split, pasted_examples
@@ -96,13 +96,15 @@ def metrics_json(points: list[dict], state: str) -> dict:
             "points": points}
 
 
-def failure(message: str) -> tuple:
-    """One message next to Start; everything on screen stays."""
-    return (*(gr.skip(),) * 6, warn(message))
-
-
 def notice(message: str) -> tuple:
+    """A line on the message line (the model's preparation, waiting for a slot), everything else as it is: both runs'
+    outputs end with their message line."""
     return (*(gr.skip(),) * 6, message)
+
+
+def failure(message: str) -> tuple:
+    """One message next to Start or Race; nothing on screen is wiped."""
+    return notice(warn(message))
 
 
 def train(corpus: str, pasted: str, block_size: Any, steps: Any, minutes: Any,
@@ -124,8 +126,8 @@ def train(corpus: str, pasted: str, block_size: Any, steps: Any, minutes: Any,
 def run_training(settings: TrainSettings, session: TrainSession, stop: threading.Event) -> Iterator[tuple]:
     """The training itself: the base model prepared (once), a copy trained in a thread (its metrics arriving through
     a queue, a frame a second), then merged, checked on held-out items and kept for the race."""
-    from mars_core.evaluation.probe import decode_probe, live_probe
-    from mars_core.training.live import merged, train_live
+    from mars_core.evaluation.probe import final_check, live_probe
+    from mars_core.training.live import train_live
 
     name = train_state.base_name()
     for said in models.preparing([name], stop.is_set):
@@ -175,12 +177,10 @@ def run_training(settings: TrainSettings, session: TrainSession, stop: threading
     elapsed = time.monotonic() - start
     yield train_frame(points, settings, elapsed, "checking", message="Merging the LoRA and checking the trained "
                       f"model on {CHECK_ITEMS} held-out items (verified against its own one-token decoding)…")
-    after = merged(wrapped, base.dtype)
-    runtime = prepare(after)
-    final = decode_probe(after, tokenizer, held[:CHECK_ITEMS], config.block_size, max_new_tokens=CHECK_TOKENS,
-                         runtime=runtime, one_token=True)
+    after, runtime, final = final_check(wrapped, tokenizer, held[:CHECK_ITEMS], config.block_size, base.dtype,
+                                        CHECK_TOKENS)
     final.pop("answers", None)
-    steps = max((p["step"] for p in points), default=0)
+    steps = callback.steps
     points.append({"step": steps, "seconds": round(time.monotonic() - start, 2), "check": True, **final})
     train_state.keep(session, Trained(after, tokenizer, runtime, settings.corpus, config.block_size, held, steps,
                                       final))
@@ -215,28 +215,24 @@ def trained_summary(final: dict, steps: int) -> str:
 # ----------------------------------------------------------------------------- the race
 
 
-def race_failure(message: str) -> tuple:
-    return (*(gr.skip(),) * 6, warn(message))
-
-
 def race(prompt: Any, session: TrainSession) -> Iterator[tuple]:
     """The Race button: the trained model (after) against its base (before), AR, MARS τ and verified each, on a
     held-out prompt, one forward per lane in turn inside a generation slot."""
     trained = train_state.kept(session)
     if trained is None:
-        yield race_failure("Train a model first (Start above): the race is between it and its base."
+        yield failure("Train a model first (Start above): the race is between it and its base."
                            if session.trained is None else "Your trained model was dropped to make room for newer "
                            "ones (the app keeps a few): train again.")
         return
     if not isinstance(prompt, str) or not prompt.strip():
-        yield race_failure("Pick a held-out prompt to race on.")
+        yield failure("Pick a held-out prompt to race on.")
         return
     controls = {(side, key): DecodeControl(threshold=1.0 if key == "ar" else
                                            default_threshold("verified") if key == "verified" else 0.9)
                 for side in SIDES for key in LANES}
     session.lanes = list(controls.values())
-    yield from models.in_a_slot(guarded(run_race(prompt, trained, controls), race_failure, "Race"),
-                                lambda: (*(gr.skip(),) * 6, models.WAITING),
+    yield from models.in_a_slot(guarded(run_race(prompt, trained, controls), failure, "Race"),
+                                lambda: notice(models.WAITING),
                                 lambda: any(c.stopped for c in controls.values()))
 
 
@@ -244,7 +240,7 @@ def run_race(prompt: str, trained: Trained, controls: dict) -> Iterator[tuple]:
     """The six lanes, one forward each in turn; a frame when due (lanes.Throttle)."""
     name = train_state.base_name()
     for said in models.preparing([name]):
-        yield (*(gr.skip(),) * 6, said)
+        yield notice(said)
     base, tokenizer = models.get_model(name)
     served = {"before": (base, models.get_runtime(name)), "after": (trained.model, trained.runtime)}
     strategies = {"ar": "ar", "mars": "sliding", "verified": "verified"}
