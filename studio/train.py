@@ -13,7 +13,7 @@ from .charts import plotly_data
 from .inputs import slider, typed_js, unchecked
 from .lanes import QUICK
 from .race_html import legend_html, pane_html
-from .race_state import LANES
+from .race_state import LANE_NAMES, LANES
 from .train_figures import loss_figure, progress_html, speed_figure
 from .train_loop import SIDES, race, train
 from .train_state import TrainSession
@@ -87,7 +87,9 @@ def build(demo: gr.Blocks) -> list[gr.Button]:
             with gr.Row():
                 for key in LANES:
                     with gr.Column(min_width=280):
-                        panes.append(gr.HTML(pane_html(None, key=key), elem_id=f"train-{side}-{key}", padding=False))
+                        # untitled until a race: the verified lane's title depends on that model's width check
+                        panes.append(gr.HTML(pane_html(None, f"{LANE_NAMES[key]}: train, then press Race"),
+                                             elem_id=f"train-{side}-{key}", padding=False))
         gr.HTML(legend_html())
     inputs = [corpus, pasted, block, steps, minutes, session]
     start_button.click(train, inputs, [losses, speeds, status, bar, metrics, prompt, message],
