@@ -152,3 +152,21 @@ def test_verified_is_one_token_decoding_in_each_dtype(prepared):
         assert ver.token_ids == one.token_ids, prompt
         tokens, forwards = tokens + ver.generated_tokens, forwards + ver.forwards
     assert tokens / forwards > 1.3  # while committing several tokens per forward
+
+
+def test_static_shapes_decode_one_token_decodings_answer_in_each_dtype(prepared):
+    """Fixed-width forwards into a cache allocated once (Runtime.static): verified decoding and one-token decoding
+    give the dynamic one-token decoder's answer token for token, alone and as a batch of prompts of other lengths."""
+    import dataclasses
+
+    from mars_core.generate import generate
+
+    model, tok, runtime = prepared
+    static = dataclasses.replace(runtime, static=True)
+    prompts = PROMPTS[:3]
+    want = [generate(model, tok, p, strategy="ar", max_new_tokens=32, runtime=runtime).token_ids[0] for p in prompts]
+    batched = generate(model, tok, prompts, strategy="verified", max_new_tokens=32, runtime=static)
+    assert batched.token_ids == want and batched.tokens_per_forward > 1.3
+    assert generate(model, tok, prompts[0], strategy="verified", max_new_tokens=32, runtime=static).token_ids == [
+        want[0]]
+    assert generate(model, tok, prompts, strategy="ar", max_new_tokens=32, runtime=static).token_ids == want

@@ -9,6 +9,9 @@ by construction, in every dtype. It costs one small call per row and layer (docs
 Models loaded by mars_core.load() use the attention registered here under ATTENTION ("mars"). It is transformers'
 SDPA, except inside a runtime that asks for rows (rows_attention(True)): training and transformers' own generate
 see plain SDPA.
+
+A cache allocated once (decoding/static) holds T slots, the new rows among them and the rest masked: there every row
+attends all T keys (full_keys()), so a row's call has the same shapes at every width and at every step.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from transformers.masking_utils import sdpa_mask
 
 ATTENTION = "mars"  # the attn_implementation name load() gives models
 _ROWS: ContextVar[bool] = ContextVar("mars_rows_attention", default=False)
+_FULL: ContextVar[bool] = ContextVar("mars_full_keys", default=False)
 
 
 @contextmanager
@@ -37,17 +41,29 @@ def rows_attention(on: bool = True) -> Iterator[None]:
         _ROWS.reset(token)
 
 
+@contextmanager
+def full_keys() -> Iterator[None]:
+    """Inside, attention row by row reads every key slot of the cache (a static cache: the new rows are not its last
+    ones; the mask says which slots a row sees)."""
+    token = _FULL.set(True)
+    try:
+        yield
+    finally:
+        _FULL.reset(token)
+
+
 def attention_by_rows(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
                       scaling: float | None) -> torch.Tensor:
     """softmax(q k^T * scaling + mask) v for each of the w new rows alone: query [b, Hq, w, d], key and value
     [b, Hkv, T+w, d], mask bool [b, 1, w, T+w] (True = attend) or None (causal); returns [b, w, Hq, d]. Row i's
-    Hq/Hkv query heads that share a key head are that call's rows, as transformers feeds a lone query."""
+    Hq/Hkv query heads that share a key head are that call's rows, as transformers feeds a lone query. Inside
+    full_keys() every row reads all T+w keys."""
     b, hq, w, d = query.shape
     hkv, total = key.shape[1], key.shape[2]
-    cached = total - w
+    cached, full = total - w, _FULL.get()
     out = query.new_empty(b, w, hq, d)
     for i in range(w):
-        end = cached + i + 1  # row i sees nothing after itself
+        end = total if full else cached + i + 1  # row i sees nothing after itself
         q = query[:, :, i].reshape(b, hkv, hq // hkv, d)
         m = None if mask is None else mask[:, :, i : i + 1, :end]
         out[:, i] = F.scaled_dot_product_attention(q, key[:, :, :end], value[:, :, :end], attn_mask=m,

@@ -63,6 +63,7 @@ class Runtime:
     cost: CostCurve | None = None  # seconds of a forward by batch and width; None: verified's fixed rules
     live_cost: bool = False  # verified re-prices width by its own timed forwards (CPU; decoding/verified/pace.py)
     width_check: WidthCheck | None = None  # what a check on this machine found (None: not checked)
+    static: bool = False  # decode at fixed widths into a cache allocated once (decoding/static) where possible
 
     @property
     def invariant(self) -> bool:

@@ -1,0 +1,50 @@
+"""A KV cache allocated once per decode and written by index: the slots a static-shape decoder feeds into.
+
+transformers' StaticCache holds [b, heads, T, d] per layer and writes each forward's keys and values at its own
+counter; place(at) sets every layer's counter before a forward, so a forward of width W writes slots at .. at+W-1 and
+the next one may start anywhere, overwriting what verification rejected. Nothing is ever cropped: which slots hold
+real tokens lives on the device (`valid`), and the mask hides the rest.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import StaticCache
+
+
+class SlotCache:
+    """StaticCache plus where the next forward writes (`at`, on the device) and which slots are real (`valid`)."""
+
+    def __init__(self, model: torch.nn.Module, batch: int, slots: int) -> None:
+        config = model.config
+        heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.kv = StaticCache(config=config, max_cache_len=slots)
+        self.kv.early_initialization(batch, heads, head_dim, model.dtype, model.device)
+        self.slots = slots
+        self.at = torch.zeros((), dtype=torch.long, device=model.device)  # first slot the next forward writes
+        self.valid = torch.zeros((batch, slots), dtype=torch.bool, device=model.device)  # slots holding real tokens
+
+    def place(self) -> None:
+        """Make the next forward write from slot `at` (each layer counts its own writes)."""
+        for layer in self.kv.layers:
+            layer.cumulative_length.copy_(self.at)
+
+    def keep(self, kept: torch.Tensor, advance: torch.Tensor) -> None:
+        """Mark slots at + j valid where kept[i, j] ([b, W] bool), then move `at` on by `advance` slots ([] long)."""
+        index = self.at + torch.arange(kept.shape[1], device=kept.device)  # slots from `at` on were never kept
+        self.valid.scatter_(1, index.expand_as(kept), kept)
+        self.at += advance
+
+
+def slot_mask(cache: SlotCache, template: torch.Tensor, fed: torch.Tensor) -> torch.Tensor:
+    """[b, W, T] boolean mask for a forward of W slots written at `at`: every row sees the valid slots before `at`,
+    and the fed slots its template [W, W] allows and that are real (fed [b, W]); each row always sees itself (an
+    all-masked row gives NaN in SDPA)."""
+    width, dev = template.shape[0], fed.device
+    rel = torch.arange(cache.slots, device=dev) - cache.at  # a slot's column in the tree (negative: before it)
+    inside = (rel >= 0) & (rel < width)
+    col = rel.clamp(0, width - 1)
+    seen = (template[:, col] & fed.gather(1, col.expand(fed.shape[0], -1))[:, None, :]) | (
+        torch.arange(width, device=dev)[:, None] == col[None, :])
+    return torch.where(inside, seen, (cache.valid & (rel < 0))[:, None, :])
