@@ -52,6 +52,10 @@ VERIFIED_THRESHOLD = STRATEGIES["verified"].threshold  # the draft threshold ver
 # bonus is exact up to rounding only, so the default (mars_verified) feeds a chain
 METHODS = ("hf_generate", "hf_prompt_lookup", *(n if STRATEGIES[n].one_token else f"mars_{n}" for n in NAMES),
            "mars_verified_siblings")
+# the strategies with a static-shape decoder, run at fixed widths into a cache allocated once (Runtime.static): asked
+# by name, not in the default list
+STATIC_METHODS = tuple(f"{n if STRATEGIES[n].one_token else f'mars_{n}'}_static" for n in NAMES
+                       if STRATEGIES[n].static is not None)
 
 
 
@@ -97,10 +101,11 @@ def _hf(model, tokenizer, prompts: list[str], max_new: int, runtime: Runtime, lo
     return Counts(sum(lengths), None if lookup else sum(lengths), forwards, max(lengths), dict(zip(prompts, ids)))
 
 
-def _ours(strategy: str, block_size: int, threshold: float, layout: VerifiedConfig = VerifiedConfig()) -> Runner:
+def _ours(strategy: str, block_size: int, threshold: float, layout: VerifiedConfig = VerifiedConfig(),
+          static: bool = False) -> Runner:
     def run(model, tokenizer, prompts, max_new, runtime):
         r = generate(model, tokenizer, prompts, strategy=strategy, block_size=block_size, threshold=threshold,
-                     max_new_tokens=max_new, layout=layout, runtime=runtime)
+                     max_new_tokens=max_new, layout=layout, runtime=replace(runtime, static=static))
         return Counts.of(r, prompts)
 
     return run
@@ -110,18 +115,20 @@ def configurations(methods, block_sizes, thresholds, verified_thresholds=(VERIFI
                    llamacpp: dict[str, Served] | None = None):
     """(method, block_size, threshold, runner, weights) for every requested combination (verified: its draft
     thresholds; weights: None on torch, the llama.cpp rows' weight type for each engine in `llamacpp`)."""
-    for m in methods:
+    for asked in methods:
+        static, m = asked in STATIC_METHODS, asked.removesuffix("_static")  # *_static: Runtime.static
         if m in ("hf_generate", "hf_prompt_lookup"):
             lookup = m == "hf_prompt_lookup"
             yield m, None, None, lambda mo, tok, p, n, rt, lookup=lookup: _hf(mo, tok, p, n, rt, lookup), None
         elif m in STRATEGIES:  # a one-token strategy ("ar")
-            yield m, None, None, _ours(m, 1, STRATEGIES[m].threshold), None
+            yield asked, None, None, _ours(m, 1, STRATEGIES[m].threshold, static=static), None
         elif m.startswith("mars_"):
             verified = m.startswith("mars_verified")
             layout = VerifiedConfig(sibling_floor=0.1) if m == "mars_verified_siblings" else VerifiedConfig()
             for b in block_sizes:
                 for t in verified_thresholds if verified else thresholds:
-                    yield m, b, t, _ours("verified" if verified else m.removeprefix("mars_"), b, t, layout), None
+                    strategy = "verified" if verified else m.removeprefix("mars_")
+                    yield asked, b, t, _ours(strategy, b, t, layout, static), None
     yield from llamacpp_configurations(methods, llamacpp or {}, block_sizes, verified_thresholds)
 
 
@@ -367,8 +374,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mars-bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default=None, help="name or path for mars_core.load (default: the embedded model)")
     p.add_argument("--methods", default=None,
-                   help=f"comma list of {', '.join(METHODS + LLAMACPP_METHODS)} (default: every torch method, and "
-                        "every llama.cpp one where --llamacpp-weights is given)")
+                   help=f"comma list of {', '.join(METHODS + STATIC_METHODS + LLAMACPP_METHODS)} (default: every "
+                        "torch method but the *_static ones, and every llama.cpp one where --llamacpp-weights is "
+                        "given)")
     p.add_argument("--llamacpp-weights", default="",
                    help="comma list of f32, bf16, q8_0: add the llama.cpp rows (batch 1) for each weight type, the "
                         "GGUF exported once and cached (needs pip install -e \".[llamacpp]\"; default: none)")
@@ -422,9 +430,10 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     weights = llamacpp_weights(p, args.llamacpp_weights)
     methods = parse_list(args.methods, str) if args.methods else [*METHODS, *(LLAMACPP_METHODS if weights else ())]
-    unknown = set(methods) - set(METHODS) - set(LLAMACPP_METHODS)
+    known = METHODS + STATIC_METHODS + LLAMACPP_METHODS
+    unknown = set(methods) - set(known)
     if unknown:
-        p.error(f"unknown methods {sorted(unknown)}; choose from {', '.join(METHODS + LLAMACPP_METHODS)}")
+        p.error(f"unknown methods {sorted(unknown)}; choose from {', '.join(known)}")
     if set(methods) & set(LLAMACPP_METHODS) and not weights:
         p.error("the llamacpp_* methods need --llamacpp-weights (a comma list of f32, bf16, q8_0)")
     if args.quick:
