@@ -9,8 +9,8 @@ import torch
 from mars_core import DecodeControl, generate, stream
 from mars_core.decoding.static import buckets, decode
 from mars_core.decoding.static.buckets import Bucket, choose, expected_tokens, verify_buckets
-from mars_core.decoding.static.slots import SlotCache, slot_mask
-from mars_core.runtime import CostCurve, Runtime
+from mars_core.runtime import CostCurve, Runtime, slots
+from mars_core.runtime.slots import SlotCache
 
 from test_decoders import PROMPTS, hf_greedy
 from trained import ANSWERS, mars_trained
@@ -56,7 +56,8 @@ def test_static_threshold_decoding_is_the_dynamic_decoders(trained, tokenizer, t
 
 def test_forwards_are_buckets_into_one_cache_never_cropped(trained, tokenizer, monkeypatch):
     """After the prefill every forward feeds one bucket, the widest where width is free and a narrower one where the
-    curve prices wide trees out, into one cache of a fixed length that is never cropped."""
+    curve prices wide trees out, into one cache of a fixed length that is never cropped; the next decode of that shape
+    reuses the cache, reset."""
     fed, caches = [], []
     real = decode.hidden_states
 
@@ -70,18 +71,19 @@ def test_forwards_are_buckets_into_one_cache_never_cropped(trained, tokenizer, m
             super().__init__(*args)
 
     monkeypatch.setattr(decode, "hidden_states", spy)
-    monkeypatch.setattr(decode, "SlotCache", Counted)
+    monkeypatch.setattr(slots, "SlotCache", Counted)
+    monkeypatch.setattr(slots, "_FREE", [])
     from transformers import StaticCache
     monkeypatch.setattr(StaticCache, "crop", lambda *_: pytest.fail("a static cache is never cropped"))
     free = Runtime(static=True, cost=CostCurve.from_function(lambda b, w: 1.0))
     priced = Runtime(static=True, cost=CostCurve.from_function(lambda b, w: 1.0 if w <= 8 else 10.0))
-    for runtime, want in [(free, {16}), (priced, {8})]:  # B = 4: buckets of width 4, 8, 12 and 16
+    for runtime, want, made in [(free, {16}, 1), (priced, {8}, 0)]:  # B = 4: buckets of width 4, 8, 12 and 16
         fed.clear(), caches.clear()
         out = generate(trained, tokenizer, PROMPTS, strategy="verified", block_size=4, threshold=0.3,
                        max_new_tokens=40, runtime=runtime)
         assert out.token_ids == hf_greedy(trained, tokenizer, PROMPTS, 40)
         assert {w for w, *_ in fed[1:]} == want and out.forwards == len(fed)
-        assert len(caches) == 1 and len({c for *_, c in fed}) == 1
+        assert len(caches) == made and len({c for *_, c in fed}) == 1  # the second decode reuses the first's cache
         assert len({t for _, t, _ in fed}) == 1  # every forward reads the same key length
 
 
@@ -127,22 +129,6 @@ def test_a_bucket_is_a_verified_tree_of_fixed_width():
     assert seen[g1, :2].all() and not seen[g1, 2].any() and not seen[g1, 3:6].any()  # G_1 sees bonus, d_1 only
     assert seen[2, :3].all() and bucket.group_start(torch.tensor([0, 2])).tolist() == [3, 9]
     assert verify_buckets(3, 0) == [Bucket(1, 0, 0)] and Bucket(1, 0, 0).width == 1
-
-
-def test_the_slot_mask_sees_the_valid_slots_before_the_tree_and_the_tree_as_its_template():
-    model = torch.nn.Linear(1, 1)
-    model.config = type("C", (), {"num_key_value_heads": 1, "num_attention_heads": 1, "hidden_size": 4,
-                                  "head_dim": 4, "num_hidden_layers": 1})()
-    model.dtype, model.device = torch.float32, torch.device("cpu")
-    cache = SlotCache.__new__(SlotCache)
-    cache.slots, cache.at = 8, torch.tensor(3)
-    cache.valid = torch.tensor([[True, False, True, False, False, False, False, False]])
-    template = torch.tensor([[1, 0], [1, 1]], dtype=torch.bool)
-    mask = slot_mask(cache, template, torch.tensor([[True, False]]))
-    assert mask[0, 0].tolist() == [True, False, True, True, False, False, False, False]
-    assert mask[0, 1].tolist() == [True, False, True, True, True, False, False, False]  # unfed: itself only
-    cache.keep(torch.tensor([[True, False]]), torch.tensor(1))
-    assert cache.valid[0].tolist()[:5] == [True, False, True, True, False] and int(cache.at) == 4
 
 
 def test_the_plan_prices_a_whole_step_by_its_width():

@@ -22,13 +22,14 @@ import torch
 
 from ...runtime.attention import full_keys
 from ...runtime.forward import head, hidden_states
+from ...runtime.graphs import capturable, replayed
+from ...runtime.slots import SlotCache, borrowed, slot_mask
 from ..commit import Committed, commit, decode_loop
 from ..control import DecodeControl
 from ..sampling import accept_prefix, greedy, select
 from ..spec import DecodeSpec, Step
 from ..verified.tree import leading
 from .buckets import Bucket, choose, verify_buckets
-from .slots import SlotCache, slot_mask
 
 SLACK = 128  # slots past prompt + max_new_tokens: room for the widest tree twice (B = 8: 64 slots)
 ROUND = 128  # the cache's length is a multiple of this, so decodes of similar lengths share shapes
@@ -55,6 +56,7 @@ class Run:
     seconds: torch.Tensor | None  # [D+1] seconds of a forward of verified bucket k at this batch (None: no curve)
     bucket: Bucket  # what the next forward feeds (host-side: chosen from the last forward's copy)
     verified: bool  # check drafts (else threshold decoding)
+    graphs: bool = False  # replay each decode bucket's forward as a CUDA graph
 
     @property
     def g(self) -> int:
@@ -69,11 +71,18 @@ def right_pad(prompts: list[list[int]], pad_id: int, dev: torch.device) -> tuple
 
 
 def feed(r: Run, bucket: Bucket, ids: torch.Tensor, positions: torch.Tensor, fed: torch.Tensor) -> torch.Tensor:
-    """One forward of the bucket written from slot `at`: the last hidden states [b, W, H]."""
+    """One forward of the bucket written from slot `at`: the last hidden states [b, W, H]. On a GPU each decode
+    bucket's forward is one CUDA graph, captured on its first use over this cache (the prompt's runs eagerly)."""
     mask = slot_mask(r.cache, bucket.template.to(ids.device), fed)
-    r.cache.place()
-    with full_keys():
-        return hidden_states(r.model, ids, positions.clamp_min(0), mask, r.cache.kv, r.spec.runtime)
+
+    def forward(ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        r.cache.place()
+        with full_keys():
+            return hidden_states(r.model, ids, positions, mask, r.cache.kv, r.spec.runtime)
+
+    if r.graphs and bucket.pending <= r.spec.block_size:
+        return replayed(r.cache.graphs, (bucket, r.spec.runtime), forward, ids, positions.clamp_min(0), mask)
+    return forward(ids, positions.clamp_min(0), mask)
 
 
 def rows_of(r: Run, hidden: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -163,12 +172,21 @@ def static_decode(model: torch.nn.Module, prompts: list[list[int]], spec: Decode
     """Yield one Step per forward (send() a bool [b] tensor to stop samples). verified: check the mask slots' drafts
     (greedy: lossless); else threshold decoding (block_size 1 or threshold 1: one-token decoding)."""
     dev, b, g = model.device, len(prompts), spec.block_size - 1
-    threshold = control.snapshot().threshold
     prompt, lengths = right_pad(prompts, spec.pad_id, dev)
     seconds = None
     if verified and g and spec.runtime.cost is not None:
         seconds = torch.tensor(spec.runtime.cost.at(b, [bk.width for bk in verify_buckets(g, g)]), device=dev)
-    r = Run(model=model, spec=spec, cache=SlotCache(model, b, cache_slots(prompt.shape[1], spec.max_new_tokens)),
+    with borrowed(model, b, cache_slots(prompt.shape[1], spec.max_new_tokens)) as cache:
+        yield from decode_run(model, spec, control, cache, prompt, lengths, seconds, verified)
+
+
+def decode_run(model: torch.nn.Module, spec: DecodeSpec, control: DecodeControl, cache: SlotCache,
+               prompt: torch.Tensor, lengths: torch.Tensor, seconds: torch.Tensor | None, verified: bool
+               ) -> Generator[Step, torch.Tensor | None, None]:
+    """static_decode's loop over a borrowed cache: the prompt's forward, then one bucket a forward."""
+    dev, b, g = model.device, prompt.shape[0], spec.block_size - 1
+    threshold = control.snapshot().threshold
+    r = Run(model=model, spec=spec, cache=cache, graphs=capturable(dev),
             answer=Committed.empty(b, spec, spec.block_size, dev), pending=prompt, count=lengths, last=lengths - 1,
             drafts=torch.full((b, g), spec.pad_id, device=dev), conf=torch.zeros((b, g), device=dev),
             seconds=seconds, bucket=Bucket(prompt.shape[1], 0, g if threshold < 1.0 else 0), verified=verified)

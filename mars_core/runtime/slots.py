@@ -1,19 +1,31 @@
-"""A KV cache allocated once per decode and written by index: the slots a static-shape decoder feeds into.
+"""A KV cache allocated once and written by index: the slots a static-shape decoder feeds into.
 
 transformers' StaticCache holds [b, heads, T, d] per layer and writes each forward's keys and values at its own
-counter; place(at) sets every layer's counter before a forward, so a forward of width W writes slots at .. at+W-1 and
-the next one may start anywhere, overwriting what verification rejected. Nothing is ever cropped: which slots hold
-real tokens lives on the device (`valid`), and the mask hides the rest.
+counter; place() sets every layer's counter to `at` before a forward, so a forward of width W writes slots
+at .. at+W-1 and the next one may start anywhere, overwriting what verification rejected. Nothing is ever cropped:
+which slots hold real tokens lives on the device (`valid`), and the mask hides the rest.
+
+Decodes borrow their cache (borrowed()): a finished decode's cache, reset, serves the next one of the same model and
+shape, with the CUDA graphs captured over it (runtime/graphs.py), so a graph is captured once, not once a decode.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
 import torch
 from transformers import StaticCache
 
+KEEP = 2  # free caches kept for the next decodes, all models and shapes together (the oldest go first)
+
 
 class SlotCache:
-    """StaticCache plus where the next forward writes (`at`, on the device) and which slots are real (`valid`)."""
+    """StaticCache plus where the next forward writes (`at`, on the device), which slots are real (`valid`) and the
+    graphs captured over it (by bucket)."""
 
     def __init__(self, model: torch.nn.Module, batch: int, slots: int) -> None:
         config = model.config
@@ -24,6 +36,12 @@ class SlotCache:
         self.slots = slots
         self.at = torch.zeros((), dtype=torch.long, device=model.device)  # first slot the next forward writes
         self.valid = torch.zeros((batch, slots), dtype=torch.bool, device=model.device)  # slots holding real tokens
+        self.graphs: dict[Any, Any] = {}  # captured forwards over this cache, by what they feed (runtime/graphs.py)
+
+    def reset(self) -> None:
+        """Empty for a new decode: no slot real, writing from slot 0 (the old keys and values stay, masked)."""
+        self.at.zero_()
+        self.valid.zero_()
 
     def place(self) -> None:
         """Make the next forward write from slot `at` (each layer counts its own writes)."""
@@ -35,6 +53,29 @@ class SlotCache:
         index = self.at + torch.arange(kept.shape[1], device=kept.device)  # slots from `at` on were never kept
         self.valid.scatter_(1, index.expand_as(kept), kept)
         self.at += advance
+
+
+_FREE: list[tuple[weakref.ref, int, int, SlotCache]] = []  # (model, batch, slots, cache) not in use, newest last
+_FREE_LOCK = threading.Lock()
+
+
+@contextmanager
+def borrowed(model: torch.nn.Module, batch: int, slots: int) -> Iterator[SlotCache]:
+    """An empty SlotCache for one decode: a free one of this model and shape (reset), else a new one; given back
+    when the decode ends (KEEP are kept)."""
+    with _FREE_LOCK:
+        found = next((i for i, (m, b, s, _) in enumerate(_FREE) if m() is model and (b, s) == (batch, slots)), None)
+        cache = _FREE.pop(found)[3] if found is not None else None
+    if cache is None:
+        cache = SlotCache(model, batch, slots)
+    else:
+        cache.reset()
+    try:
+        yield cache
+    finally:
+        with _FREE_LOCK:
+            _FREE.append((weakref.ref(model), batch, slots, cache))
+            del _FREE[:-KEEP]
 
 
 def slot_mask(cache: SlotCache, template: torch.Tensor, fed: torch.Tensor) -> torch.Tensor:
