@@ -128,6 +128,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--llamacpp-invariant", action="store_true",
                         help="llama.cpp forwards at two rows or more: the verified lane is AR bit for bit (one kernel "
                              "path for every width), one-token decoding a width-2 forward per token")
+    parser.add_argument("--static-shapes", action="store_true", default=os.environ.get("MARS_STATIC") == "1",
+                        help="decode at a few fixed widths into a KV cache allocated once (CUDA graphs on a GPU; "
+                             "docs/speed.md#static-shapes); default: the dynamic decoders, faster on a CPU")
     parser.add_argument("--concurrency", type=int, default=int(os.environ.get("MARS_CONCURRENCY", "4")),
                         help="generations served at once (the queue holds the rest)")
     parser.add_argument("--trainings", type=int, default=int(os.environ.get("MARS_TRAININGS", "1")),
@@ -158,7 +161,8 @@ def main(argv: list[str] | None = None) -> None:
                                      dtype=None if args.dtype in (None, "auto") else args.dtype,
                                      engine=chosen, llamacpp_weights=args.llamacpp_weights.lower(),
                                      llamacpp_threads=args.llamacpp_threads,
-                                     llamacpp_invariant=args.llamacpp_invariant, trainings=args.trainings)
+                                     llamacpp_invariant=args.llamacpp_invariant, trainings=args.trainings,
+                                     static=args.static_shapes)
     if args.record_example:
         print(f"recorded {race.record_example()}")
         return

@@ -50,6 +50,7 @@ class AppConfig:
     llamacpp_threads: int | None = None  # llama.cpp's threads (None: every core)
     llamacpp_invariant: bool = False  # llama.cpp forwards at two rows or more: verified is AR bit for bit, AR slower
     trainings: int = 1  # Train tab runs at once, all visitors together (each takes both cores of a small CPU)
+    static: bool = False  # decode at fixed widths into a cache allocated once (Runtime.static; CUDA graphs on a GPU)
 
 
 CONFIG = AppConfig()
@@ -150,7 +151,7 @@ def stages(name: str | None) -> list[tuple[str, Callable[[], Any]]]:
 
     def runtime() -> tuple[Any, Any, Runtime]:
         model, tokenizer = loaded[0]
-        return model, tokenizer, prepare(model)
+        return model, tokenizer, prepare(model, static=CONFIG.static)
 
     done = lambda folder: (folder / "config.json").is_file() and any(folder.glob("*.safetensors"))  # noqa: E731
     steps: list[tuple[str, Callable[[], Any]]] = []

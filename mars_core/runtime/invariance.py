@@ -10,8 +10,10 @@ from pathlib import Path
 
 import torch
 
-from .forward import cache_mask, forward, new_cache
+from .attention import full_keys
+from .forward import cache_mask, forward, head, hidden_states, new_cache
 from .runtime import Runtime, WidthCheck
+from .slots import SlotCache, slot_mask
 from .timing import kept
 
 
@@ -36,15 +38,42 @@ def _feed(model: torch.nn.Module, runtime: Runtime, context: torch.Tensor, valid
     return torch.cat(logits, 1), entries
 
 
+@torch.inference_mode()
+def _feed_static(model: torch.nn.Module, runtime: Runtime, context: torch.Tensor, valid: torch.Tensor,
+                 new: torch.Tensor, width: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """_feed through the static-shape decoder's forwards: a cache of fixed length written from a slot, every row
+    attending all of its slots (runtime/slots.py, attention.full_keys)."""
+    b, n = context.shape
+    total = n + new.shape[1]
+    cache = SlotCache(model, b, -(-(total + 64) // 64) * 64)  # room past the text, as a decode leaves
+    positions = (valid.long().cumsum(1) - 1).clamp_min(0)
+    runs = [(context, valid, positions)] + [
+        (ids, torch.ones_like(ids, dtype=torch.bool), positions[:, -1:] + 1 + s + torch.arange(ids.shape[1]))
+        for s in range(0, new.shape[1], width) for ids in [new[:, s : s + width]]]
+    logits = []
+    for ids, real, pos in runs:
+        w = ids.shape[1]
+        mask = slot_mask(cache, torch.ones(w, w, dtype=torch.bool, device=ids.device).tril(), real)
+        cache.place()
+        with full_keys():
+            hidden = hidden_states(model, ids, pos, mask, cache.kv, runtime)
+        cache.keep(real, torch.tensor(w, device=ids.device))
+        logits.append(head(model, hidden, runtime))
+    entries = [t[:, :, n:total] for layer in cache.kv.layers for t in (layer.keys, layer.values)]
+    return torch.cat(logits[1:], 1), entries
+
+
 def compare_widths(model: torch.nn.Module, runtime: Runtime, context: torch.Tensor, valid: torch.Tensor,
-                   new: torch.Tensor, widths: tuple[int, ...]) -> WidthCheck:
+                   new: torch.Tensor, widths: tuple[int, ...], *, static: bool = False) -> WidthCheck:
     """Feed `new` [b, k] after `context` [b, n] one token per forward, then `w` per forward for each w in widths;
-    count the rows (sample, token) whose logits or cache entries differ in any bit."""
-    want, want_cache = _feed(model, runtime, context, valid, new, 1)
+    count the rows (sample, token) whose logits or cache entries differ in any bit. static: through the
+    static-shape decoder's forwards (a cache of fixed length, every row attending all of it)."""
+    feed = _feed_static if static else _feed
+    want, want_cache = feed(model, runtime, context, valid, new, 1)
     rows = differing = 0
     worst = 0.0
     for w in widths:
-        got, got_cache = _feed(model, runtime, context, valid, new, w)
+        got, got_cache = feed(model, runtime, context, valid, new, w)
         bad = (got != want).flatten(2).any(-1)  # [b, k]
         for a, c in zip(got_cache, want_cache):  # [b, heads, k, d]
             bad |= (a != c).transpose(1, 2).flatten(2).any(-1)
@@ -54,17 +83,24 @@ def compare_widths(model: torch.nn.Module, runtime: Runtime, context: torch.Tens
 
 
 CHECK_WIDTHS = (2, 3, 8)  # widths the check at prepare() feeds (a verified tree's, and one kernel switch seen at 3-4)
+# the static decoder's: every width its buckets feed at B <= 4 (verified 4, 8, 12, 16; threshold 2..7), 16 new tokens
+STATIC_WIDTHS = (2, 3, 4, 5, 6, 7, 8, 12, 16)
 
 
 def width_check(model: torch.nn.Module, runtime: Runtime, cache_dir: str | Path | None = None,
-                widths: tuple[int, ...] = CHECK_WIDTHS, context: int = 24, new: int = 8) -> WidthCheck:
-    """The check prepare() runs (about a second): random tokens, batch 1; kept in cache_dir/width-<key>.json."""
-    path = Path(cache_dir) / f"width-{runtime.key(model)}.json" if cache_dir is not None else None
+                widths: tuple[int, ...] | None = None, context: int = 24, new: int | None = None) -> WidthCheck:
+    """The check prepare() runs (about a second): random tokens, batch 1; kept in cache_dir/width-<key>.json. Under
+    a static runtime, the static decoder's forwards at STATIC_WIDTHS with 16 new tokens (width-static-<key>.json)."""
+    static = runtime.static
+    widths = widths or (STATIC_WIDTHS if static else CHECK_WIDTHS)
+    new = new or max(8, *widths)
+    name = "width-static" if static else "width"
+    path = Path(cache_dir) / f"{name}-{runtime.key(model)}.json" if cache_dir is not None else None
 
     def check() -> WidthCheck:
         vocab = model.get_input_embeddings().weight.shape[0]
         ids = torch.randint(vocab, (1, context + new), generator=torch.Generator().manual_seed(0)).to(model.device)
         valid = torch.ones(1, context, dtype=torch.bool, device=model.device)
-        return compare_widths(model, runtime, ids[:, :context], valid, ids[:, context:], widths)
+        return compare_widths(model, runtime, ids[:, :context], valid, ids[:, context:], widths, static=static)
 
     return kept(path, WidthCheck.from_dict, check, WidthCheck.to_dict, timed=False)  # bits, not seconds: always kept

@@ -91,3 +91,29 @@ def _packable() -> tuple[torch.dtype, ...]:
     from mars_core.runtime.linear import packed_dtypes, packing_pays
 
     return packed_dtypes() if packing_pays(torch.nn.Linear(2, 2)) else ()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
+@pytest.mark.parametrize("batch", [1, 4])
+def test_the_static_decoders_forwards_are_width_invariant(dtype, batch):
+    """The static decoder's forwards (a cache of fixed length written from a slot, every row attending all of it):
+    the same bits at every width its buckets feed, with holes in the cache at batch 4; in fp32 plain SDPA over the
+    forward differs (the control: in bf16 the tiny model's SDPA happens to agree)."""
+    model = tiny_qwen2(300, attn_implementation=ATTENTION, hidden_size=128, num_attention_heads=8,
+                       num_key_value_heads=2).to(dtype)
+    runtime = prepare(model, check=False, measure_cost=False, static=True)
+    context, valid, new = batch_with_holes(300, batch, 150, 16)
+    widths = (2, 3, 4, 5, 6, 7, 8, 12, 16)
+    check = compare_widths(model, runtime, context, valid, new, widths, static=True)
+    assert check.rows == batch * 16 * len(widths) and check.identical, check
+    if dtype == torch.float32:
+        plain = compare_widths(model, Runtime(static=True), context, valid, new, (2, 4, 8, 16), static=True)
+        assert plain.differing > 0, plain
+
+
+def test_prepare_checks_the_static_decoders_widths_and_keeps_them_apart(tmp_path):
+    model = tiny_qwen2(300, attn_implementation=ATTENTION)
+    runtime = prepare(model, measure_cost=False, static=True, cache_dir=tmp_path)
+    assert runtime.static and runtime.invariant and runtime.width_check.widths == (2, 3, 4, 5, 6, 7, 8, 12, 16)
+    assert list(tmp_path.glob("width-static-*.json")) and not list(tmp_path.glob("width-[0-9a-f]*.json"))
+    assert prepare(model, measure_cost=False, cache_dir=tmp_path).width_check.widths == (2, 3, 8)

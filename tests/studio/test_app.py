@@ -193,6 +193,11 @@ def test_the_verified_lane_says_what_this_machines_runtime_passed(served, monkey
     monkeypatch.setitem(models.MODELS, "tiny", (model, tok))
     monkeypatch.setitem(models.RUNTIMES, "tiny", prepare(model, measure_cost=False))
     assert models.get_runtime("tiny").invariant and "identical to one-token decoding" in title()
+    keep: dict = {}  # under a static runtime (--static-shapes) the race runs the static decoders, verified still AR's
+    monkeypatch.setitem(models.RUNTIMES, "tiny", prepare(model, measure_cost=False, static=True))
+    controls = {k: DecodeControl(threshold=t) for k, t in (("ar", 1.0), ("mars", 0.9), ("verified", 0.3))}
+    list(race_loop.run_race("Count to five.", 4, 8, controls, race_state.RaceSession(), keep=keep))
+    assert keep["verified"].ids == keep["ar"].ids and keep["exact"]
 
 
 def test_the_models_preparation_is_said_step_by_step(monkeypatch, tmp_path, caplog):
@@ -674,7 +679,9 @@ def test_main_honours_env_and_flags(monkeypatch):
     assert launched["server_port"] == 7123 and models.CONFIG.model is None
     monkeypatch.setenv("MARS_MODEL", "default")  # the Space's way to name the embedded model: the same as none
     app.main(["--no-preload"])
-    assert models.CONFIG.model is None and models.CONFIG.ar_model is None
+    assert models.CONFIG.model is None and models.CONFIG.ar_model is None and not models.CONFIG.static
+    app.main(["--no-preload", "--static-shapes"])
+    assert models.CONFIG.static
     assert launched["css"] == app.CSS and launched["theme"] is app.THEME and "marsTyped" in launched["js"]
 
 
