@@ -7,6 +7,9 @@
 - verified/: verified MARS, the mask slots' drafts checked by the model's own predictions in the same forward
   (exactly greedy AR's answer), with lookup.py's prompt-lookup drafts as a second source; its rooms are listed in
   verified/__init__.py;
+- static/: the same one-token, threshold and verified decoding fed at a few fixed widths into a KV cache allocated once
+  and written by index, acceptance on the device, one host copy a forward (the step CUDA graphs capture); the strategy
+  table's `static` entries, run where the runtime asks (Runtime.static);
 - commit.py (the answer buffer, the one commit step, the loop skeleton), spec.py (what a decoder is asked, what
   each forward reports), control.py (settings read at every forward), sampling.py (from logits to tokens),
   cache.py (left padding).

@@ -54,10 +54,10 @@ def _feed_static(model: torch.nn.Module, runtime: Runtime, context: torch.Tensor
     for ids, real, pos in runs:
         w = ids.shape[1]
         mask = slot_mask(cache, torch.ones(w, w, dtype=torch.bool, device=ids.device).tril(), real)
-        cache.place()
+        cache.place(w)
         with full_keys():
             hidden = hidden_states(model, ids, pos, mask, cache.kv, runtime)
-        cache.keep(real, torch.tensor(w, device=ids.device))
+        cache.keep(real, torch.full((b,), w, device=ids.device))
         logits.append(head(model, hidden, runtime))
     entries = [t[:, :, n:total] for layer in cache.kv.layers for t in (layer.keys, layer.values)]
     return torch.cat(logits[1:], 1), entries

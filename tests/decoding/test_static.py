@@ -87,6 +87,25 @@ def test_forwards_are_buckets_into_one_cache_never_cropped(trained, tokenizer, m
         assert len({t for _, t, _ in fed}) == 1  # every forward reads the same key length
 
 
+def test_a_decode_that_prices_its_own_steps_leaves_a_bucket_the_curve_priced_wrongly(trained, tokenizer,
+                                                                                      monkeypatch):
+    """A curve that calls the widest tree free keeps every forward at width 16; where the decode prices its own steps
+    (Runtime.live_cost; always on a GPU), the widest bucket's real time soon prices it above the others, and the
+    answer stays greedy AR's."""
+    widths = []
+    real = decode.hidden_states
+    monkeypatch.setattr(decode, "hidden_states", lambda model, ids, *a: (widths.append(ids.shape[1]),
+                                                                          real(model, ids, *a))[1])
+    wrong = CostCurve.from_function(lambda b, w: 1e-7 if w == 16 else 1e-4)  # a real step takes milliseconds
+    prompts = list(ANSWERS)[3:]
+    kw = dict(strategy="verified", block_size=4, threshold=0.3, max_new_tokens=60)
+    for live, many in ((False, False), (True, True)):
+        widths.clear()
+        out = generate(trained, tokenizer, prompts, runtime=Runtime(static=True, cost=wrong, live_cost=live), **kw)
+        assert out.token_ids == hf_greedy(trained, tokenizer, prompts, 60)
+        assert (len(set(widths[1:])) > 1) == many and widths[1] == 16, widths
+
+
 def test_stop_tokens_max_new_tokens_and_a_threshold_changed_mid_run(trained, tokenizer):
     prompt = list(ANSWERS)[4]
     free = generate(trained, tokenizer, prompt, strategy="ar", max_new_tokens=40).token_ids[0]

@@ -26,9 +26,9 @@ def test_a_forward_writes_from_the_slot_placed_and_overwrites_what_follows():
 
     def write(tokens: torch.Tensor, at: int) -> None:
         cache.at.fill_(at)
-        cache.place()
         w = tokens.shape[1]
-        cache.keep(torch.ones(1, w, dtype=torch.bool), torch.tensor(w))
+        cache.place(w)
+        cache.keep(torch.ones(1, w, dtype=torch.bool), torch.tensor([w]))
         mask = torch.arange(16)[None, :] <= torch.arange(at, at + w)[:, None]
         with torch.inference_mode():
             model(input_ids=tokens, position_ids=torch.arange(at, at + w)[None], attention_mask=mask[None, None],
@@ -58,13 +58,17 @@ def test_borrowed_reuses_a_free_cache_of_the_same_model_and_shape_reset(pool):
     assert len(pool) == slots.KEEP  # the oldest free caches went
 
 
-def test_the_mask_sees_valid_slots_before_the_tree_and_the_tree_as_its_template():
+def test_the_mask_sees_each_samples_valid_slots_before_its_tree_and_the_tree_as_its_template():
     cache = SlotCache.__new__(SlotCache)
-    cache.slots, cache.at = 8, torch.tensor(3)
-    cache.valid = torch.tensor([[True, False, True, False, False, False, False, False]])
+    cache.slots, cache.at = 8, torch.tensor([3, 1])
+    cache.valid = torch.tensor([[True, False, True, False, False, False, False, False],
+                                [True, False, False, False, False, False, False, False]])
     template = torch.tensor([[1, 0], [1, 1]], dtype=torch.bool)
-    mask = slot_mask(cache, template, torch.tensor([[True, False]]))
+    mask = slot_mask(cache, template, torch.tensor([[True, False], [True, True]]))
     assert mask[0, 0].tolist() == [True, False, True, True, False, False, False, False]
     assert mask[0, 1].tolist() == [True, False, True, True, True, False, False, False]  # unfed: itself only
-    cache.keep(torch.tensor([[True, False]]), torch.tensor(1))
-    assert cache.valid[0].tolist()[:5] == [True, False, True, True, False] and int(cache.at) == 4
+    assert mask[1, 0].tolist() == [True, True, False, False, False, False, False, False]  # sample 1's tree from 1
+    assert mask[1, 1].tolist() == [True, True, True, False, False, False, False, False]
+    cache.keep(torch.tensor([[True, False], [True, True]]), torch.tensor([1, 2]))
+    assert cache.valid[0].tolist()[:5] == [True, False, True, True, False] and cache.at.tolist() == [4, 3]
+    assert cache.valid[1].tolist()[:4] == [True, True, True, False]

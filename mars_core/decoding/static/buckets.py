@@ -10,6 +10,9 @@ graph; on a CPU a bucket is a handful of shapes the kernels have already seen.
 The plan prices a whole step by its width: with c_1..c_D the chain's confidences and t(W) the seconds of a forward of
 width W (the runtime's cost curve at this batch size), it feeds k* = argmax_k  sum_i [1 + sum_{a <= min(k, n_i)}
 c_i1 .. c_ia] / t(W_k), n_i sample i's confident drafts; computed on the device, read with the step's one host copy.
+t starts as the cost curve's forward, and where the decode prices its own steps (a GPU, or Runtime.live_cost) each
+step moves its bucket's t toward the step's whole time, forward and bookkeeping: width is nearly free on a GPU, and
+there the step around the forward decides (a bucket's first step, which captures its graph, is not counted).
 """
 
 from __future__ import annotations
@@ -52,6 +55,14 @@ class Bucket:
     def group_start(self, j: torch.Tensor) -> torch.Tensor:
         """The first slot of G_j (j [b])."""
         return self.pending + self.drafts + j * self.g
+
+
+WEIGHT = 0.25  # weight of the newest step in a bucket's running price
+
+
+def price_step(seconds: torch.Tensor, k: int, elapsed: float) -> None:
+    """Move bucket k's price (seconds [D+1], in place) toward a step of it that took `elapsed` seconds."""
+    seconds[k] += WEIGHT * (elapsed - seconds[k])
 
 
 def verify_buckets(depth: int, g: int) -> list[Bucket]:

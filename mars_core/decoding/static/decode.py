@@ -4,10 +4,11 @@
 
 Verified (bucket k: [bonus | d_1..d_k | G_0..G_k]): the row of the bonus token and of each draft d_a predicts the
 next position, so with m drafts matching the model's own argmax, d_1..d_m and the argmax after them are committed:
-greedy AR's tokens. The cache keeps the bonus and the m drafts (slots at .. at+m); `at` moves on by 1 + max m and the
-next forward overwrites the rest. G_m's masks propose the next drafts. Threshold (bucket [pending P | G_0]): the
-argmax at the last pending token and the masks' predictions while confident are committed and fed next as pending.
-One-token decoding is either at threshold 1: the plain bucket, width 1.
+greedy AR's tokens. The cache keeps the bonus and the m drafts (slots at .. at+m: a token's slot is its position,
+so a sample's cache is the same in a batch as alone); `at` moves on by 1 + m and the next forward overwrites the
+rest. G_m's masks propose the next drafts. Threshold (bucket [pending P | G_0]): the argmax at the last pending token
+and the masks' predictions while confident are committed and fed next as pending. One-token decoding is either at
+threshold 1: the plain bucket, width 1.
 
 Every row attends all T slots of the cache (attention.full_keys), so under a width-invariant runtime a row's numbers
 are those of a one-token forward: verified decoding is one-token decoding bit for bit, at batch 1 and in batches.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass
+from time import perf_counter
 
 import torch
 
@@ -29,7 +31,7 @@ from ..control import DecodeControl
 from ..sampling import accept_prefix, greedy, select
 from ..spec import DecodeSpec, Step
 from ..verified.tree import leading
-from .buckets import Bucket, choose, verify_buckets
+from .buckets import Bucket, choose, price_step, verify_buckets
 
 SLACK = 128  # slots past prompt + max_new_tokens: room for the widest tree twice (B = 8: 64 slots)
 ROUND = 128  # the cache's length is a multiple of this, so decodes of similar lengths share shapes
@@ -76,7 +78,7 @@ def feed(r: Run, bucket: Bucket, ids: torch.Tensor, positions: torch.Tensor, fed
     mask = slot_mask(r.cache, bucket.template.to(ids.device), fed)
 
     def forward(ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        r.cache.place()
+        r.cache.place(ids.shape[1])
         with full_keys():
             return hidden_states(r.model, ids, positions, mask, r.cache.kv, r.spec.runtime)
 
@@ -117,7 +119,7 @@ def pending_step(r: Run, ctl: DecodeControl) -> Step:
         tokens, conf = select(logits, ctl, r.spec.generator)
         end = commit(r.answer, tokens, first, accept_prefix(conf, first, ctl.threshold), r.spec)
         k = first[0]
-    r.cache.keep(torch.cat([pending_fed, torch.zeros_like(fed[:, P:])], 1), (r.count * live).max())
+    r.cache.keep(torch.cat([pending_fed, torch.zeros_like(fed[:, P:])], 1), r.count * live)
     r.last, r.pending, r.count = r.last + end, tokens[:, :1] if r.verified else tokens, torch.where(live, end, 0)
     return finish(r, ctl, tokens, conf, end, k)
 
@@ -136,7 +138,7 @@ def verified_step(r: Run, ctl: DecodeControl) -> Step:
     confident = torch.arange(k, device=dev) < drafted[:, None]
     m = leading((tokens[:, :k] == r.drafts[:, :k]) & confident) if k else torch.zeros(b, dtype=torch.long, device=dev)
     end = commit(r.answer, tokens, torch.zeros_like(m), m + 1, r.spec)
-    r.cache.keep((torch.arange(bucket.width, device=dev) <= m[:, None]) & live[:, None], 1 + (m * live).max())
+    r.cache.keep((torch.arange(bucket.width, device=dev) <= m[:, None]) & live[:, None], (1 + m) * live)
     r.last, r.pending = r.last + m + 1, tokens.gather(1, m[:, None])
     checked, matched = r.drafts[:, :k].clone(), torch.minimum(m, end)
     if bucket.groups:  # G_m's masks propose the next drafts
@@ -190,13 +192,20 @@ def decode_run(model: torch.nn.Module, spec: DecodeSpec, control: DecodeControl,
             answer=Committed.empty(b, spec, spec.block_size, dev), pending=prompt, count=lengths, last=lengths - 1,
             drafts=torch.full((b, g), spec.pad_id, device=dev), conf=torch.zeros((b, g), device=dev),
             seconds=seconds, bucket=Bucket(prompt.shape[1], 0, g if threshold < 1.0 else 0), verified=verified)
-    first = True
+    first, seen = True, set()
+    live = seconds is not None and (spec.runtime.live_cost or dev.type == "cuda")  # price whole steps (buckets.py)
 
     def forward(ctl: DecodeControl) -> Step:
         nonlocal first
         if verified and ctl.temperature > 0:
             raise ValueError("static verified decoding is greedy: temperature must be 0")
-        taken, first = (pending_step if first or not verified else verified_step), False
-        return taken(r, ctl)
+        taken = pending_step if first or not verified else verified_step
+        first, bucket, began = False, r.bucket, perf_counter()
+        step = taken(r, ctl)  # ends with the step's host copy: on a GPU, its work is done
+        if live and taken is verified_step and bucket.groups:
+            if bucket in seen:
+                price_step(r.seconds, bucket.drafts, perf_counter() - began)
+            seen.add(bucket)
+        return step
 
     yield from decode_loop(control, r.answer, forward, lambda _: None)
