@@ -46,8 +46,8 @@ class Strategy:
 
 # threshold: sliding and block accept mask predictions at confidence >= 0.9; verified checks the drafts at >= 0.3
 # (there it never changes the answer, only the width; the default is measured, see docs/speed.md)
-# static: the same decoding fed at fixed widths into a cache allocated once (decoding/static); verified's reads only
-# the mask slots' drafts there (no prompt lookup, no siblings) and decodes greedily
+# static: the same decoding fed at fixed widths into a cache allocated once (decoding/static); verified reads only the
+# mask slots' drafts there (no prompt lookup, no siblings) and decodes greedily
 _threshold_static = partial(static_decode, verified=False)
 STRATEGIES: dict[str, Strategy] = {
     "ar": Strategy(sliding_decode, threshold=1.0, lossless=True, one_token=True, static=_threshold_static),

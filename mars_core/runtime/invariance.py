@@ -48,19 +48,21 @@ def _feed_static(model: torch.nn.Module, runtime: Runtime, context: torch.Tensor
     cache = SlotCache(model, b, -(-(total + 64) // 64) * 64)  # room past the text, as a decode leaves
     positions = (valid.long().cumsum(1) - 1).clamp_min(0)
     runs = [(context, valid, positions)] + [
-        (ids, torch.ones_like(ids, dtype=torch.bool), positions[:, -1:] + 1 + s + torch.arange(ids.shape[1]))
+        (ids, torch.ones_like(ids, dtype=torch.bool),
+         positions[:, -1:] + 1 + s + torch.arange(ids.shape[1], device=ids.device))
         for s in range(0, new.shape[1], width) for ids in [new[:, s : s + width]]]
     logits = []
-    for ids, real, pos in runs:
+    for run, (ids, real, pos) in enumerate(runs):
         w = ids.shape[1]
         mask = slot_mask(cache, torch.ones(w, w, dtype=torch.bool, device=ids.device).tril(), real)
         cache.place(w)
         with full_keys():
             hidden = hidden_states(model, ids, pos, mask, cache.kv, runtime)
         cache.keep(real, torch.full((b,), w, device=ids.device))
-        logits.append(head(model, hidden, runtime))
+        if run:  # the new tokens' logits (not the context's)
+            logits.append(head(model, hidden, runtime))
     entries = [t[:, :, n:total] for layer in cache.kv.layers for t in (layer.keys, layer.values)]
-    return torch.cat(logits[1:], 1), entries
+    return torch.cat(logits, 1), entries
 
 
 def compare_widths(model: torch.nn.Module, runtime: Runtime, context: torch.Tensor, valid: torch.Tensor,

@@ -18,7 +18,7 @@ there the step around the forward decides (a bucket's first step, which captures
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import torch
 
@@ -55,6 +55,12 @@ class Bucket:
     def group_start(self, j: torch.Tensor) -> torch.Tensor:
         """The first slot of G_j (j [b])."""
         return self.pending + self.drafts + j * self.g
+
+
+@lru_cache(maxsize=256)
+def on_device(bucket: Bucket, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The bucket's template and offsets on `device`, copied there once (not once a forward)."""
+    return bucket.template.to(device), bucket.offsets.to(device)
 
 
 WEIGHT = 0.25  # weight of the newest step in a bucket's running price

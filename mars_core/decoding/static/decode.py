@@ -31,7 +31,7 @@ from ..control import DecodeControl
 from ..sampling import accept_prefix, greedy, select
 from ..spec import DecodeSpec, Step
 from ..verified.tree import leading
-from .buckets import Bucket, choose, price_step, verify_buckets
+from .buckets import Bucket, choose, on_device, price_step, verify_buckets
 
 SLACK = 128  # slots past prompt + max_new_tokens: room for the widest tree twice (B = 8: 64 slots)
 ROUND = 128  # the cache's length is a multiple of this, so decodes of similar lengths share shapes
@@ -75,7 +75,7 @@ def right_pad(prompts: list[list[int]], pad_id: int, dev: torch.device) -> tuple
 def feed(r: Run, bucket: Bucket, ids: torch.Tensor, positions: torch.Tensor, fed: torch.Tensor) -> torch.Tensor:
     """One forward of the bucket written from slot `at`: the last hidden states [b, W, H]. On a GPU each decode
     bucket's forward is one CUDA graph, captured on its first use over this cache (the prompt's runs eagerly)."""
-    mask = slot_mask(r.cache, bucket.template.to(ids.device), fed)
+    mask = slot_mask(r.cache, on_device(bucket, ids.device)[0], fed)
 
     def forward(ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         r.cache.place(ids.shape[1])
@@ -103,7 +103,7 @@ def pending_step(r: Run, ctl: DecodeControl) -> Step:
     slots = torch.arange(P, device=dev)
     pending_fed = (slots < r.count[:, None]) & live[:, None]
     ids = torch.cat([r.pending[:, :P], torch.full((b, bucket.width - P), r.spec.mask_id or 0, device=dev)], 1)
-    positions = torch.cat([r.last[:, None] - r.count[:, None] + 1 + slots, r.last[:, None] + bucket.offsets.to(dev)],
+    positions = torch.cat([r.last[:, None] - r.count[:, None] + 1 + slots, r.last[:, None] + on_device(bucket, dev)[1]],
                           1)
     fed = torch.cat([pending_fed, live[:, None].expand(b, bucket.width - P)], 1)
     hidden = feed(r, bucket, ids, positions, fed)
@@ -131,7 +131,7 @@ def verified_step(r: Run, ctl: DecodeControl) -> Step:
     k, live = bucket.drafts, ~r.answer.done
     ids = torch.cat([r.pending, r.drafts[:, :k],
                      torch.full((b, len(bucket.groups) * r.g), r.spec.mask_id or 0, device=dev)], 1)
-    positions = r.last[:, None] + torch.cat([torch.zeros(1, dtype=torch.long), bucket.offsets]).to(dev)
+    positions = r.last[:, None] + torch.cat([torch.zeros(1, dtype=torch.long, device=dev), on_device(bucket, dev)[1]])
     hidden = feed(r, bucket, ids, positions, live[:, None].expand(b, bucket.width))
     tokens, conf = greedy(head(r.model, hidden[:, : k + 1], r.spec.runtime), ctl.confidence)
     drafted = leading(r.conf[:, :k] >= ctl.threshold)
