@@ -25,7 +25,8 @@ def trained(request, tokenizer):
 
 
 @pytest.mark.parametrize("strategy,block_size,threshold", [("ar", 1, 1.0), ("verified", 4, 1.0), ("verified", 2, 0.5),
-                                                           ("verified", 4, 0.3), ("verified", 8, 0.1)])
+                                                           ("verified", 4, 0.3), ("verified", 8, 0.1),
+                                                           ("verified", 16, 0.3)])  # B 16: a cache past SLACK
 def test_static_decoding_equals_hf_generate(trained, tokenizer, strategy, block_size, threshold):
     prompts = PROMPTS + NEW_PROMPTS + list(ANSWERS)[:2]
     want = hf_greedy(trained, tokenizer, prompts, 40)

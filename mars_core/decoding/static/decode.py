@@ -33,13 +33,16 @@ from ..spec import DecodeSpec, Step
 from ..verified.tree import leading
 from .buckets import Bucket, choose, on_device, price_step, verify_buckets
 
-SLACK = 128  # slots past prompt + max_new_tokens: room for the widest tree twice (B = 8: 64 slots)
+SLACK = 128  # slots past prompt + max_new_tokens, at least: room for the widest tree twice (B = 8: 64 slots)
 ROUND = 128  # the cache's length is a multiple of this, so decodes of similar lengths share shapes
 
 
-def cache_slots(prompt: int, max_new_tokens: int) -> int:
-    """The cache's length T for a decode: the same for every strategy, so their rows read keys of the same shape."""
-    return -(-(prompt + max_new_tokens + SLACK) // ROUND) * ROUND
+def cache_slots(prompt: int, max_new_tokens: int, block_size: int) -> int:
+    """The cache's length T for a decode: the prompt, the answer and twice the widest bucket, rounded up; the same for
+    every strategy up to B = 8, so their rows read keys of the same shape."""
+    g = block_size - 1
+    widest = max(1 + g + (g + 1) * g, block_size + g)  # verified's bucket D, or threshold's [pending | G_0]
+    return -(-(prompt + max_new_tokens + max(SLACK, 2 * widest)) // ROUND) * ROUND
 
 
 @dataclass
@@ -178,7 +181,7 @@ def static_decode(model: torch.nn.Module, prompts: list[list[int]], spec: Decode
     seconds = None
     if verified and g and spec.runtime.cost is not None:
         seconds = torch.tensor(spec.runtime.cost.at(b, [bk.width for bk in verify_buckets(g, g)]), device=dev)
-    with borrowed(model, b, cache_slots(prompt.shape[1], spec.max_new_tokens)) as cache:
+    with borrowed(model, b, cache_slots(prompt.shape[1], spec.max_new_tokens, spec.block_size)) as cache:
         yield from decode_run(model, spec, control, cache, prompt, lengths, seconds, verified)
 
 
