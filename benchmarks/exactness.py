@@ -2,17 +2,21 @@
 picks here (or those asked for), on prompts of both evaluation splits; and the width check behind it.
 
     python benchmarks/exactness.py [--dtypes auto,fp32,bf16] [--splits heldout,never_trained] [--limit 30]
-                                   [--max-new-tokens 96] [--generate] [--fastest-kernels] [--json out.json]
+                                   [--max-new-tokens 96] [--generate] [--fastest-kernels] [--static] [--batched]
+                                   [--json out.json]
 
 Each dtype is loaded and prepared (mars_core.prepare: one kernel for every width, attention row by row, the width
 check); every prompt is decoded one token per forward ("ar") and in verified mode under the same runtime, and the
 answers are compared token for token. --generate also compares transformers' greedy generate (its own attention).
---fastest-kernels prepares the runtime without width invariance, to see what it buys.
+--fastest-kernels prepares the runtime without width invariance, to see what it buys. --static runs the static-shape
+decoders (prepare(static=True)) and also compares their one-token answers with the dynamic decoder's. --batched also
+decodes each split as one batch, one-token and verified, against the one-token answers alone.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -45,9 +49,11 @@ def shared_prefix(a: list[int], b: list[int]) -> float:
     return n / max(len(a), len(b), 1)
 
 
-def run(dtype: str, splits: dict[str, list[str]], max_new: int, invariant: bool, with_generate: bool) -> dict:
+def run(dtype: str, splits: dict[str, list[str]], max_new: int, invariant: bool, with_generate: bool,
+        static: bool = False, batched: bool = False) -> dict:
     model, tokenizer = load(dtype=dtype)
-    runtime = prepare(model, invariant=invariant)
+    runtime = prepare(model, invariant=invariant, static=static)
+    dynamic = dataclasses.replace(runtime, static=False)
     print(f"{dtype}: {machine_line(runtime.record(model))}; {runtime.guarantee()}; width check {runtime.width_check}")
     out = {"machine": runtime.record(model), "guarantee": runtime.guarantee(),
            "width_check": runtime.width_check.to_dict() if runtime.width_check else None, "splits": {}}
@@ -61,6 +67,10 @@ def run(dtype: str, splits: dict[str, list[str]], max_new: int, invariant: bool,
                    "tokens": ver.generated_tokens, "forwards": ver.forwards}
             if with_generate:
                 row["same_as_generate"] = hf_greedy(model, tokenizer, prompt, max_new) == one.token_ids[0]
+            if static:
+                row["same_as_dynamic"] = generate(model, tokenizer, prompt, strategy="ar", max_new_tokens=max_new,
+                                                  runtime=dynamic).token_ids == one.token_ids
+            row["one"] = one.token_ids[0]
             rows.append(row)
         n = len(rows)
         summary = {"prompts": n, "identical": sum(r["same"] for r in rows),
@@ -69,11 +79,22 @@ def run(dtype: str, splits: dict[str, list[str]], max_new: int, invariant: bool,
                    "seconds": round(time.perf_counter() - t0, 1)}
         if with_generate:
             summary["one_token_equals_generate"] = sum(r["same_as_generate"] for r in rows)
+        if static:
+            summary["one_token_equals_dynamic"] = sum(r["same_as_dynamic"] for r in rows)
+        if batched:  # the whole split as one batch, against each answer alone
+            alone = [r["one"] for r in rows]
+            for strategy in ("ar", "verified"):
+                ids = generate(model, tokenizer, prompts, strategy=strategy, max_new_tokens=max_new,
+                               runtime=runtime).token_ids
+                summary[f"{strategy}_batched_equals_alone"] = sum(a == b for a, b in zip(ids, alone))
         out["splits"][split] = summary
         print(f"{dtype} {split}: verified identical to one-token decoding on {summary['identical']} of {n} "
               f"(mean shared prefix {summary['mean_shared_prefix']:.1%}), {summary['tokens_per_forward']} tokens "
               f"per forward" + (f"; one-token equals generate on {summary['one_token_equals_generate']} of {n}"
-                                if with_generate else ""))
+                                if with_generate else "")
+              + (f"; static one-token equals dynamic on {summary['one_token_equals_dynamic']} of {n}" if static else "")
+              + (f"; as one batch of {n}, one-token equals one-token alone on {summary['ar_batched_equals_alone']}"
+                 f", verified on {summary['verified_batched_equals_alone']}" if batched else ""))
     return out
 
 
@@ -85,12 +106,15 @@ def main() -> None:
     p.add_argument("--max-new-tokens", type=int, default=96)
     p.add_argument("--generate", action="store_true", help="also compare transformers' greedy generate")
     p.add_argument("--fastest-kernels", action="store_true", help="prepare without width invariance, to compare")
+    p.add_argument("--static", action="store_true", help="the static-shape decoders (prepare(static=True))")
+    p.add_argument("--batched", action="store_true", help="also decode each split as one batch, against alone")
     p.add_argument("--json", default=None)
     args = p.parse_args()
     splits = {s: [r["prompt"] for r in load_split(s, args.limit)] for s in args.splits.split(",") if s}
     report = {"max_new_tokens": args.max_new_tokens, "invariant": not args.fastest_kernels,
-              "dtypes": {d: run(d, splits, args.max_new_tokens, not args.fastest_kernels, args.generate)
-                         for d in args.dtypes.split(",") if d}}
+              "static": args.static,
+              "dtypes": {d: run(d, splits, args.max_new_tokens, not args.fastest_kernels, args.generate, args.static,
+                                args.batched) for d in args.dtypes.split(",") if d}}
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(report, indent=1))
