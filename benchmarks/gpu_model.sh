@@ -2,7 +2,7 @@
 # The embedded model onto a lent GPU machine, whose every call carries at most 64 MiB, the working tree included
 # (about 44 MB tracked: the GGUF, 98 MB, goes in parts). ../shared/GPU.md says what the machine has.
 #   here:   bash benchmarks/gpu_model.sh split        # .gpu/part.N (ignored), each sized to travel beside the tree,
-#                                                     # and .gpu/wheels (gguf: the GGUF reader is not there)
+#                                                     # and .gpu/wheels (gguf, pytest: not there)
 #   there:  one device call per part, back to back (a machine stays warm about 30 s), carry [".gpu/part.N"]:
 #           bash benchmarks/gpu_model.sh keep .gpu/part.N     # appended under $KEEP (default /root/mars_model)
 #   there:  after the last part, in the call that measures, carry [".gpu/wheels"]:
@@ -20,8 +20,11 @@ split)
     rm -rf .gpu && mkdir -p .gpu/wheels
     split -b "$room" -d -a 1 "$gguf" .gpu/part.
     sha256sum "$gguf" | cut -d' ' -f1 > .gpu/wheels/sha256
-    pip download --no-deps --quiet "gguf==$(python -c 'import gguf, importlib.metadata as m; print(m.version("gguf"))')" \
-        -d .gpu/wheels
+    # gguf reads the GGUF; pytest and its helpers run the identity tests (not there; a second packaging is harmless)
+    for pkg in gguf pytest pluggy iniconfig pygments packaging; do
+        pip download --no-deps --quiet "$pkg==$(python -c "import importlib.metadata as m; print(m.version('$pkg'))")" \
+            -d .gpu/wheels
+    done
     ls -l .gpu .gpu/wheels
     echo "parts: $(ls .gpu/part.* | wc -l), one device call each, carry [\".gpu/part.N\"]" ;;
 keep)
