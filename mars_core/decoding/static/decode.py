@@ -26,6 +26,7 @@ from ...runtime.attention import full_keys
 from ...runtime.forward import head, hidden_states
 from ...runtime.graphs import capturable, replayed
 from ...runtime.slots import SlotCache, borrowed, slot_mask
+from ..cache import right_pad
 from ..commit import Committed, commit, decode_loop
 from ..control import DecodeControl
 from ..sampling import accept_prefix, greedy, select
@@ -66,13 +67,6 @@ class Run:
     @property
     def g(self) -> int:
         return self.spec.block_size - 1
-
-
-def right_pad(prompts: list[list[int]], pad_id: int, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The prompts left-aligned in [b, S] (a row's tokens take slots 0..len-1, as one-by-one) and their lengths."""
-    S = max(len(p) for p in prompts)
-    ids = torch.tensor([p + [pad_id] * (S - len(p)) for p in prompts], dtype=torch.long)
-    return ids.to(dev), torch.tensor([len(p) for p in prompts], device=dev)
 
 
 def feed(r: Run, bucket: Bucket, ids: torch.Tensor, positions: torch.Tensor, fed: torch.Tensor) -> torch.Tensor:
@@ -143,7 +137,7 @@ def verified_step(r: Run, ctl: DecodeControl) -> Step:
     end = commit(r.answer, tokens, torch.zeros_like(m), m + 1, r.spec)
     r.cache.keep((torch.arange(bucket.width, device=dev) <= m[:, None]) & live[:, None], (1 + m) * live)
     r.last, r.pending = r.last + m + 1, tokens.gather(1, m[:, None])
-    checked, matched = r.drafts[:, :k].clone(), torch.minimum(m, end)
+    checked, matched = r.drafts[:, :k], torch.minimum(m, end)  # r.drafts is rebound below, never written into
     if bucket.groups:  # G_m's masks propose the next drafts
         start = bucket.group_start(m)[:, None] + torch.arange(r.g, device=dev)
         r.drafts, r.conf = greedy(rows_of(r, hidden, start), ctl.confidence)
