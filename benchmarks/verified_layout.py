@@ -31,7 +31,7 @@ def cost_curve(model, tokenizer, prompt: str, widths: list[int], rounds: int = 3
     times: dict[int, list[float]] = {w: [] for w in widths}
     for _ in range(rounds):
         for w in widths:
-            times[w].append(forward_seconds(model, tokenizer, [prompt], w, 160, 5, explicit_mask=True, keep=1))
+            times[w].append(forward_seconds(model, tokenizer, [prompt], w, 160, 5, keep=1))
     one = statistics.median(times[1])
     return {w: statistics.median(t) / one for w, t in times.items()}
 

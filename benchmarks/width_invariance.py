@@ -24,7 +24,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mars_core import load  # noqa: E402
-from mars_core.decoding.cache import left_pad  # noqa: E402
+from mars_core.decoding.feed import right_pad  # noqa: E402
 from mars_core.generate import encode_prompt  # noqa: E402
 from mars_core.machine import machine_info, machine_line  # noqa: E402
 from mars_core.runtime import Runtime, compare_widths  # noqa: E402
@@ -96,7 +96,7 @@ def attention_rows(dtype: torch.dtype, widths: list[int]) -> None:
 def whole_model(dtype: str, widths: list[int]) -> None:
     model, tok = load(dtype=dtype)
     prompt = "Write a long story about a dragon who learns to bake bread."
-    context, valid = left_pad([encode_prompt(tok, prompt)], tok.pad_token_id, model.device)
+    context, lengths = right_pad([encode_prompt(tok, prompt)], tok.pad_token_id, model.device)
     text = ("Once upon a time, in a land far away, there lived a dragon named Ember who loved the smell of warm "
             "bread and spices in the morning, and baked every day.")
     new = torch.tensor([tok(text)["input_ids"][:32]])
@@ -108,7 +108,7 @@ def whole_model(dtype: str, widths: list[int]) -> None:
     print("| runtime | rows differing (logits or cache) | max abs logit difference |")
     print("|---|---|---|")
     for name, runtime in runtimes.items():
-        check = compare_widths(model, runtime, context, valid, new, tuple(widths))
+        check = compare_widths(model, runtime, context, lengths, new, tuple(widths))
         print(f"| {name} | {check.differing} of {check.rows} | {check.max_abs:.3g} |")
 
 

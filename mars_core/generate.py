@@ -13,6 +13,7 @@ from .decoding import strategies
 from .decoding.control import DecodeControl
 from .decoding.spec import DecodeSpec, Step
 from .decoding.verified import Forward, VerifiedConfig
+from .runtime.prepare import prepared
 from .runtime.runtime import Runtime
 
 Message = dict[str, str]
@@ -139,7 +140,9 @@ class DecodeOptions:
     layout: VerifiedConfig = field(default_factory=VerifiedConfig)  # verified: which drafts and groups are fed
     record: Callable[[Forward], None] | None = None  # verified: called before each event with what its forward fed
     # and decided (a decoding.verified.Forward: the tree, the exact mask, the verdicts, the next drafts and groups)
-    runtime: Runtime | None = None  # how forwards run on this machine (mars_core.prepare(model)); None: plain torch
+    # how forwards run on this machine; None: prepared(model), prepare()'s runtime made once per model and process, so
+    # verified is one-token decoding bit for bit wherever its width check passed; Runtime(): plain torch, no promise
+    runtime: Runtime | None = None
 
     def with_settings(self, settings: dict[str, Any]) -> DecodeOptions:
         """A copy with some fields replaced; an unknown name is a TypeError that lists the known ones."""
@@ -188,7 +191,7 @@ def _start(model, tokenizer, prompts: Prompts, options: DecodeOptions) -> tuple[
         pad_id=pad,
         mask_id=tokenizer.mask_token_id,
         generator=generator,
-        runtime=options.runtime or Runtime(),
+        runtime=options.runtime or prepared(model, tokenizer),
     )
     steps = strategies.start(options.strategy, model, prompt_ids, spec, control, layout=options.layout,
                              record=options.record)

@@ -177,8 +177,9 @@ def run_training(settings: TrainSettings, session: TrainSession, stop: threading
     elapsed = time.monotonic() - start
     yield train_frame(points, settings, elapsed, "checking", message="Merging the LoRA and checking the trained "
                       f"model on {CHECK_ITEMS} held-out items (verified against its own one-token decoding)…")
+    # prepared as the served model is (models.CONFIG.static): the race runs before and after on the same path
     after, runtime, final = final_check(wrapped, tokenizer, held[:CHECK_ITEMS], config.block_size, base.dtype,
-                                        CHECK_TOKENS)
+                                        max_new_tokens=CHECK_TOKENS, static=models.CONFIG.static)
     final.pop("answers", None)
     steps = callback.steps
     points.append({"step": steps, "seconds": round(time.monotonic() - start, 2), "check": True, **final})

@@ -69,7 +69,7 @@ def verified_step(tok, record, before, event, context: str, g: int) -> dict:
     forward before, whose choices made this tree): plain lists, nothing redrawn by hand."""
     tree, width = record.tree, record.ids.shape[1]
     P, K, groups, siblings = tree.pending.shape[1], tree.drafts.shape[1], list(tree.groups), list(tree.siblings)
-    cache = record.mask.shape[2] - width
+    cache = int(record.cached[0])
     beside = (tree.sibling_fed[0, [a - 1 for a in siblings]].repeat_interleave(1 + g) if siblings
               else tree.fed[0, :0])
     fed = torch.cat([tree.pending_valid[0], tree.fed[0], tree.group_fed[0, groups].repeat_interleave(g), beside])
@@ -90,8 +90,7 @@ def verified_step(tok, record, before, event, context: str, g: int) -> dict:
         "chosen_sibling_odds": before_sibling_odds(before), "cache": cache,
         "slots": [{"kind": k, "text": t, "position": p, "group": j, "t": n}
                   for k, t, p, (j, n) in zip(kinds, text, record.positions[0].tolist(), group_of)],
-        "fed": fed.tolist(), "mask": record.mask[0, :, cache:].tolist(),
-        "cache_seen": record.mask[0, :, :cache].sum(-1).tolist(), "width": width,
+        "fed": fed.tolist(), "mask": record.seen[0].tolist(), "cache_seen": [cache] * width, "width": width,
         "source": "lookup" if bool(tree.from_lookup[0]) else "mask",
         "draft_conf": before.chain.conf[0, :K].tolist() if before is not None else [],
         "chosen_odds": before.odds[0].tolist() if before is not None else None,

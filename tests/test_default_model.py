@@ -115,11 +115,11 @@ def prepared(request, default, tmp_path_factory):
 
 
 @pytest.mark.parametrize("batch,widths,new", [(1, (3, 8, 32), 32), (4, (2, 5, 16), 16)])
-def test_the_embedded_model_is_width_invariant(prepared, batch, widths, new):
-    """A width-k forward against k one-token forwards after a chat prompt (and, at batch 4, prompts of other lengths:
-    holes in the cache): logits and keys/values bit-identical at widths up to 32, the widest verified tree (the tiny
-    models' test walks every width from 2 to 32; this one the real shapes, in the time CI has)."""
-    from mars_core.decoding.cache import left_pad
+def test_the_embedded_model_is_width_and_batch_invariant(prepared, batch, widths, new):
+    """A batch fed k tokens a forward against each sample fed alone one token a forward, after a chat prompt (at
+    batch 4, prompts of other lengths): logits and keys/values bit-identical at widths up to 32, the widest verified
+    tree (the tiny models' test walks every width from 2 to 32; this one the real shapes, in the time CI has)."""
+    from mars_core.decoding.feed import right_pad
     from mars_core.generate import encode_prompt
     from mars_core.runtime import compare_widths
 
@@ -127,12 +127,12 @@ def test_the_embedded_model_is_width_invariant(prepared, batch, widths, new):
     assert runtime.invariant, runtime.width_check  # prepare()'s own check agrees
     prompts = ["Write a long story about a dragon who learns to bake bread.", "List three fruits.",
                "What is 17 times 23? Think step by step.", "Translate 'good morning' to French."][:batch]
-    context, valid = left_pad([encode_prompt(tok, p) for p in prompts], tok.pad_token_id, model.device)
+    context, lengths = right_pad([encode_prompt(tok, p) for p in prompts], tok.pad_token_id, model.device)
     text = ("Once upon a time, in a land far away, there lived a dragon named Ember who loved the smell of warm "
             "bread and spices in the morning, and baked every day.")
     ids = torch.tensor(tok(text)["input_ids"][:new]).expand(batch, -1)
     assert ids.shape[1] == new
-    check = compare_widths(model, runtime, context, valid, ids, widths)
+    check = compare_widths(model, runtime, context, lengths, ids, widths)
     assert check.rows == batch * new * len(widths) and check.differing == 0, check
 
 
@@ -155,9 +155,9 @@ def test_verified_is_one_token_decoding_in_each_dtype(prepared):
 
 
 def test_static_shapes_decode_one_token_decodings_answer_in_each_dtype(prepared):
-    """Fixed-width forwards into a cache allocated once (Runtime.static): verified decoding gives the static one-token
-    decoder's answer token for token, alone and in a batch of prompts of other lengths (the static decoders attend
-    every slot of their cache, the dynamic ones only those filled: the two families may differ by rounding)."""
+    """A static runtime (fixed widths, every row reading the whole cache): verified decoding gives one-token
+    decoding's answer on it token for token, alone and in a batch of prompts of other lengths (rows reading the
+    whole cache, not their slot rounded up, may differ from the default runtime's by rounding)."""
     import dataclasses
 
     from mars_core.generate import generate
@@ -171,3 +171,20 @@ def test_static_shapes_decode_one_token_decodings_answer_in_each_dtype(prepared)
     assert generate(model, tok, prompts[0], strategy="verified", max_new_tokens=32, runtime=static).token_ids == [
         want[0]]
     assert generate(model, tok, prompts, strategy="ar", max_new_tokens=32, runtime=static).token_ids == want
+
+
+def test_verified_without_a_runtime_is_one_token_decoding_in_the_dtype_load_picks():
+    """The shortest call a user writes, with no runtime=: generate() prepares the model once (prepared()), so
+    verified gives one-token decoding's answer, token for token, in the dtype load() picks on this CPU."""
+    from mars_core.evaluation.prompts import load_split, split_path
+    from mars_core.generate import generate
+    from mars_core.runtime import prepared
+
+    model, tok = L.load(None, device="cpu")
+    prompts = [r["prompt"] for s in ("heldout", "never_trained") if split_path(s).is_file() for r in load_split(s, 2)]
+    tokens = forwards = 0
+    for prompt in prompts or PROMPTS:
+        ver = generate(model, tok, prompt, strategy="verified", max_new_tokens=48)
+        assert ver.token_ids == generate(model, tok, prompt, strategy="ar", max_new_tokens=48).token_ids, prompt
+        tokens, forwards = tokens + ver.generated_tokens, forwards + ver.forwards
+    assert prepared(model).invariant and tokens / forwards > 1.3

@@ -169,3 +169,15 @@ def test_ruff_is_clean():
     done = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], cwd=ROOT, capture_output=True,
                           text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_decoders_and_runtime_take_at_most_six_positional_parameters():
+    """A call site must read as what it passes: beyond six, parameters are keywords (self and cls not counted)."""
+    crowded = []
+    for path in [*(PACKAGE / "decoding").rglob("*.py"), *(PACKAGE / "runtime").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                names = [a.arg for a in node.args.posonlyargs + node.args.args if a.arg not in ("self", "cls")]
+                if len(names) > 6:
+                    crowded.append(f"{path.relative_to(ROOT)}: {node.name}({', '.join(names)})")
+    assert not crowded, crowded

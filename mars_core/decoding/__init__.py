@@ -7,12 +7,13 @@
 - verified/: verified MARS, the mask slots' drafts checked by the model's own predictions in the same forward
   (exactly greedy AR's answer), with lookup.py's prompt-lookup drafts as a second source; its rooms are listed in
   verified/__init__.py;
-- static/: the same one-token, threshold and verified decoding fed at a few fixed widths into a KV cache allocated once
-  and written by index, acceptance on the device, one host copy a forward (the step CUDA graphs capture); the strategy
-  table's `static` entries, run where the runtime asks (Runtime.static);
 - commit.py (the answer buffer, the one commit step, the loop skeleton), spec.py (what a decoder is asked, what
   each forward reports), control.py (settings read at every forward), sampling.py (from logits to tokens),
-  cache.py (left padding).
+  feed.py (the prompts, the cache a decode borrows, a tree's template, the logits read).
+
+Every decoder feeds its forwards through runtime/forward.py into one kind of cache, a token's slot its position
+(runtime/slots.py): how they run (kernels, fixed widths and CUDA graphs under a static runtime, llama.cpp) is the
+runtime's and the engine's, never a second decoder.
 
 Each decoder yields one `spec.Step` per model forward; `mars_core.generate` turns Steps into texts and events. A new
 decoder is one module here and one entry in strategies.py.

@@ -9,7 +9,8 @@ later ones left to right while confident. A sample that filled its block waits f
 A finished block's uncached tail enters the cache in the first forward of the next block, which feeds
 [previous block's tail | new block]: no extra pass. After a forward, the fed slots that now hold a real
 token for every live sample stay in the cache (causal attention: their keys/values see only real tokens),
-the rest are cropped (crop(-n)), never copied. Positions stay aligned across the batch.
+the rest are scratch, overwritten by the next forward (a token's slot is its position). Positions stay aligned
+across the batch.
 A forward whose threshold is >= 1 can only accept slot `filled`, so it feeds the filled slots not yet
 cached (one per forward) and no masks, and reads one logit per sample: one-token mode costs what AR costs.
 """
@@ -21,11 +22,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..runtime.forward import cache_mask, forward, new_cache
-from ..runtime.runtime import Runtime
-from .cache import left_pad
+from ..runtime.forward import feed, keep, visible
 from .commit import Committed, commit, decode_loop
 from .control import DecodeControl
+from .feed import decode_cache, logits_at, right_pad
 from .sampling import accept_prefix, select
 from .spec import DecodeSpec, Step
 
@@ -35,12 +35,11 @@ class Blocks:
     """The block being filled, what enters the cache next, and the answer so far, per sample."""
 
     uncached: torch.Tensor  # [b, U] tokens that enter the cache with the next forward (prompt, or last block's tail)
-    uncached_valid: torch.Tensor  # [b, U] real (not left padding)
+    uncached_valid: torch.Tensor  # [b, U] real (not the prompt's right padding)
     uncached_pos: torch.Tensor  # [b, U] their positions
     base: torch.Tensor  # [b] position of the current block's slot 0
     block: torch.Tensor  # [b, B] filled slots (a prefix), masks after them
     filled: torch.Tensor  # [b] filled slots
-    valid: torch.Tensor  # [b, T] which cache slots hold real tokens
     answer: Committed  # the answer so far
     filled_max: int = 0  # host copy of filled.max()
     cached: int = 0  # leading block slots already in the cache
@@ -52,11 +51,10 @@ class Blocks:
 def start(prompts: list[list[int]], spec: DecodeSpec, dev: torch.device) -> Blocks:
     """An empty first block after the prompt, which enters the cache with block 0's first forward."""
     b = len(prompts)
-    uncached, uncached_valid = left_pad(prompts, spec.pad_id, dev)
-    return Blocks(uncached, uncached_valid, (uncached_valid.long().cumsum(1) - 1).clamp_min(0),
-                  base=uncached_valid.sum(1), block=empty_block(spec, b, dev),
-                  filled=torch.zeros(b, dtype=torch.long, device=dev),
-                  valid=torch.zeros((b, 0), dtype=torch.bool, device=dev),
+    uncached, lengths = right_pad(prompts, spec.pad_id, dev)
+    slots = torch.arange(uncached.shape[1], device=dev)
+    return Blocks(uncached, slots < lengths[:, None], slots.expand(b, -1), base=lengths,
+                  block=empty_block(spec, b, dev), filled=torch.zeros(b, dtype=torch.long, device=dev),
                   answer=Committed.empty(b, spec, spec.block_size, dev))
 
 
@@ -65,17 +63,21 @@ def empty_block(spec: DecodeSpec, b: int, dev: torch.device) -> torch.Tensor:
     return torch.full((b, spec.block_size), mask_id, dtype=torch.long, device=dev)
 
 
-def feed(model: torch.nn.Module, runtime: Runtime, cache, s: Blocks, width: int) -> tuple[torch.Tensor, int]:
-    """Forward [uncached | block slots cached .. width-1]; the logits that predict slots first .. width, and first
-    (slot s is predicted by slot s-1's logits; slot 0 by the last uncached token's)."""
-    U, dev = s.uncached.shape[1], s.block.device
+def forward(model: torch.nn.Module, cache, s: Blocks, spec: DecodeSpec, width: int) -> tuple[torch.Tensor, int]:
+    """Feed [uncached | block slots cached .. width-1], causally; the logits that predict slots first .. width, and
+    first (slot s is predicted by slot s-1's logits; slot `cached` by the last real uncached token's)."""
+    (b, U), dev = s.uncached.shape, s.block.device
     slots = torch.arange(s.cached, width, device=dev)
     ids = torch.cat([s.uncached, s.block[:, s.cached : width]], 1)
     positions = torch.cat([s.uncached_pos, s.base[:, None] + slots], 1)
-    fed_ok = torch.ones((s.block.shape[0], width - s.cached), dtype=torch.bool, device=dev)
-    mask = cache_mask(torch.cat([s.valid, s.uncached_valid, fed_ok], 1), U + width - s.cached)
-    first = s.cached + (U == 0)  # the block slot the first kept logit predicts (U > 0 means cached == 0)
-    return forward(model, ids, positions, mask, cache, width - first + 1, runtime=runtime), first
+    fed = torch.cat([s.uncached_valid, torch.ones((b, width - s.cached), dtype=torch.bool, device=dev)], 1)
+    causal = torch.ones(fed.shape[1], fed.shape[1], dtype=torch.bool, device=dev).tril()
+    hidden = feed(model, cache, ids, positions, visible(causal, fed), fed, runtime=spec.runtime, capture=False)
+    first = s.cached + (U == 0)  # the block slot the first logit predicts (U > 0 means cached == 0)
+    rows = U + torch.arange(first - s.cached - 1, width - s.cached, device=dev).expand(b, -1)
+    if U:  # slot `cached` is predicted by each sample's last real uncached token
+        rows = torch.cat([s.uncached_valid.sum(1, keepdim=True) - 1, rows[:, 1:]], 1)
+    return logits_at(model, hidden, rows, spec), first
 
 
 def predict(logits: torch.Tensor, s: Blocks, ctl, first: int, one_token: bool,
@@ -109,14 +111,11 @@ def fill(s: Blocks, tokens: torch.Tensor, conf: torch.Tensor, threshold: float, 
 
 
 def settle(cache, s: Blocks, spec: DecodeSpec) -> None:
-    """Keep the fed slots every live sample has filled (crop the rest: masks among them); when the block is
-    complete, start the next one, whose first forward feeds this one's uncached tail."""
-    b, B, dev, keep = s.block.shape[0], spec.block_size, s.block.device, s.shared
-    if s.width > keep:
-        cache.crop(-(s.width - keep))
-    fed_ok = torch.ones((b, keep - s.cached), dtype=torch.bool, device=dev)
-    s.valid = torch.cat([s.valid, s.uncached_valid, fed_ok], 1)
-    s.cached = keep
+    """Keep the uncached tokens and the fed slots every live sample has filled (the rest, masks among them, is
+    scratch); when the block is complete, start the next one, whose first forward feeds this one's uncached tail."""
+    b, B, dev = s.block.shape[0], spec.block_size, s.block.device
+    keep(cache, s.uncached_valid.sum(1) + s.shared - s.cached)
+    s.cached = s.shared
     tail = torch.arange(s.cached if s.complete else B, B, device=dev)  # nothing is left uncached mid-block
     s.uncached, s.uncached_pos = s.block[:, tail], s.base[:, None] + tail
     s.uncached_valid = torch.ones((b, len(tail)), dtype=torch.bool, device=dev)
@@ -129,7 +128,7 @@ def step(model: torch.nn.Module, cache, s: Blocks, spec: DecodeSpec, ctl: Decode
     """One forward over the block's unfilled rest (threshold 1: the filled slots not yet cached), then the commit."""
     B = spec.block_size
     s.width = B if ctl.threshold < 1.0 else s.filled_max  # block slots cached .. width-1 are fed this forward
-    logits, first = feed(model, spec.runtime, cache, s, s.width)
+    logits, first = forward(model, cache, s, spec, s.width)
     tokens, conf = predict(logits, s, ctl, first, s.width < B, spec.generator)
     shared = torch.where(s.answer.done, B, s.filled).min().clamp_max(s.width)  # fed slots real for every live one
     begin, end = fill(s, tokens, conf, ctl.threshold, spec)
@@ -152,6 +151,7 @@ def block_decode(
     model: torch.nn.Module, prompts: list[list[int]], spec: DecodeSpec, control: DecodeControl
 ) -> Generator[Step, torch.Tensor | None, None]:
     """Yield one Step per forward. send() a bool [b] tensor to stop samples (stop strings)."""
-    s, cache = start(prompts, spec, model.device), new_cache(model)
-    yield from decode_loop(control, s.answer, lambda ctl: step(model, cache, s, spec, ctl),
-                           lambda stop: advance(cache, s, spec, stop))
+    s = start(prompts, spec, model.device)
+    with decode_cache(model, prompts, spec, 2 * spec.block_size) as cache:
+        yield from decode_loop(control, s.answer, lambda ctl: step(model, cache, s, spec, ctl),
+                               lambda stop: advance(cache, s, spec, stop))

@@ -8,16 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from functools import partial
 
 import torch
 
-from ..runtime.engine import Engine
 from .block import block_decode
 from .control import DecodeControl
 from .sliding import sliding_decode
 from .spec import DecodeSpec, Step
-from .static import static_decode
 from .verified import verified_decode
 
 Decoder = Callable[..., Generator[Step, torch.Tensor | None, None]]  # (model, prompts, spec, control, **reads)
@@ -33,7 +30,6 @@ class Strategy:
     reads: tuple[str, ...] = ()  # DecodeOptions fields passed to decode as keywords, beyond spec and control
     headroom_blocks: int = 1  # context slots past the answer, in units of block_size - 1 (verified: drafts, then masks)
     one_token: bool = False  # always block size 1 (plain AR), whatever block size is asked
-    static: Decoder | None = None  # its static-shape decoder, run where the runtime asks (Runtime.static)
 
     def block_size(self, asked: int) -> int:
         """The block size this strategy decodes with when `asked` is requested."""
@@ -46,15 +42,11 @@ class Strategy:
 
 # threshold: sliding and block accept mask predictions at confidence >= 0.9; verified checks the drafts at >= 0.3
 # (there it never changes the answer, only the width; the default is measured, see docs/speed.md)
-# static: the same decoding fed at fixed widths into a cache allocated once (decoding/static); verified reads only the
-# mask slots' drafts there (no prompt lookup, no siblings) and decodes greedily
-_threshold_static = partial(static_decode, verified=False)
 STRATEGIES: dict[str, Strategy] = {
-    "ar": Strategy(sliding_decode, threshold=1.0, lossless=True, one_token=True, static=_threshold_static),
-    "sliding": Strategy(sliding_decode, threshold=0.9, lossless=False, static=_threshold_static),
+    "ar": Strategy(sliding_decode, threshold=1.0, lossless=True, one_token=True),
+    "sliding": Strategy(sliding_decode, threshold=0.9, lossless=False),
     "block": Strategy(block_decode, threshold=0.9, lossless=False),
-    "verified": Strategy(verified_decode, threshold=0.3, lossless=True, reads=("layout", "record"),
-                         headroom_blocks=2, static=static_decode),
+    "verified": Strategy(verified_decode, threshold=0.3, lossless=True, reads=("layout", "record"), headroom_blocks=2),
 }
 NAMES = tuple(STRATEGIES)  # "ar", "sliding", "block", "verified"
 
@@ -73,10 +65,7 @@ def default_threshold(name: str) -> float:
 
 def start(name: str, model: torch.nn.Module, prompts: list[list[int]], spec: DecodeSpec, control: DecodeControl,
           **reads) -> Generator[Step, torch.Tensor | None, None]:
-    """Start `name`'s decoder with the options it reads (the others are not passed); its static-shape decoder where
-    the runtime asks for one and can give it (a torch model, greedy where the decoder is verified)."""
+    """Start `name`'s decoder with the options it reads (the others are not passed). How its forwards run (kernels,
+    fixed widths, graphs) is the runtime's, in spec: one decoder for every runtime and engine."""
     entry = strategy(name)
-    if entry.static is not None and spec.runtime.static and not isinstance(model, Engine) and (
-            entry.static is not static_decode or control.snapshot().temperature == 0):
-        return entry.static(model, prompts, spec, control)
     return entry.decode(model, prompts, spec, control, **{k: v for k, v in reads.items() if k in entry.reads})

@@ -31,13 +31,13 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..attention import as_model_mask
 from ..decoding.strategies import NAMES, STRATEGIES
 from ..decoding.verified import VerifiedConfig
 from ..generate import encode_prompt, generate, stop_token_ids
 from ..machine import machine_line
-from ..runtime import CostCurve, Runtime, cache_mask, new_cache
-from ..runtime.forward import with_cache
+from ..runtime import CostCurve, Runtime, feed, head, new_cache, prepared, visible
+from ..runtime import keep as keep_all
+from ..runtime.slots import cache_slots
 from ..runtime.timing import median_seconds, write_json
 from .bench_llamacpp import LLAMACPP_METHODS, Served, llamacpp_configurations, serve
 from .counts import Counts, Runner
@@ -52,10 +52,9 @@ VERIFIED_THRESHOLD = STRATEGIES["verified"].threshold  # the draft threshold ver
 # bonus is exact up to rounding only, so the default (mars_verified) feeds a chain
 METHODS = ("hf_generate", "hf_prompt_lookup", *(n if STRATEGIES[n].one_token else f"mars_{n}" for n in NAMES),
            "mars_verified_siblings")
-# the strategies with a static-shape decoder, run at fixed widths into a cache allocated once (Runtime.static): asked
-# by name, not in the default list
-STATIC_METHODS = tuple(f"{n if STRATEGIES[n].one_token else f'mars_{n}'}_static" for n in NAMES
-                       if STRATEGIES[n].static is not None)
+# every strategy under a static runtime (fixed widths, every row reading the whole cache, CUDA graphs on a GPU):
+# asked by name, not in the default list
+STATIC_METHODS = tuple(f"{n if STRATEGIES[n].one_token else f'mars_{n}'}_static" for n in NAMES)
 
 
 
@@ -133,31 +132,29 @@ def configurations(methods, block_sizes, thresholds, verified_thresholds=(VERIFI
 
 
 @torch.inference_mode()
-def forward_seconds(
-    model, tokenizer, prompts: list[str], new_tokens: int, context: int = 128, repeats: int = 7, *,
-    explicit_mask: bool = False, keep: int | None = None, runtime: Runtime | None = None,
-) -> float:
-    """Median time of one cached forward of `new_tokens` tokens per sample after a `context`-token prefix.
-
-    explicit_mask: pass the boolean 4D mask and position ids our decoders pass (else the model builds its own
-    causal mask, as generate does); keep: logits kept per sample (default: one per new token); runtime: the kernels
+def forward_seconds(model, tokenizer, prompts: list[str], new_tokens: int, context: int = 128, repeats: int = 7, *,
+                    keep: int | None = None, runtime: Runtime | None = None) -> float:
+    """Median time of the decoders' forward (runtime.feed) of `new_tokens` tokens per sample, a causal run after a
+    `context`-token prefix, and the head over `keep` of its rows (default: one per new token); runtime: the kernels
     (default: plain torch)."""
+    runtime = runtime or Runtime()
     ids = [encode_prompt(tokenizer, p) for p in prompts]
     prefix = torch.tensor([(x * (context // len(x) + 1))[:context] for x in ids], device=model.device)
-    extra = _decoder_mask(model, len(ids), context, new_tokens) if explicit_mask else {}
-    cache = new_cache(model)
-    with (runtime or Runtime()).active():
-        model(input_ids=prefix, logits_to_keep=1, **with_cache(model, cache))
-        step = lambda: model(input_ids=prefix[:, -new_tokens:], logits_to_keep=keep or new_tokens,  # noqa: E731
-                             **with_cache(model, cache), **extra)
-        return median_seconds(step, repeats, model.device, after=lambda: cache.crop(-new_tokens))
+    b, dev = len(ids), model.device
 
+    def run(ids: torch.Tensor, start: int) -> torch.Tensor:
+        w = ids.shape[1]
+        fed = torch.ones(b, w, dtype=torch.bool, device=dev)
+        seen = visible(torch.ones(w, w, dtype=torch.bool, device=dev).tril(), fed)
+        hidden = feed(model, cache, ids, torch.arange(start, start + w, device=dev).expand(b, -1), seen, fed,
+                      runtime=runtime)
+        return head(model, hidden[:, -(keep or w):], runtime)
 
-def _decoder_mask(model, batch: int, context: int, new_tokens: int) -> dict[str, torch.Tensor]:
-    """The attention mask and position ids our decoders pass for `new_tokens` tokens after `context` cached ones."""
-    valid = torch.ones(batch, context + new_tokens, dtype=torch.bool, device=model.device)
-    positions = torch.arange(context, context + new_tokens, device=model.device).expand(batch, -1)
-    return {"attention_mask": as_model_mask(cache_mask(valid, new_tokens), model), "position_ids": positions}
+    with new_cache(model, b, cache_slots(context, max(context, new_tokens))) as cache:
+        run(prefix, 0)
+        keep_all(cache, torch.full((b,), context, device=dev))
+        new = prefix[:, -new_tokens:]
+        return median_seconds(lambda: run(new, context), repeats, model.device)
 
 
 def time_pass(runner: Runner, model, tokenizer, batches: list[list[str]], max_new: int, runtime: Runtime
@@ -219,8 +216,8 @@ def bench(
     progress: bool = True, runtime: Runtime | None = None, llamacpp: dict[str, Served] | None = None,
 ) -> list[Row]:
     """Time every configuration at every batch size, per category and over all prompts, every method under the same
-    runtime (its linear kernels; default: plain torch); llamacpp: the llama.cpp engines by weight type, whose rows
-    (methods llamacpp_*) run at batch 1 only (the engine decodes one sequence at a time).
+    runtime (its kernels; default: prepared(model), the one generate() gives); llamacpp: the llama.cpp engines by
+    weight type, whose rows (methods llamacpp_*) run at batch 1 only (the engine decodes one sequence at a time).
 
     records: dicts with "prompt" and optionally "category". Batches are formed within a category and the
     "all" / "predictable" / "open" rows sum their categories' tokens and seconds of the same repeat; a batch
@@ -240,7 +237,7 @@ def bench(
              for bs in batch_sizes}
     batched = {bs: {c: [ps[i : i + bs] for i in range(0, len(ps), bs)] for c, ps in parts[bs].items()}
                for bs in batch_sizes}
-    runtime = runtime or Runtime()
+    runtime = runtime or prepared(model)
     for bs, (method, b, t, runner, w) in jobs:
         runner(model, tokenizer, [records[0]["prompt"]], 4, runtime)  # warm-up (and any first-use setup)
     passes: list[list[dict]] = [[{} for _ in range(repeats)] for _ in jobs]

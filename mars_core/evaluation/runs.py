@@ -49,7 +49,7 @@ def decode_records(
 ) -> tuple[list[dict[str, Any]], list[int], list[int]]:
     """Decode every record (batched; batched sliding decoding equals one-by-one). Verified trees follow the fixed
     rules, never a measured cost curve: tokens per forward then says what the model does, not how busy the
-    machine was when prepare() timed its forwards. runtime: the kernels (default: plain torch).
+    machine was when prepare() timed its forwards. runtime: the kernels (default: prepared(model), as generate()).
 
     Returns per-record results (text, tokens, forwards) and, per slot j, how many forwards committed at
     least j+1 tokens and how many forwards there were (for acceptance by slot position)."""

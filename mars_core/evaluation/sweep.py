@@ -89,7 +89,8 @@ def threshold_sweep(
     Each row holds threshold, tokens_per_forward (committed tokens over forwards, summed over prompts),
     quality (mean agreement with the τ = 1 answer), exact_match (share of answers identical to it),
     forwards, tokens, seconds, tokens_per_second and prompts. `progress(fraction, description)` is
-    called before the first and after every generation (a gr.Progress fits). runtime: the kernels (default: plain).
+    called before the first and after every generation (a gr.Progress fits). runtime: the kernels (default:
+    generate()'s, prepared(model)).
     """
     texts = _prompt_texts(prompts)
     values = _check_thresholds(thresholds)

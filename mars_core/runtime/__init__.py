@@ -2,10 +2,10 @@
 
 from .attention import ATTENTION
 from .curve import CostCurve
-from .forward import cache_mask, forward, head, hidden_states, new_cache
+from .forward import feed, head, keep, new_cache, visible
 from .invariance import compare_widths, width_check
-from .prepare import prepare
+from .prepare import prepare, prepared
 from .runtime import Runtime, WidthCheck
 
-__all__ = ["ATTENTION", "CostCurve", "Runtime", "WidthCheck", "cache_mask", "compare_widths", "forward", "head",
-           "hidden_states", "new_cache", "prepare", "width_check"]
+__all__ = ["ATTENTION", "CostCurve", "Runtime", "WidthCheck", "compare_widths", "feed", "head", "keep", "new_cache",
+           "prepare", "prepared", "visible", "width_check"]

@@ -1,17 +1,16 @@
-"""Attention whose result for a row does not depend on how many rows share its forward (width invariance).
+"""Attention whose result for a row does not depend on how many rows, or which samples, share its forward.
 
-A forward of w new tokens after T cached ones normally computes attention as one kernel call over [w, T+w]; the
-kernels block their work by the number of queries and keys, so a row's numbers change in the last bits with w
-(and transformers packs a lone query's heads as rows). Row by row, row i attends over keys [0, T+i] only, with its
-own mask row, as one SDPA call whose shapes are exactly those of a forward feeding that row alone: the same bits
-by construction, in every dtype. It costs one small call per row and layer (docs/speed.md#width-invariance).
+A kernel blocks its work by the numbers of queries and keys, so a row computed among w others, or beside another
+sample, or with more masked keys after it, can come out with other last bits (in fp32 even trailing masked keys
+change them: docs/speed.md#one-decoder). Here every row's attention is one unit of an SDPA call of fixed shape: its
+query heads that share a key head as the unit's rows (as transformers feeds a lone query), the keys 0 .. E-1 of its
+own sample, E a function of the row's slot alone (slots.KeyPlan). A unit is computed on its own, so the row gets the
+same bits alone, at any width and in any batch. The rows of one sample that read the same keys share one call, the
+keys given once (a stride-0 view over the rows); so do one-row forwards of samples that read the same keys.
 
 Models loaded by mars_core.load() use the attention registered here under ATTENTION ("mars"). It is transformers'
-SDPA, except inside a runtime that asks for rows (rows_attention(True)): training and transformers' own generate
-see plain SDPA.
-
-A cache allocated once (decoding/static) holds T slots, the new rows among them and the rest masked: there every row
-attends all T keys (full_keys()), so a row's call has the same shapes at every width and at every step.
+SDPA, except inside keys_by_rows(plan) (a runtime that asks for rows, with the plan its cache made for the forward):
+training and transformers' own generate see plain SDPA.
 """
 
 from __future__ import annotations
@@ -26,60 +25,56 @@ from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 
+from .slots import KeyPlan
+
 ATTENTION = "mars"  # the attn_implementation name load() gives models
-_ROWS: ContextVar[bool] = ContextVar("mars_rows_attention", default=False)
-_FULL: ContextVar[bool] = ContextVar("mars_full_keys", default=False)
+_PLAN: ContextVar[KeyPlan | None] = ContextVar("mars_key_plan", default=None)
 
 
 @contextmanager
-def rows_attention(on: bool = True) -> Iterator[None]:
-    """Inside, models with the "mars" attention compute it row by row (on) or as SDPA (off)."""
-    token = _ROWS.set(on)
+def keys_by_rows(plan: KeyPlan | None) -> Iterator[None]:
+    """Inside, models with the "mars" attention compute it row by row as `plan` groups the rows (None: SDPA)."""
+    token = _PLAN.set(plan)
     try:
         yield
     finally:
-        _ROWS.reset(token)
+        _PLAN.reset(token)
 
 
-@contextmanager
-def full_keys() -> Iterator[None]:
-    """Inside, attention row by row reads every key slot of the cache (a static cache: the new rows are not its last
-    ones; the mask says which slots a row sees)."""
-    token = _FULL.set(True)
-    try:
-        yield
-    finally:
-        _FULL.reset(token)
-
-
-def attention_by_rows(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
-                      scaling: float | None) -> torch.Tensor:
-    """softmax(q k^T * scaling + mask) v for each of the w new rows alone: query [b, Hq, w, d], key and value
-    [b, Hkv, T+w, d], mask bool [b, 1, w, T+w] (True = attend) or None (causal); returns [b, w, Hq, d]. Row i's
-    Hq/Hkv query heads that share a key head are that call's rows, as transformers feeds a lone query. Inside
-    full_keys() every row reads all T+w keys."""
+def attention_by_rows(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
+                      scaling: float | None, plan: KeyPlan) -> torch.Tensor:
+    """softmax(q k^T * scaling + mask) v, each row as its own unit (module doc): query [b, Hq, w, d], key and value
+    [b, Hkv, T, d] (the whole cache), mask bool [b, 1, w, T] (True = attend); returns [b, w, Hq, d]."""
     b, hq, w, d = query.shape
-    hkv, total = key.shape[1], key.shape[2]
-    cached, full = total - w, _FULL.get()
+    hkv = key.shape[1]
+    heads = query.view(b, hkv, hq // hkv, w, d)  # query head h reads key head h // (hq / hkv), as repeat_kv does
     out = query.new_empty(b, w, hq, d)
-    for i in range(w):
-        end = total if full else cached + i + 1  # row i sees nothing after itself
-        q = query[:, :, i].reshape(b, hkv, hq // hkv, d)
-        m = None if mask is None else mask[:, :, i : i + 1, :end]
-        out[:, i] = F.scaled_dot_product_attention(q, key[:, :, :end], value[:, :, :end], attn_mask=m,
-                                                   scale=scaling).reshape(b, hq, d)
+    for group in plan:
+        e, sel = group.keys, group.sel
+        if group.sample is None:  # column `col` of the samples `sel`: each its own keys
+            c = group.col
+            q, k, v, m = heads[sel, :, :, c], key[sel, :, :e], value[sel, :, :e], mask[sel, :, c : c + 1, :e]
+            out[sel, c] = F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=scaling).reshape(-1, hq, d)
+            continue
+        i = group.sample  # the columns `sel` of sample i: its keys given once, a stride-0 view over the rows
+        q = heads[i][:, :, sel].permute(2, 0, 1, 3)  # [n, Hkv, g, d]: a unit per row
+        n = q.shape[0]
+        k, v = key[i : i + 1, :, :e].expand(n, -1, -1, -1), value[i : i + 1, :, :e].expand(n, -1, -1, -1)
+        m = mask[i, 0, sel, :e][:, None, None, :]
+        out[i, sel] = F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=scaling).reshape(n, hq, d)
     return out
 
 
 def mars_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                    attention_mask: torch.Tensor | None, *, dropout: float = 0.0, scaling: float | None = None,
                    is_causal: bool | None = None, **kwargs) -> tuple[torch.Tensor, None]:
-    """transformers' attention interface: rows (attention_by_rows) inside rows_attention(), SDPA elsewhere.
+    """transformers' attention interface: rows (attention_by_rows) inside keys_by_rows(plan), SDPA elsewhere.
     transformers passes everything after attention_mask by keyword."""
-    if not _ROWS.get() or (attention_mask is not None and attention_mask.dtype != torch.bool):
+    plan = _PLAN.get()
+    if plan is None or attention_mask is None or attention_mask.dtype != torch.bool:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
-    return attention_by_rows(query, key, value, attention_mask, scaling), None
+    return attention_by_rows(query, key, value, attention_mask, scaling, plan), None
 
 
 AttentionInterface.register(ATTENTION, mars_attention)

@@ -16,8 +16,9 @@ from pathlib import Path
 import torch
 
 from .curve import CostCurve, interpolate
-from .forward import cache_mask, forward, new_cache
+from .forward import feed, head, keep, new_cache, visible
 from .runtime import Runtime
+from .slots import cache_slots
 from .timing import machine_busy, read_kept, seconds, write_json
 
 __all__ = ["CostCurve", "forward_cost", "interpolate", "measure_cost", "spot_seconds"]
@@ -33,7 +34,7 @@ SPOT_WIDTHS = (1, 4)  # batch-1 widths a kept curve is checked against at load
 def measure_cost(model: torch.nn.Module, runtime: Runtime, *, batch_sizes: tuple[int, ...] = BATCH_SIZES,
                  widths: tuple[int, ...] = WIDTHS, context: int = 128, rounds: int = ROUNDS,
                  budget: int = TOKEN_BUDGET) -> CostCurve:
-    """Time cached forwards (explicit mask, logits for up to 8 slots, as verified decoding reads them) after a
+    """Time the decoders' forward (forward.feed, logits for up to 8 slots, as verified decoding reads them) after a
     `context`-token prefix, under the runtime's kernels, the fastest of interleaved rounds (other work only ever adds
     time, so the minimum is the forward's own cost), made non-decreasing in width; widths past the token budget are
     extrapolated."""
@@ -43,13 +44,12 @@ def measure_cost(model: torch.nn.Module, runtime: Runtime, *, batch_sizes: tuple
     for b in batch_sizes:
         timed = [w for w in widths if b * w <= budget or w <= 2]
         prefix = torch.randint(vocab, (b, context + max(timed)), generator=gen).to(dev)
-        cache = new_cache(model)
-        forward(model, prefix[:, :context], torch.arange(context, device=dev).expand(b, -1),
-                cache_mask(torch.ones(b, context, dtype=torch.bool, device=dev), context), cache, 1, runtime=runtime)
-        times: dict[int, list[float]] = {w: [] for w in timed}
-        for _ in range(rounds + 1):  # the first round warms up
-            for w in timed:
-                times[w].append(_timed_forward(model, runtime, cache, prefix[:, context : context + w], context))
+        with new_cache(model, b, cache_slots(context, max(max(timed), context))) as cache:
+            _timed_forward(model, runtime, cache, prefix[:, :context], 0, kept=True)
+            times: dict[int, list[float]] = {w: [] for w in timed}
+            for _ in range(rounds + 1):  # the first round warms up
+                for w in timed:
+                    times[w].append(_timed_forward(model, runtime, cache, prefix[:, context : context + w], context))
         measured = [min(times[w][1:]) for w in timed]
         # A narrower forward never costs more than a wider one timed (on an Intel Xeon in fp32, MKL's one-row
         # kernel read 45 ms after a run of wide oneDNN forwards, 35 alone, while two rows read 37).
@@ -59,13 +59,20 @@ def measure_cost(model: torch.nn.Module, runtime: Runtime, *, batch_sizes: tuple
     return CostCurve(tuple(batch_sizes), tuple(widths), tuple(rows), runtime.record(model))
 
 
-def _timed_forward(model: torch.nn.Module, runtime: Runtime, cache, ids: torch.Tensor, context: int) -> float:
-    """Seconds of one forward of ids [b, w] after the cached context, which is cropped back afterwards."""
-    b, w = ids.shape
-    positions = torch.arange(context, context + w, device=ids.device).expand(b, -1)
-    mask = cache_mask(torch.ones(b, context + w, dtype=torch.bool, device=ids.device), w)
-    return seconds(lambda: forward(model, ids, positions, mask, cache, min(w, 8), runtime=runtime), ids.device,
-                   after=lambda: cache.crop(-w))
+def _timed_forward(model: torch.nn.Module, runtime: Runtime, cache, ids: torch.Tensor, context: int,
+                   kept: bool = False) -> float:
+    """Seconds of one forward of ids [b, w] (a causal run) after the `context` tokens kept, and the logits of up to 8
+    of its slots; kept: its tokens stay (else the next forward overwrites them)."""
+    (b, w), dev = ids.shape, ids.device
+    fed = torch.ones(b, w, dtype=torch.bool, device=dev)
+    seen = visible(torch.ones(w, w, dtype=torch.bool, device=dev).tril(), fed)
+    positions = torch.arange(context, context + w, device=dev).expand(b, -1)
+
+    def forward() -> torch.Tensor:
+        hidden = feed(model, cache, ids, positions, seen, fed, runtime=runtime, capture=not kept)
+        return head(model, hidden[:, -min(w, 8):], runtime)
+
+    return seconds(forward, dev, after=lambda: keep(cache, fed.sum(1) * kept))
 
 
 STALE = 1.15  # a kept curve that reads this much slower than forwards timed now (SPOT_WIDTHS) was timed under load

@@ -1,17 +1,20 @@
 """Engine: a model whose forwards run outside torch (llama.cpp), seen by the decoders through the same seam.
 
 The decoders never call a model directly: they read every forward through runtime/forward.py. A transformers model
-takes the torch path there; an Engine answers the same four calls itself. A new backend is one Engine subclass.
-Its cache needs one operation besides being fed: `crop(-n)`, which drops the last n slots fed (the decoders keep a
-prefix of what they fed: the pending tokens and the drafts that matched).
+takes the torch path there; an Engine answers the same calls itself. A new backend is one Engine subclass. Its cache
+needs one operation besides being fed: `keep(advance)`, which keeps the first advance[i] fed slots of the last forward
+and drops the rest (the decoders keep a prefix of what they fed: the pending tokens and the drafts that matched).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
 
 
 class Engine(ABC):
@@ -21,21 +24,22 @@ class Engine(ABC):
     config: Any  # what the decoders read of a config: max_position_embeddings (the context), vocab_size
     generation_config: Any = None  # eos_token_id, as transformers' (None: the tokenizer's EOS alone)
 
+    def prepare(self, tokenizer: Any = None) -> Runtime:
+        """The runtime its decodes run under by default (prepared(): a cost curve, what a width check found)."""
+        from .runtime import Runtime
+
+        return Runtime()
+
     @abstractmethod
     def new_cache(self) -> Any:
-        """An empty cache for one decode; it has crop(-n)."""
+        """An empty cache for one decode; it has keep(advance)."""
 
     @abstractmethod
-    def forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: Any, keep: int
-                ) -> torch.Tensor:
-        """Feed ids [b, W] at positions [b, W] under the boolean mask [b, W, T+W] (the cache's T slots, then the W
-        fed; True = attend); append them to the cache; return the logits [b, keep, V] of the last `keep` slots."""
-
-    @abstractmethod
-    def hidden_states(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: Any
+    def hidden_states(self, ids: torch.Tensor, positions: torch.Tensor, seen: torch.Tensor, cache: Any
                       ) -> torch.Tensor:
-        """As forward, but return per-slot rows [b, W, H] that head() turns into logits (an engine that computes
-        logits anyway may return them here, with head() the identity)."""
+        """Feed ids [b, W] at positions [b, W] after the cache, each fed slot seeing the cache and the fed slots
+        seen [b, W, W] lets it (True = attend); return per-slot rows [b, W, H] that head() turns into logits (an
+        engine that computes logits anyway may return them here, with head() the identity)."""
 
     @abstractmethod
     def head(self, hidden: torch.Tensor) -> torch.Tensor:

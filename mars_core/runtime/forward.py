@@ -1,26 +1,41 @@
-"""One cached forward under a runtime's kernels: the seam every decoder and every timing reads its forward through."""
+"""The one forward every decoder, the width check and the cost curve run: a model's decoder over the tokens a step
+feeds, written into the slot cache (slots.py) under the runtime's kernels. An Engine (llama.cpp) answers the same
+calls itself.
+
+    cache = new_cache(model, batch, slots)
+    hidden = feed(model, cache, ids, positions, seen, fed, runtime=runtime)   # [b, W, H]
+    logits = head(model, hidden[:, rows], runtime)
+    keep(cache, advance)                                             # the first advance[i] fed columns stay
+
+seen [b, W, W] says which fed columns each column sees (itself included); every column also sees its sample's kept
+tokens. fed [b, W] says which columns are real for a sample.
+"""
 
 from __future__ import annotations
 
 import inspect
+from contextlib import nullcontext
 from functools import cache as once
 from typing import TYPE_CHECKING, Any
 
 import torch
-from transformers import DynamicCache
 
 from ..attention import as_model_mask
+from .attention import keys_by_rows
 from .engine import Engine
+from .graphs import capturable, replayed
+from .slots import SlotCache, borrowed
 
 if TYPE_CHECKING:
     from .runtime import Runtime
 
 
-def new_cache(model: torch.nn.Module | Engine) -> DynamicCache:
-    """An empty cache for one decode (an Engine keeps its own)."""
+def new_cache(model: torch.nn.Module | Engine, batch: int, slots: int):
+    """A cache for one decode of `batch` samples and `slots` positions, borrowed until the decode ends (an Engine
+    keeps its own): use as a context manager."""
     if isinstance(model, Engine):
-        return model.new_cache()
-    return DynamicCache(config=model.config)
+        return nullcontext(model.new_cache())
+    return borrowed(model, batch, slots)
 
 
 @once
@@ -30,47 +45,50 @@ def _cache_keyword(cls: type) -> str:
     return "cache" if "cache" in inspect.signature(cls.forward).parameters else "past_key_values"
 
 
-def with_cache(model: torch.nn.Module, cache: DynamicCache) -> dict[str, Any]:
+def with_cache(model: torch.nn.Module, cache: Any) -> dict[str, Any]:
     """The keyword arguments that pass `cache` to model's forward and keep it growing, whatever its version."""
     return {_cache_keyword(type(model)): cache, "use_cache": True}
 
 
-def cache_mask(valid: torch.Tensor, width: int) -> torch.Tensor:
-    """Boolean [b, W, T+W] mask for W new slots after T cached ones (cache order is time order).
-
-    Query q (absolute slot T+q) sees slot k when k is valid and k <= T+q. It always sees itself,
-    so padding and holes never get an empty row (an all-masked row gives NaN in SDPA).
-    """
-    total = valid.shape[1]
-    q = torch.arange(total - width, total, device=valid.device)[:, None]
-    k = torch.arange(total, device=valid.device)[None, :]
-    return (valid[:, None, :] & (k <= q)) | (k == q)
+def visible(template: torch.Tensor, fed: torch.Tensor) -> torch.Tensor:
+    """seen [b, W, W]: column q sees column k where the template [W, W] allows it and k is fed; always itself."""
+    width = template.shape[0]
+    eye = torch.eye(width, dtype=torch.bool, device=fed.device)
+    return (template.to(fed.device)[None] & fed[:, None, :]) | eye
 
 
-def forward(model: torch.nn.Module, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
-            cache: DynamicCache, keep: int, *, runtime: Runtime) -> torch.Tensor:
-    """One cached forward; returns the logits of the last `keep` slots only (the lm_head is the costly part)."""
+def feed(model: torch.nn.Module | Engine, cache: SlotCache | Any, ids: torch.Tensor, positions: torch.Tensor,
+         seen: torch.Tensor, fed: torch.Tensor, *, runtime: Runtime, capture: bool = True) -> torch.Tensor:
+    """One forward through the decoder: the last hidden states [b, W, H] (logits are read later, where needed, with
+    head()). On a GPU a static runtime replays each width fed as one CUDA graph, captured on first use (capture=False:
+    a one-off width, the prompt's, runs eagerly)."""
     if isinstance(model, Engine):
-        return model.forward(ids, positions, mask, cache, keep)
-    with runtime.active():
-        out = model(input_ids=ids, position_ids=positions, attention_mask=as_model_mask(mask, model),
-                    logits_to_keep=keep, **with_cache(model, cache))
-    return out.logits
+        return model.hidden_states(ids, positions, seen, cache)
+    positions = positions.clamp_min(0)
+    if capture and runtime.static and capturable(ids.device):
+        return replayed(cache.graphs, (ids.shape[1], id(runtime)),
+                        lambda *x: _forward(model, cache, *x, runtime=runtime), ids, positions, seen, fed)
+    return _forward(model, cache, ids, positions, seen, fed, runtime=runtime)
 
 
-def hidden_states(model: torch.nn.Module, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
-                  cache: DynamicCache, runtime: Runtime) -> torch.Tensor:
-    """One cached forward through the decoder alone: the last hidden states [b, W, H] (logits are read later, only
-    where needed, with head())."""
-    if isinstance(model, Engine):
-        return model.hidden_states(ids, positions, mask, cache)
-    with runtime.active():
+def _forward(model: torch.nn.Module, cache: SlotCache, ids: torch.Tensor, positions: torch.Tensor, seen: torch.Tensor,
+             fed: torch.Tensor, *, runtime: Runtime) -> torch.Tensor:
+    index = cache.place(fed)
+    mask = cache.mask(seen, index)
+    plan = cache.key_plan(index, full=runtime.static) if runtime.rows else None
+    with runtime.active(), keys_by_rows(plan):
         decoder = model.get_decoder()
         return decoder(input_ids=ids, position_ids=positions, attention_mask=as_model_mask(mask, model),
-                       **with_cache(decoder, cache)).last_hidden_state
+                       **with_cache(decoder, cache.kv)).last_hidden_state
 
 
-def head(model: torch.nn.Module, hidden: torch.Tensor, runtime: Runtime) -> torch.Tensor:
+def keep(cache: SlotCache | Any, advance: torch.Tensor) -> None:
+    """After a forward: its first advance[i] fed columns stay in sample i's cache (their slots are their positions);
+    the rest is scratch."""
+    cache.keep(advance)
+
+
+def head(model: torch.nn.Module | Engine, hidden: torch.Tensor, runtime: Runtime) -> torch.Tensor:
     """Logits of hidden rows [..., H] through the model's output head, under the runtime's kernels."""
     if isinstance(model, Engine):
         return model.head(hidden)

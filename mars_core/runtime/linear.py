@@ -31,6 +31,9 @@ from .timing import fastest_seconds
 
 BATCH_HINT = 16  # rows oneDNN packs the weight for (how it was chosen: docs/speed.md#packed-linear-layers)
 PROBE_ROWS = 32  # rows one_row_differs compares alone and together (bf16 rounds most differences away)
+# the most rows one packed call computes: oneDNN computes rows 2..32 alike and blocks more rows otherwise (bf16 with
+# AMX: a row among 33 or more can take other bits), so wider inputs run as calls of at most this many rows
+CHUNK_ROWS = 32
 DTYPES = (torch.float32, torch.bfloat16)  # bf16 F.linear runs oneDNN already, but reorders W on every call
 
 
@@ -106,10 +109,16 @@ def pointwise(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None =
 
 
 def packed_linear(x: torch.Tensor, entry: Packed, bias: torch.Tensor | None) -> torch.Tensor:
-    """y = x W^T + b from the packed W. Where this CPU's kernel for one row differs from its kernel for two
-    (entry.pair), a lone row is fed beside a copy of itself, so a row's bits do not depend on how many rows share its
-    forward; two rows cost about 10% more than one in that layer (docs/speed.md#one-row-fed-as-two)."""
-    if entry.pair and x.numel() == x.shape[-1]:
+    """y = x W^T + b from the packed W, in calls of at most CHUNK_ROWS rows, so a row's bits do not depend on how
+    many rows share its forward (docs/speed.md#one-decoder). Where this CPU's kernel for one row differs from its
+    kernel for two (entry.pair), a lone row is fed beside a copy of itself; two rows cost about 10% more than one in
+    that layer (docs/speed.md#one-row-fed-as-two)."""
+    rows = x.numel() // x.shape[-1]
+    if rows > CHUNK_ROWS:
+        flat = x.reshape(rows, -1)
+        parts = [packed_linear(flat[i : i + CHUNK_ROWS], entry, bias) for i in range(0, rows, CHUNK_ROWS)]
+        return torch.cat(parts).view(*x.shape[:-1], -1)
+    if entry.pair and rows == 1:
         two = x.reshape(1, -1).expand(2, -1).contiguous()
         return pointwise(two, entry.packed, bias)[:1].view(*x.shape[:-1], -1)
     return pointwise(x, entry.packed, bias)

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import threading
+import warnings
+import weakref
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from .attention import ATTENTION
 from .cost import forward_cost
+from .engine import Engine
 from .invariance import width_check
 from .linear import fewest_packed_rows, pack_linears
 from .runtime import Runtime
@@ -41,7 +46,7 @@ def prepare(model: torch.nn.Module, *, invariant: bool = True, pack: bool = True
     decoding is one-token decoding bit for bit; False: the fastest kernel by rows, timed once (numbers may then
     differ in the last bits between widths). check: run the width check on this model (runtime.invariance), whose
     verdict the app and the README state. measure_cost: time forwards by width under these kernels (runtime.cost).
-    static: decode at fixed widths into a cache allocated once (decoding/static; docs/speed.md#static-shapes).
+    static: fixed widths, every row reading the whole cache, CUDA graphs on a GPU (docs/speed.md#static-shapes).
     Each measurement is kept under cache_dir (default: cache_root()/forward_cost) by machine, kernels and model
     shape."""
     folder = Path(cache_dir) if cache_dir is not None else cache_root() / "forward_cost"
@@ -53,4 +58,23 @@ def prepare(model: torch.nn.Module, *, invariant: bool = True, pack: bool = True
         runtime = replace(runtime, width_check=width_check(model, runtime, folder))
     if measure_cost:
         runtime = replace(runtime, cost=forward_cost(model, runtime, folder))
+    return runtime
+
+
+_PREPARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its runtime, this process's
+_PREPARING = threading.Lock()
+
+
+def prepared(model: torch.nn.Module | Engine, tokenizer: Any = None) -> Runtime:
+    """The runtime every entry point decodes under when it is given none: prepare(model) (an Engine's own runtime),
+    made once per model in a process and its measurements kept on disk, so verified decoding is one-token decoding
+    wherever the width check passes. A model whose check fails is said so once, as a warning. Plain torch, without
+    that promise, is runtime=Runtime()."""
+    with _PREPARING:
+        runtime = _PREPARED.get(model)
+        if runtime is None:
+            runtime = model.prepare(tokenizer) if isinstance(model, Engine) else prepare(model)
+            _PREPARED[model] = runtime
+            if runtime.width_check is not None and not runtime.width_check.identical:
+                warnings.warn(f"verified decoding on this machine: {runtime.guarantee()}", stacklevel=4)
     return runtime

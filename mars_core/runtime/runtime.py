@@ -24,9 +24,9 @@ from typing import Any
 import torch
 
 from ..machine import machine_info
-from .attention import rows_attention
 from .curve import CostCurve
-from .linear import LinearKernels, PackedLinears
+from .linear import CHUNK_ROWS, LinearKernels, PackedLinears
+from .slots import KEY_ROUND
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class Runtime:
     cost: CostCurve | None = None  # seconds of a forward by batch and width; None: verified's fixed rules
     live_cost: bool = False  # verified re-prices width by its own timed forwards (CPU; decoding/verified/pace.py)
     width_check: WidthCheck | None = None  # what a check on this machine found (None: not checked)
-    static: bool = False  # decode at fixed widths into a cache allocated once (decoding/static) where possible
+    static: bool = False  # fixed widths, every row reading the whole cache: the shapes CUDA graphs capture
 
     @property
     def invariant(self) -> bool:
@@ -72,9 +72,9 @@ class Runtime:
 
     @contextmanager
     def active(self) -> Iterator[None]:
-        """Run the forwards inside with this runtime's kernels."""
+        """Run the forwards inside with this runtime's linear kernels (attention by rows is the forward's: it needs the
+        cache's key plan, runtime/forward.py)."""
         with ExitStack() as stack:
-            stack.enter_context(rows_attention(self.rows))
             if self.linears:
                 stack.enter_context(LinearKernels(self.linears, self.packed_from))
             yield
@@ -84,8 +84,9 @@ class Runtime:
         paired = any(entry.pair for entry in self.linears.values())  # a lone row fed as two: other bits, other speed
         return {**machine_info(model.device, model.dtype), "linear": "onednn_packed" if self.linears else "torch",
                 "packed_from_rows": self.packed_from if self.linears else 0,
-                **({"one_row": "fed as two"} if paired else {}),
-                "attention": "rows" if self.rows else "sdpa"}
+                **({"one_row": "fed as two"} if paired else {}), "rows_per_call": CHUNK_ROWS if self.linears else 0,
+                "attention": "rows" if self.rows else "sdpa", "cache": "slots",
+                "keys": "whole cache" if self.static else f"slot rounded to {KEY_ROUND}"}
 
     def key(self, model: torch.nn.Module) -> str:
         """What a measurement under this runtime depends on: the machine, the kernels, the dtype, the model's shape."""

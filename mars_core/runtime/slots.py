@@ -1,13 +1,19 @@
-"""A KV cache allocated once and written by index: the slots a static-shape decoder feeds into.
+"""The KV cache every decoder writes: a token's slot is its position, in every batch and every strategy.
 
-transformers' StaticCache holds [b, heads, T, d] per layer; RowSlots writes each forward's keys and values from a slot
-per sample, at[i] .. at[i]+W-1, so the next forward may start anywhere, overwriting what verification rejected.
-Nothing is ever cropped: which slots hold real tokens lives on the device (`valid`), and the mask hides the rest. A
-decoder writes each sample's tokens at their positions (slot = position), so a sample's cache is laid out in a batch
-exactly as it is alone: no holes between samples of other lengths, the same keys at the same slots.
+transformers' StaticCache holds [b, heads, T, d] per layer, allocated once; RowSlots writes each forward's keys and
+values at the slots `index` [b, W] names. Sample i has kept at[i] tokens, in slots 0 .. at[i]-1, which are exactly its
+positions 0 .. at[i]-1: a forward writes the columns it feeds (fed[i, c]) from slot at[i] on, in column order, and the
+columns it does not feed after them. keep(advance) then marks the first advance[i] fed columns kept (at[i] moves on);
+everything past at[i] is scratch, never seen and overwritten by the next forward. Nothing is cropped and there are no
+holes: slot t of sample i is seen by a later forward exactly when t < at[i]. So a sample's cache is the same alone and
+in any batch.
+
+Which keys a row reads (KeyPlan): a row written at slot s reads slots 0 .. E-1 with E = s+1 rounded up to a multiple of
+KEY_ROUND: one function of the slot, so a row gets the same call whatever else shares its forward (width and batch
+invariance, attention.py). A static cache (Runtime.static, the shape CUDA graphs capture) reads all T slots instead.
 
 Decodes borrow their cache (borrowed()): a finished decode's cache, reset, serves the next one of the same model and
-shape, with the CUDA graphs captured over it (runtime/graphs.py), so a graph is captured once, not once a decode.
+shape, with the CUDA graphs captured over it (runtime/graphs.py).
 """
 
 from __future__ import annotations
@@ -16,12 +22,21 @@ import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from transformers import StaticCache
 
 KEEP = 2  # free caches kept for the next decodes, all models and shapes together (the oldest go first)
+KEY_ROUND = 64  # a row reads its keys up to its slot rounded up to this (docs/speed.md#one-decoder)
+SLOT_ROUND = 128  # a cache's length is a multiple of this, so decodes of similar lengths share a cache
+
+
+def cache_slots(tokens: int, widest: int) -> int:
+    """The cache's length for a decode of `tokens` positions (the longest prompt and the answer) whose widest forward
+    feeds `widest` tokens per sample past them: room for the scratch columns, rounded up to SLOT_ROUND."""
+    return -(-(tokens + widest + 1) // SLOT_ROUND) * SLOT_ROUND
 
 
 class RowSlots(StaticCache):
@@ -38,9 +53,22 @@ class RowSlots(StaticCache):
         return layer.keys, layer.values
 
 
+@dataclass(frozen=True)
+class KeyGroup:
+    """Rows that read the same keys, 0 .. keys-1, in one attention call: the columns `sel` of sample `sample` (one
+    sample's rows, its keys shared by all), or column `col` of the samples `sel` (one row each)."""
+
+    keys: int
+    sel: slice | torch.Tensor
+    sample: int | None = None
+    col: int | None = None
+
+
+KeyPlan = list[KeyGroup]
+
+
 class SlotCache:
-    """RowSlots plus where each sample's next forward writes (`at`, on the device), which slots are real (`valid`)
-    and the graphs captured over it (by bucket)."""
+    """RowSlots plus what each sample has kept (`at`, on the device) and the graphs captured over it."""
 
     def __init__(self, model: torch.nn.Module, batch: int, slots: int) -> None:
         config = model.config
@@ -49,24 +77,62 @@ class SlotCache:
         self.kv = RowSlots(config=config, max_cache_len=slots)
         self.kv.early_initialization(batch, heads, head_dim, model.dtype, model.device)
         self.slots = slots
-        self.at = torch.zeros(batch, dtype=torch.long, device=model.device)  # each sample's next forward's first slot
-        self.valid = torch.zeros((batch, slots), dtype=torch.bool, device=model.device)  # slots holding real tokens
+        self.at = torch.zeros(batch, dtype=torch.long, device=model.device)  # tokens kept per sample
         self.graphs: dict[Any, Any] = {}  # captured forwards over this cache, by what they feed (runtime/graphs.py)
 
     def reset(self) -> None:
-        """Empty for a new decode: no slot real, writing from slot 0 (the old keys and values stay, masked)."""
+        """Empty for a new decode (the old keys and values stay, past at = 0: never seen)."""
         self.at.zero_()
-        self.valid.zero_()
 
-    def place(self, width: int) -> None:
-        """Make the next forward, of `width` slots per sample, write sample i's from slot at[i]."""
-        self.kv.index = self.at[:, None] + torch.arange(width, device=self.at.device)
+    def place(self, fed: torch.Tensor) -> torch.Tensor:
+        """Where the next forward writes: fed columns ([b, W] bool) from slot at[i] on in column order, the others
+        after them. Returns the slots [b, W] (also what RowSlots writes at)."""
+        fed = fed.long()
+        order = torch.where(fed.bool(), fed.cumsum(1) - 1, fed.sum(1, keepdim=True) + (1 - fed).cumsum(1) - 1)
+        self.kv.index = self.at[:, None] + order
+        return self.kv.index
 
-    def keep(self, kept: torch.Tensor, advance: torch.Tensor) -> None:
-        """Mark slot at[i] + j valid where kept[i, j] ([b, W] bool), then move at[i] on by advance[i] ([b] long)."""
-        index = self.at[:, None] + torch.arange(kept.shape[1], device=kept.device)  # from at on: never kept yet
-        self.valid.scatter_(1, index, kept)
+    def mask(self, seen: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """[b, W, T] boolean (True = attend): every row sees its sample's kept slots, and the fed columns `seen`
+        [b, W, W] lets it see (itself included), at the slots `index` they are written to."""
+        b, width = index.shape
+        kept = torch.arange(self.slots, device=index.device)[None, :] < self.at[:, None]
+        mask = kept[:, None, :].expand(b, width, self.slots).clone()
+        return mask.scatter_(2, index[:, None, :].expand(b, width, width), seen)
+
+    def keep(self, advance: torch.Tensor) -> None:
+        """Keep the first advance[i] fed columns of the last forward (their slots are their positions)."""
         self.at += advance
+
+    def key_plan(self, index: torch.Tensor, full: bool) -> KeyPlan:
+        """Which keys each row of the next forward reads, grouped into attention calls (module doc): a row written at
+        slot s reads up to s+1 rounded up to KEY_ROUND, or all T slots where `full`. Rows are grouped by sample or
+        by column, whichever makes fewer calls. Read on the host, once a forward (on a CPU that is no sync)."""
+        b, width = index.shape
+        if full:
+            keys = [[self.slots] * width for _ in range(b)]
+        else:
+            keys = [[min(-(-(s + 1) // KEY_ROUND) * KEY_ROUND, self.slots) for s in row] for row in index.tolist()]
+        by_sample = [KeyGroup(e, _run(cols, index.device), sample=i)
+                     for i, row in enumerate(keys) for e, cols in _grouped(row).items()]
+        by_col = [KeyGroup(e, _run(samples, index.device), col=c)
+                  for c in range(width) for e, samples in _grouped([row[c] for row in keys]).items()]
+        return by_sample if len(by_sample) < len(by_col) else by_col
+
+
+def _grouped(keys: list[int]) -> dict[int, list[int]]:
+    """The places of each value in keys, in order."""
+    places: dict[int, list[int]] = {}
+    for i, e in enumerate(keys):
+        places.setdefault(e, []).append(i)
+    return places
+
+
+def _run(items: list[int], device: torch.device) -> slice | torch.Tensor:
+    """A slice where the items are consecutive (a view, no copy), else an index tensor."""
+    if items == list(range(items[0], items[0] + len(items))):
+        return slice(items[0], items[0] + len(items))
+    return torch.tensor(items, dtype=torch.long, device=device)
 
 
 _FREE: list[tuple[weakref.ref, int, int, SlotCache]] = []  # (model, batch, slots, cache) not in use, newest last
@@ -90,16 +156,3 @@ def borrowed(model: torch.nn.Module, batch: int, slots: int) -> Iterator[SlotCac
         with _FREE_LOCK:
             _FREE.append((weakref.ref(model), batch, slots, cache))
             del _FREE[:-KEEP]
-
-
-def slot_mask(cache: SlotCache, template: torch.Tensor, fed: torch.Tensor) -> torch.Tensor:
-    """[b, W, T] boolean mask for a forward of W slots per sample written from at[i]: every row sees its sample's
-    valid slots before at[i], and the fed slots its template [W, W] allows and that are real (fed [b, W]); each row
-    always sees itself (an all-masked row gives NaN in SDPA)."""
-    width, dev = template.shape[0], fed.device
-    rel = torch.arange(cache.slots, device=dev)[None, :] - cache.at[:, None]  # [b, T] a slot's column in the tree
-    inside = (rel >= 0) & (rel < width)
-    col = rel.clamp(0, width - 1)
-    seen = (template[:, col].transpose(0, 1) & fed.gather(1, col)[:, None, :]) | (
-        torch.arange(width, device=dev)[None, :, None] == col[:, None, :])
-    return torch.where(inside[:, None, :], seen, (cache.valid & (rel < 0))[:, None, :])

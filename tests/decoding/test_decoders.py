@@ -44,7 +44,8 @@ def test_one_token_mode_equals_hf_generate(model, tokenizer, strategy, block_siz
 def test_one_token_mode_feeds_one_token_per_forward(model, tokenizer, strategy):
     """At threshold 1 no decoder re-feeds tokens or feeds masks: after the prefill, every forward is [b, 1] like AR."""
     widths = []
-    hook = model.register_forward_pre_hook(lambda m, a, kw: widths.append(kw["input_ids"].shape[1]), with_kwargs=True)
+    hook = model.get_decoder().register_forward_pre_hook(lambda m, a, kw: widths.append(kw["input_ids"].shape[1]),
+                                                         with_kwargs=True)
     try:
         r = generate(model, tokenizer, PROMPTS, strategy=strategy, block_size=4, threshold=1.0, max_new_tokens=24)
     finally:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -31,7 +33,9 @@ def drafts_matched(model, tokenizer, prompts, **kw) -> int:
 def test_verified_equals_hf_generate(trained, tokenizer, block_size, threshold):
     prompts = PROMPTS + NEW_PROMPTS + list(ANSWERS)[:2]
     want = hf_greedy(trained, tokenizer, prompts, 40)
-    kw = dict(strategy="verified", block_size=block_size, threshold=threshold, max_new_tokens=40)
+    # the default runtime (prepare()'s), trees by the fixed rules so that drafts are fed wherever they are confident
+    kw = dict(strategy="verified", block_size=block_size, threshold=threshold, max_new_tokens=40,
+              layout=TreeLayout(use_cost=False))
     batched = generate(trained, tokenizer, prompts, **kw)
     alone = [generate(trained, tokenizer, p, **kw).token_ids[0] for p in prompts]
     assert alone == want
@@ -40,7 +44,7 @@ def test_verified_equals_hf_generate(trained, tokenizer, block_size, threshold):
         assert batched.tokens_per_forward == 1.0
     else:  # drafts were really checked and accepted: the test is not a disguised AR run
         assert drafts_matched(trained, tokenizer, prompts, block_size=block_size, threshold=threshold,
-                              max_new_tokens=40) > 20
+                              max_new_tokens=40, layout=TreeLayout(use_cost=False)) > 20
         assert batched.tokens_per_forward > 1.3
 
 
@@ -87,11 +91,10 @@ def test_siblings_commit_more_per_forward_and_keep_the_answer(trained, tokenizer
     prompts = PROMPTS + NEW_PROMPTS + list(ANSWERS)
     want = hf_greedy(trained, tokenizer, prompts, 40)
     kw = dict(strategy="verified", threshold=0.3, max_new_tokens=40)
-    records = []
-    every = generate(trained, tokenizer, prompts, layout=TreeLayout(sibling_floor=0.0), record=records.append, **kw)
-    chain = generate(trained, tokenizer, prompts, layout=TreeLayout(sibling_floor=None), **kw)
-    alone = [generate(trained, tokenizer, p, layout=TreeLayout(sibling_floor=0.0), **kw).token_ids[0]
-             for p in prompts]
+    records, every_sibling = [], TreeLayout(sibling_floor=0.0, use_cost=False)
+    every = generate(trained, tokenizer, prompts, layout=every_sibling, record=records.append, **kw)
+    chain = generate(trained, tokenizer, prompts, layout=TreeLayout(sibling_floor=None, use_cost=False), **kw)
+    alone = [generate(trained, tokenizer, p, layout=every_sibling, **kw).token_ids[0] for p in prompts]
     assert every.token_ids == chain.token_ids == alone == want
     assert sum(int(r.by_sibling.sum()) for r in records) >= 3
     assert any(r.tree.pending.shape[1] == 2 for r in records[1:])  # a matched sibling is fed again as pending
@@ -99,7 +102,7 @@ def test_siblings_commit_more_per_forward_and_keep_the_answer(trained, tokenizer
 
 
 def check_against_reference(model, tokenizer, layout: TreeLayout, threshold: float) -> None:
-    stop = {tokenizer.eos_token_id}
+    stop, layout = {tokenizer.eos_token_id}, replace(layout, use_cost=False)  # the reference's fixed rules
     for text in PROMPTS + NEW_PROMPTS + list(ANSWERS)[3:]:
         got = generate(model, tokenizer, text, strategy="verified", threshold=threshold, max_new_tokens=30,
                        layout=layout)
@@ -139,7 +142,8 @@ def test_pruning_narrows_the_tree(trained, tokenizer):
         try:
             return widths, generate(trained, tokenizer, list(ANSWERS), strategy="verified", threshold=0.3,
                                     max_new_tokens=40,
-                                    layout=TreeLayout(group_floor=floor, lookup_drafts=0, sibling_floor=None))
+                                    layout=TreeLayout(group_floor=floor, lookup_drafts=0, sibling_floor=None,
+                                                      use_cost=False))
         finally:
             hook.remove()
 
@@ -262,7 +266,7 @@ def test_sampling_keeps_the_ar_distribution(tokenizer):
     for seed in range(16):
         ids = [[] for _ in range(batch)]
         for e in stream(model, tokenizer, [text] * batch, strategy="verified", threshold=0.05,
-                        temperature=temperature, max_new_tokens=3, seed=seed):
+                        temperature=temperature, max_new_tokens=3, seed=seed, layout=TreeLayout(use_cost=False)):
             accepted += sum(e.matched)
             rejected += sum(len(d) > m for d, m in zip(e.drafts, e.matched))
             for row, new in zip(ids, e.token_ids):
@@ -366,13 +370,13 @@ def test_live_cost_prices_width_by_the_decodes_own_forwards(trained, tokenizer, 
     move to STEEP's shape, the trees are narrower than the curve alone makes them, and the answer is AR's."""
     from mars_core.decoding.verified import decode
 
-    clock, forward = [0.0], decode.hidden_states
+    clock, forward = [0.0], decode.feed
 
-    def costed(model, ids, *args):  # the forward takes what STEEP says of its width, on a clock of our own
+    def costed(model, cache, ids, *args, **kw):  # the forward takes what STEEP says of its width, on our own clock
         clock[0] += STEEP.at(1, [ids.shape[1]])[0]
-        return forward(model, ids, *args)
+        return forward(model, cache, ids, *args, **kw)
 
-    monkeypatch.setattr(decode, "hidden_states", costed)
+    monkeypatch.setattr(decode, "feed", costed)
     monkeypatch.setattr(decode, "perf_counter", lambda: clock[0])
     prompts, records = list(ANSWERS), []
     kw = dict(threshold=0.05, layout=TreeLayout(cost=CHEAP))
@@ -388,13 +392,13 @@ def test_live_cost_prices_width_by_the_decodes_own_forwards(trained, tokenizer, 
 
 def test_the_fixed_rules_apply_without_a_curve_or_when_asked(trained, tokenizer):
     """use_cost=False ignores the curve: the same trees as no curve at all (group floor and threshold only)."""
-    plain = fed_widths(trained, tokenizer, list(ANSWERS), threshold=0.3)[0]
+    plain = fed_widths(trained, tokenizer, list(ANSWERS), threshold=0.3, runtime=Runtime())[0]
     fixed = fed_widths(trained, tokenizer, list(ANSWERS), threshold=0.3,
                        layout=TreeLayout(cost=NOTHING_PAYS, use_cost=False))[0]
     assert plain == fixed and max(plain) > 1
 
 
-@pytest.mark.parametrize("layout", [TreeLayout(), TreeLayout(cost=STEEP)], ids=["fixed-rules", "by-cost"])
+@pytest.mark.parametrize("layout", [TreeLayout(use_cost=False), TreeLayout(cost=STEEP)], ids=["fixed-rules", "by-cost"])
 def test_the_record_is_what_each_forward_fed_and_chose(trained, tokenizer, layout):
     """DecodeOptions.record sees every forward: the mask it holds is the mask the model got, its ids and positions
     what was fed; the next forward checks the drafts and hangs the groups it chose; the answer is unchanged."""
@@ -411,7 +415,9 @@ def test_the_record_is_what_each_forward_fed_and_chose(trained, tokenizer, layou
     assert [t for e in events for t in e.token_ids[0]] == generate(
         trained, tokenizer, text, strategy="verified", threshold=0.3, max_new_tokens=40, layout=layout).token_ids[0]
     for r, (ids, positions, mask), e in zip(records, got, events):
-        assert torch.equal(r.mask[:, None], mask) and torch.equal(r.ids, ids)  # SDPA: the boolean mask itself
+        cached, width = int(r.cached[0]), ids.shape[1]  # one sample: every column fed, at slot cached + column
+        assert bool(r.fed.all()) and bool(mask[0, 0, :, :cached].all()) and not mask[0, 0, :, cached + width:].any()
+        assert torch.equal(mask[0, 0, :, cached : cached + width], r.seen[0]) and torch.equal(r.ids, ids)
         assert torch.equal(r.positions.clamp_min(0), positions)
         assert int(r.m[0]) == e.matched[0] and r.tree.drafts[0, : int(r.tree.fed[0].sum())].tolist() == e.drafts[0]
         assert r.odds.shape == r.group_fed.shape and torch.allclose(r.odds.sum(1), torch.ones(1))

@@ -1,15 +1,15 @@
 """The llama.cpp engine on a tiny Llama built in code: the GGUF export against torch, one-token decoding against
-transformers' generate, threshold and verified modes, the tree's sequence ids, and the cache after a crop."""
+transformers' generate, threshold and verified modes, the tree's sequence ids, and the cache after keep()."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from mars_core.decoding.verified import TreeLayout, tree_template
+from mars_core.decoding.feed import tree_template
+from mars_core.decoding.verified import TreeLayout
 from mars_core.engines.llamacpp.tree import implied_mask, plan
 from mars_core.generate import encode_prompt, generate, stream
-from mars_core.runtime.forward import cache_mask
 
 from tiny import tiny_llama, tiny_tokenizer
 
@@ -51,12 +51,14 @@ def ids_of(tokenizer, prompt: str) -> torch.Tensor:
     return torch.tensor([encode_prompt(tokenizer, prompt)])
 
 
-def chain(engine, cache, ids: torch.Tensor, start: int, keep: int | None = None) -> torch.Tensor:
-    """Feed ids [1, W] as a causal run after `start` cached slots; the logits of the last `keep` (all by default)."""
+def chain(engine, cache, ids: torch.Tensor, start: int) -> torch.Tensor:
+    """Feed ids [1, W] as a causal run after `start` kept slots, and keep them; the logits of every slot."""
     width = ids.shape[1]
     positions = torch.arange(start, start + width)[None]
-    mask = cache_mask(torch.ones(1, start + width, dtype=torch.bool), width)
-    return engine.forward(ids, positions, mask, cache, keep or width)
+    rows = engine.feed(ids, positions, torch.ones(1, width, width, dtype=torch.bool).tril(), cache,
+                       list(range(width)))
+    cache.keep(width)
+    return rows
 
 
 def test_gguf_logits_match_torch(tiny, engine):
@@ -178,8 +180,8 @@ def test_masks_llamacpp_cannot_express_raise():
         plan(diamond, [0, 1, 2], 0)
 
 
-def test_cache_after_crop_equals_fresh(tiny, engine):
-    """Feed a tree, crop to the pending tokens and one draft, feed again: the logits are those of feeding the kept
+def test_cache_after_keep_equals_fresh(tiny, engine):
+    """Feed a tree, keep the pending token and one draft, feed again: the logits are those of feeding the kept
     prefix fresh (the other paths' cells are gone, seq 0 ends at the kept draft)."""
     _, tokenizer, _ = tiny
     prompt = ids_of(tokenizer, PROMPTS[2])
@@ -189,9 +191,8 @@ def test_cache_after_crop_equals_fresh(tiny, engine):
     template = tree_template(1, 2, (0, 2), 3)  # pending, d_1, d_2, G_0, G_2
     ids = torch.tensor([[prompt[0, -1].item(), 7, 9] + [tokenizer.mask_token_id] * 6])
     positions = torch.tensor([[n - 1, n, n + 1, n, n + 1, n + 2, n + 2, n + 3, n + 4]])
-    mask = torch.cat([torch.ones(1, 9, n - 1, dtype=torch.bool), (template | torch.eye(9, dtype=torch.bool))[None]], -1)
-    engine.hidden_states(ids, positions, mask, cache)
-    cache.crop(-7)  # keep the pending token and d_1
+    engine.hidden_states(ids, positions, (template | torch.eye(9, dtype=torch.bool))[None], cache)
+    cache.keep(2)  # the pending token and d_1
     assert cache.length == n + 1 and cache.next_pos == n + 1
     after = chain(engine, cache, torch.tensor([[11, 12]]), n + 1)
     fresh_cache = engine.new_cache()
@@ -204,7 +205,8 @@ def test_cache_after_crop_equals_fresh(tiny, engine):
 def test_batch_of_two_is_refused(engine):
     ids = torch.zeros(2, 3, dtype=torch.long)
     with pytest.raises(ValueError, match="batch 1"):
-        engine.forward(ids, torch.arange(3).expand(2, 3), torch.ones(2, 3, 3, dtype=torch.bool), engine.new_cache(), 1)
+        engine.hidden_states(ids, torch.arange(3).expand(2, 3), torch.ones(2, 3, 3, dtype=torch.bool),
+                             engine.new_cache())
 
 
 def test_a_twin_is_the_same_engine_again(tiny, engine):

@@ -1,13 +1,12 @@
-"""CUDA graphs over the static-shape decoder's forwards (a GPU only: skipped elsewhere)."""
+"""CUDA graphs over a static runtime's forwards (a GPU only: skipped elsewhere)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from mars_core import generate
-from mars_core.decoding.static import decode
-from mars_core.runtime import Runtime, graphs, slots
+from mars_core import TreeLayout, generate
+from mars_core.runtime import Runtime, forward, graphs, slots
 
 from trained import ANSWERS, mars_trained
 
@@ -18,14 +17,15 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA grap
 def test_replayed_graphs_decode_what_eager_forwards_decode(tokenizer, monkeypatch):
     model = mars_trained("llama", tokenizer).to("cuda")
     monkeypatch.setattr(slots, "_FREE", [])
-    kw = dict(strategy="verified", block_size=4, threshold=0.3, max_new_tokens=40, runtime=Runtime(static=True))
+    kw = dict(strategy="verified", block_size=4, threshold=0.3, max_new_tokens=40, runtime=Runtime(static=True),
+              layout=TreeLayout(lookup_drafts=0))
     captured = []
     real = graphs.Captured.__init__
     monkeypatch.setattr(graphs.Captured, "__init__", lambda self, *a: (captured.append(1), real(self, *a))[-1])
     replayed = generate(model, tokenizer, PROMPTS, **kw)
     again = generate(model, tokenizer, PROMPTS, **kw)  # the same cache and graphs, reset
-    monkeypatch.setattr(decode, "capturable", lambda device: False)
+    monkeypatch.setattr(forward, "capturable", lambda device: False)
     eager = generate(model, tokenizer, PROMPTS, **kw)
     assert captured and replayed.token_ids == again.token_ids == eager.token_ids
     assert replayed.tokens_per_forward > 1.3
-    assert len(captured) <= len(decode.verify_buckets(3, 3))  # one graph per bucket, the second decode none
+    assert len(captured) <= 4  # one graph per bucket (widths 4, 8, 12, 16), the second decode none

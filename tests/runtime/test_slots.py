@@ -1,4 +1,5 @@
-"""The slot cache: written from a slot held on the device, borrowed and given back, its mask."""
+"""The slot cache: a token's slot is its position (fed columns from `at`, the rest after), kept by advancing `at`,
+borrowed and given back; its mask; which keys each row reads (the key plan)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 import torch
 
 from mars_core.runtime import slots
-from mars_core.runtime.slots import SlotCache, borrowed, slot_mask
+from mars_core.runtime.slots import KEY_ROUND, SlotCache, borrowed, cache_slots
 
 from tiny import tiny_llama
 
@@ -17,58 +18,73 @@ def pool(monkeypatch):
     return slots._FREE
 
 
-def test_a_forward_writes_from_the_slot_placed_and_overwrites_what_follows():
-    """Keys and values land at `at`, whatever was written there before: a forward rewritten from slot 2 leaves the
-    cache as a decode that never wrote the rejected tokens would."""
+def test_fed_columns_are_written_from_at_in_order_and_the_rest_after_them():
+    cache = SlotCache(tiny_llama(64), 2, 16)
+    cache.at = torch.tensor([3, 0])
+    fed = torch.tensor([[False, True, True, False], [True, True, True, True]])
+    assert cache.place(fed).tolist() == [[5, 3, 4, 6], [0, 1, 2, 3]]  # sample 0: fed at 3 and 4, unfed at 5 and 6
+    cache.keep(torch.tensor([2, 1]))  # the first two fed columns of sample 0, the first of sample 1
+    assert cache.at.tolist() == [5, 1]
+
+
+def test_a_forward_rewritten_from_a_slot_leaves_the_cache_of_one_that_never_wrote_the_rejected_tokens():
+    """Keys and values land at their positions, whatever was written there before: slots past `at` are scratch."""
     model = tiny_llama(64)
-    cache = SlotCache(model, 1, 16)
-    ids = torch.tensor([[5, 6, 7, 8]])
 
-    def write(tokens: torch.Tensor, at: int) -> None:
-        cache.at.fill_(at)
-        w = tokens.shape[1]
-        cache.place(w)
-        cache.keep(torch.ones(1, w, dtype=torch.bool), torch.tensor([w]))
-        mask = torch.arange(16)[None, :] <= torch.arange(at, at + w)[:, None]
+    def write(cache: SlotCache, tokens: list[int], start: int) -> None:
+        ids, w = torch.tensor([tokens]), len(tokens)
+        fed = torch.ones(1, w, dtype=torch.bool)
+        index = cache.place(fed)
+        mask = cache.mask(torch.ones(1, w, w, dtype=torch.bool).tril(), index)
         with torch.inference_mode():
-            model(input_ids=tokens, position_ids=torch.arange(at, at + w)[None], attention_mask=mask[None, None],
+            model(input_ids=ids, position_ids=torch.arange(start, start + w)[None], attention_mask=mask[:, None],
                   cache=cache.kv, use_cache=True)
+        cache.keep(torch.tensor([w]))
 
-    write(ids, 0)
-    write(torch.tensor([[9, 9]]), 2)  # slots 2-3 overwritten
-    keys = cache.kv.layers[0].keys[0, :, :4].clone()
+    cache = SlotCache(model, 1, 16)
+    write(cache, [5, 6, 7, 8], 0)
+    cache.at.fill_(2)  # 7 and 8 rejected: the next forward writes from slot 2
+    write(cache, [9, 9], 2)
     fresh = SlotCache(model, 1, 16)
-    cache, first = fresh, keys
-    write(torch.tensor([[5, 6, 9, 9]]), 0)
-    assert torch.allclose(fresh.kv.layers[0].keys[0, :, :4], first, atol=1e-5)  # fp32 rows: up to rounding
-    assert int(fresh.at) == 4 and fresh.valid[0, :4].all() and not fresh.valid[0, 4:].any()
+    write(fresh, [5, 6, 9, 9], 0)
+    assert torch.allclose(fresh.kv.layers[0].keys[0, :, :4], cache.kv.layers[0].keys[0, :, :4], atol=1e-5)
+    assert int(fresh.at) == int(cache.at) == 4
+
+
+def test_the_mask_sees_each_samples_kept_slots_and_the_fed_columns_at_their_slots():
+    cache = SlotCache(tiny_llama(64), 2, 8)
+    cache.at = torch.tensor([3, 1])
+    fed = torch.tensor([[True, False], [True, True]])
+    seen = torch.tensor([[[True, False], [False, True]], [[True, False], [True, True]]])  # an unfed column: itself
+    mask = cache.mask(seen, cache.place(fed))
+    assert mask[0, 0].tolist() == [True, True, True, True, False, False, False, False]
+    assert mask[0, 1].tolist() == [True, True, True, False, True, False, False, False]  # written at 4, after 3
+    assert mask[1, 0].tolist() == [True, True, False, False, False, False, False, False]
+    assert mask[1, 1].tolist() == [True, True, True, False, False, False, False, False]
 
 
 def test_borrowed_reuses_a_free_cache_of_the_same_model_and_shape_reset(pool):
     model, other = tiny_llama(64), tiny_llama(64, seed=1)
     with borrowed(model, 1, 32) as first:
         first.at.fill_(5)
-        first.valid[:, :5] = True
         with borrowed(model, 1, 32) as second:  # in use: another cache
             assert second is not first
     with borrowed(model, 1, 32) as again:
-        assert again in (first, second) and int(again.at) == 0 and not again.valid.any()
+        assert again in (first, second) and int(again.at) == 0
     with borrowed(other, 1, 32) as theirs, borrowed(model, 2, 32) as wider, borrowed(model, 1, 64) as longer:
         assert all(c not in (first, second) for c in (theirs, wider, longer))
     assert len(pool) == slots.KEEP  # the oldest free caches went
 
 
-def test_the_mask_sees_each_samples_valid_slots_before_its_tree_and_the_tree_as_its_template():
-    cache = SlotCache.__new__(SlotCache)
-    cache.slots, cache.at = 8, torch.tensor([3, 1])
-    cache.valid = torch.tensor([[True, False, True, False, False, False, False, False],
-                                [True, False, False, False, False, False, False, False]])
-    template = torch.tensor([[1, 0], [1, 1]], dtype=torch.bool)
-    mask = slot_mask(cache, template, torch.tensor([[True, False], [True, True]]))
-    assert mask[0, 0].tolist() == [True, False, True, True, False, False, False, False]
-    assert mask[0, 1].tolist() == [True, False, True, True, True, False, False, False]  # unfed: itself only
-    assert mask[1, 0].tolist() == [True, True, False, False, False, False, False, False]  # sample 1's tree from 1
-    assert mask[1, 1].tolist() == [True, True, True, False, False, False, False, False]
-    cache.keep(torch.tensor([[True, False], [True, True]]), torch.tensor([1, 2]))
-    assert cache.valid[0].tolist()[:5] == [True, False, True, True, False] and cache.at.tolist() == [4, 3]
-    assert cache.valid[1].tolist()[:4] == [True, True, True, False]
+def test_a_row_reads_its_slot_rounded_up_and_rows_share_calls_by_sample_or_by_column():
+    cache = SlotCache(tiny_llama(64), 2, 4 * KEY_ROUND)
+    r = KEY_ROUND
+    one = cache.key_plan(torch.tensor([[r - 2, r - 1, r, r + 1]]), full=False)  # one sample, 4 rows: 2 calls
+    assert [(g.keys, g.sample, g.sel) for g in one] == [(r, 0, slice(0, 2)), (2 * r, 0, slice(2, 4))]
+    rows = cache.key_plan(torch.tensor([[5], [r + 5]]), full=False)  # one row a sample: by column, by keys read
+    assert [(g.keys, g.col, g.sel) for g in rows] == [(r, 0, slice(0, 1)), (2 * r, 0, slice(1, 2))]
+    same = cache.key_plan(torch.tensor([[5, 6, 7], [8, 9, 10]]), full=False)  # 3 calls by column, 2 by sample
+    assert [(g.sample, g.sel) for g in same] == [(0, slice(0, 3)), (1, slice(0, 3))]
+    full = cache.key_plan(torch.tensor([[5, 6], [r, r + 1]]), full=True)
+    assert {g.keys for g in full} == {4 * r} and len(full) == 2
+    assert cache_slots(100, 20) % slots.SLOT_ROUND == 0 and cache_slots(100, 20) > 121

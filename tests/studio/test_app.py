@@ -430,13 +430,14 @@ def test_walkthrough_at_tau_one_commits_one_token_per_forward():
     (2, 3, (0, 2, 3), [False, True, True, True, False] + [True] * 6 + [False] * 3, ()), (1, 0, (), [True], ()),
     (1, 3, (0, 1), [True] * 18, (1, 3)), (2, 3, (0,), [False] + [True] * 7 + [False] * 4 + [True] * 4, (1, 2))])
 def test_tree_colours_follow_the_rules_and_agree_with_the_decoders_template(pending, drafts, groups, fed, siblings):
-    """The walkthrough's rule colours, written from the rule text, against the decoder's own tree_template and
-    tree_mask (a slot not fed is seen by none but itself), siblings and their groups included."""
-    from mars_core.decoding.verified import tree_mask, tree_template
+    """The walkthrough's rule colours, written from the rule text, against the decoder's own tree_template and what
+    its forward sees of it (runtime.visible: a slot not fed is seen by none but itself), siblings and their groups
+    included."""
+    from mars_core.decoding.feed import tree_template
+    from mars_core.runtime import visible
 
     cats = walk_verified.tree_categories(pending, drafts, list(groups), 3, fed, list(siblings))
-    template = tree_template(pending, drafts, groups, 3, siblings)
-    mask = tree_mask(torch.zeros(1, 0, dtype=torch.bool), torch.tensor([fed]), template)
+    mask = visible(tree_template(pending, drafts, groups, 3, siblings), torch.tensor([fed]))
     assert torch.equal(cats > 0, mask[0])
     if drafts and len(groups) > 1:  # G_j's first mask sees the pending tokens and d_1..d_j, nothing after
         row = pending + drafts + 3
@@ -465,13 +466,14 @@ def test_verified_walkthrough_draws_the_mask_the_decoder_fed(tiny):
     for index, mask in enumerate(fed):
         view, figure, _ = walk_verified.verified_move(walkthrough.Walk(steps, 0), index)
         z = torch.tensor(figure.data[0].z)
-        cache = mask.shape[1] - mask.shape[0]
+        cache, width = steps[index]["cache"], mask.shape[0]  # one sample: column c written at slot cache + c
+        assert not mask[:, cache + width :].any()  # the slots past the forward: scratch, seen by none
         if cache:
             seen = mask[:, :cache]
-            assert bool((seen.all(-1) | ~seen.any(-1)).all())  # one column loses nothing: all or none of the cache
-            assert torch.equal(z[:, 0] == 1, seen.all(-1))
+            assert bool(seen.all())  # one column loses nothing: every fed slot sees the whole cache
+            assert bool((z[:, 0] == 1).all())
             z = z[:, 1:]
-        assert torch.equal(z > 0, mask[:, cache:]), f"forward {index + 1}"
+        assert torch.equal(z > 0, mask[:, cache : cache + width]), f"forward {index + 1}"
         assert f"Forward {index + 1} of {len(steps)}" in view
     assert sum(len(s["committed"]) for s in steps) == 32
     assert "".join(t for s in steps for t in s["committed"]) == "".join(
@@ -543,7 +545,7 @@ def test_verified_walkthrough_draws_and_explains_siblings(tokenizer):
         view, figure, _ = walk_verified.verified_move(walkthrough.Walk(steps, i), 0)
         assert "but its sibling e<sub>" in view and "the bonus: the model's token after e<sub>" in view
         assert f"H<sub>{steps[i]['m']}</sub>, hung after the sibling" in view or steps[i]["done"]
-        assert torch.equal(torch.tensor(figure.data[0].z)[:, 1:] > 0, records[i].mask[0, :, -records[i].ids.shape[1]:])
+        assert torch.equal(torch.tensor(figure.data[0].z)[:, 1:] > 0, records[i].seen[0])
     assert any(f"e{a}" in " ".join(walk_verified.axis_labels(s)) for s in steps for a in s["siblings"])
 
 

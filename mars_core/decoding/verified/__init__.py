@@ -10,8 +10,8 @@ the speculative-sampling rule. docs/speed.md has the measurements behind its cho
 
 The rooms, in the order a forward runs them:
     config.py  VerifiedConfig (TreeLayout): how trees are shaped; read by verified decoding alone
-    tree.py    Tree, what is fed: ids, positions, the mask (tree_template, tree_mask), the logits read
-    verify.py  DecodeState; verification (greedy, speculative), the commit, the cache's crop
+    tree.py    Tree, what is fed: ids, positions, what sees what (feed.tree_template), the logits read
+    verify.py  DecodeState; verification (greedy, speculative), the commit, what the cache keeps
     chain.py   the next drafts (mask_chain, with_lookup) and the tree they are fed in (next_chain, next_tree)
     plan.py    which drafts, groups and siblings pay for their width: a pure function of confidences and the cost
                curve (plan_by_cost, group_odds, sibling_odds, FLOORS); it never imports tree.py
@@ -24,7 +24,5 @@ from .chain import LOOKUP_PRIOR, lookup_odds, track_lookup
 from .config import TreeLayout, VerifiedConfig
 from .decode import verified_decode
 from .record import Forward
-from .tree import tree_mask, tree_template
 
-__all__ = ["Forward", "LOOKUP_PRIOR", "TreeLayout", "VerifiedConfig", "lookup_odds", "track_lookup", "tree_mask",
-           "tree_template", "verified_decode"]
+__all__ = ["Forward", "LOOKUP_PRIOR", "TreeLayout", "VerifiedConfig", "lookup_odds", "track_lookup", "verified_decode"]

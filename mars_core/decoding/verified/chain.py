@@ -18,7 +18,7 @@ from ..control import DecodeControl
 from ..lookup import expected_run, lookup_confidence, lookup_rows
 from ..sampling import confidence_of, distribution, draw, first_argmax
 from .config import VerifiedConfig
-from .plan import group_odds, plan_by_cost, sibling_odds
+from .plan import FLOORS, group_odds, plan_by_cost, sibling_odds
 from .tree import Tree, leading, pad_to, sibling_columns
 from .verify import DecodeState, Verdict
 
@@ -118,14 +118,14 @@ def with_lookup(chain: Chain, state: DecodeState, threshold: float, config: Veri
     count = leading(chain.conf >= threshold)
     if config.lookup_drafts == 0:
         return replace(chain, count=count)
-    text = torch.cat([state.prompt, state.answer.out], 1)
-    rows, count_found = lookup_rows(text.tolist(), state.text_start.tolist(),
-                                    (state.prompt.shape[1] + state.answer.generated).tolist(), config.lookup_ngrams,
+    out, generated, dev = state.answer.out.tolist(), state.answer.generated.tolist(), chain.tokens.device
+    text = [p + row[:n] for p, row, n in zip(state.prompts, out, generated)]
+    rows, count_found = lookup_rows(text, [0] * len(text), [len(t) for t in text], config.lookup_ngrams,
                                     config.lookup_drafts)
     if not any(count_found):  # nothing repeats: the mask chain as it is
         return replace(chain, count=count)
-    found = pad_to(torch.tensor(rows, dtype=text.dtype, device=text.device), depth, pad_id)
-    found_count = torch.tensor(count_found, device=text.device)
+    found = pad_to(torch.tensor(rows, dtype=torch.long, device=dev), depth, pad_id)
+    found_count = torch.tensor(count_found, device=dev)
     found_conf = lookup_confidence(found, chain.tokens, chain.conf, lookup_odds(state, config))
     found_count = torch.minimum(found_count, leading(found_conf >= threshold))
     looked = expected_run(found_conf, found_count) > expected_run(chain.conf, count)
@@ -140,11 +140,11 @@ def with_lookup(chain: Chain, state: DecodeState, threshold: float, config: Veri
 
 
 def next_chain(proposed: Chain, state: DecodeState, threshold: float, *, config: VerifiedConfig, g: int,
-               pad_id: int, seconds: torch.Tensor | None) -> Choice:
+               pad_id: int, seconds: torch.Tensor | None, floors: tuple[float, ...] = FLOORS) -> Choice:
     """The drafts the next forward checks, the groups hung after them and the siblings beside them: by cost where
-    there are seconds by width (plan_by_cost), else G_j is fed when j <= count and P(exactly j drafts match) >=
-    the group floor, e_a when P(it is used) >= the sibling floor. At threshold 1 (or without masks, g = 0) no draft
-    is worth checking: a plain one-token forward."""
+    there are seconds by width (plan_by_cost, over `floors`), else G_j is fed when j <= count and P(exactly j drafts
+    match) >= the group floor, e_a when P(it is used) >= the sibling floor. At threshold 1 (or without masks, g = 0)
+    no draft is worth checking: a plain one-token forward."""
     b, depth = proposed.tokens.shape
     done = state.answer.done
     if threshold >= 1.0 or g == 0:
@@ -158,7 +158,7 @@ def next_chain(proposed: Chain, state: DecodeState, threshold: float, *, config:
         sib = torch.where(sib >= floor, sib, 0.0)
     if seconds is not None:
         count, group_fed, sibling_fed = plan_by_cost(chain.conf, chain.count, done, seconds,
-                                                     draft_yield=state.draft_yield, g=g, sib=sib)
+                                                     draft_yield=state.draft_yield, g=g, sib=sib, floors=floors)
         return Choice(replace(chain, count=count), group_fed, sibling_fed)
     likely = group_odds(chain.conf, chain.count) >= config.group_floor
     steps = torch.arange(depth + 1, device=chain.tokens.device)
@@ -168,13 +168,16 @@ def next_chain(proposed: Chain, state: DecodeState, threshold: float, *, config:
 
 def next_tree(verdict: Verdict, choice: Choice, done: torch.Tensor, threshold: float, *, groups: tuple[int, ...],
               siblings: tuple[int, ...], drafts: int, any_sibling: bool) -> Tree:
-    """The next tree: the bonus token pending (after the matched sibling, where one matched: it was not cached),
+    """The next tree: the bonus token pending (after the matched sibling, where one matched: it was not at its
+    position),
     the chain's first `drafts` tokens (the longest count), the groups and siblings any sample feeds."""
     live, m, chain = ~done, verdict.m, choice.chain
     pending, pending_valid = verdict.tokens.gather(1, m[:, None]), live[:, None]
-    if any_sibling:
-        pending = torch.cat([verdict.tokens.gather(1, (m - 1).clamp_min(0)[:, None]), pending], 1)
-        pending_valid = torch.cat([(verdict.by_sibling & live)[:, None], pending_valid], 1)
+    if any_sibling:  # [e_m, bonus] where the sibling matched, [bonus, unfed] elsewhere
+        took = verdict.by_sibling[:, None]
+        sibling = verdict.tokens.gather(1, (m - 1).clamp_min(0)[:, None])
+        pending = torch.cat([torch.where(took, sibling, pending), pending], 1)
+        pending_valid = torch.cat([pending_valid, took & live[:, None]], 1)
     second = None if chain.second is None else chain.second[:, :drafts]
     sibling_fed = choice.sibling_fed[:, :drafts] & live[:, None] if siblings else None
     return Tree(pending=pending, pending_valid=pending_valid, drafts=chain.tokens[:, :drafts],

@@ -1,4 +1,4 @@
-"""The verified decoder's loop: per forward, feed the tree, verify, commit, choose the next chain, crop.
+"""The verified decoder's loop: per forward, feed the tree, verify, commit, choose the next chain, keep what matched.
 
 The loop carries two small states, DecodeState (what is committed, what the cache holds) and Tree (what the coming
 forward feeds); the one host sync per forward returns the next tree's layout (how many draft columns, which groups
@@ -9,17 +9,17 @@ next forward checks.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import accumulate
 from time import perf_counter
 from typing import Any
 
 import torch
 
-from ...runtime.forward import head, hidden_states, new_cache
-from ..cache import left_pad
+from ...runtime.forward import feed, head
 from ..commit import Committed, decode_loop
 from ..control import DecodeControl
+from ..feed import decode_cache, right_pad
 from ..lookup import expected_run
 from ..spec import DecodeSpec, Step
 from .chain import Chain, Choice, mask_chain, next_chain, next_tree, track_lookup
@@ -28,7 +28,7 @@ from .pace import Pace
 from .plan import FLOORS, group_odds, seconds_by_width, sibling_odds
 from .record import Forward
 from .tree import Tree, leading, read_logits, tree_inputs
-from .verify import DecodeState, Verdict, checked_path, commit_verdict, crop, track_yield, verify
+from .verify import DecodeState, Verdict, checked_path, commit_verdict, settle, track_yield, verify
 
 
 def to_host(*tensors: torch.Tensor) -> list[list[int]]:
@@ -45,10 +45,9 @@ def start(prompts: list[list[int]], spec: DecodeSpec, threshold: float, depth: i
           ) -> tuple[DecodeState, Tree]:
     """Nothing committed; the first forward is the prefill, with G_0 after the prompt to propose the first drafts."""
     b, g = len(prompts), spec.block_size - 1
-    pending, pending_valid = left_pad(prompts, spec.pad_id, dev)
-    state = DecodeState(prompt=pending, text_start=(~pending_valid).sum(1),
-                        answer=Committed.empty(b, spec, depth + 1, dev), length=pending_valid.sum(1),
-                        valid=torch.zeros((b, 0), dtype=torch.bool, device=dev),
+    pending, lengths = right_pad(prompts, spec.pad_id, dev)
+    pending_valid = torch.arange(pending.shape[1], device=dev) < lengths[:, None]
+    state = DecodeState(prompts=prompts, answer=Committed.empty(b, spec, depth + 1, dev), length=lengths,
                         draft_yield=torch.tensor(1.0, device=dev), lookup_hits=torch.zeros(b, device=dev),
                         lookup_tries=torch.zeros(b, device=dev))
     tree = Tree(pending, pending_valid, drafts=pending[:, :0], fed=pending_valid[:, :0], q=None,
@@ -59,18 +58,19 @@ def start(prompts: list[list[int]], spec: DecodeSpec, threshold: float, depth: i
 
 
 def record_of(tree: Tree, fed: tuple[torch.Tensor, ...], verdict: Verdict, proposed: Chain, choice: Choice, *,
-              state: DecodeState, threshold: float, seconds: torch.Tensor | None) -> Forward:
+              state: DecodeState, threshold: float, seconds: torch.Tensor | None, floors: tuple[float, ...]
+              ) -> Forward:
     """The record a caller asked for (DecodeOptions.record): what was fed, found and chosen, with the numbers."""
     chain, done = choice.chain, state.answer.done
     kept = leading(proposed.conf >= threshold)
-    ids, positions, mask = fed
-    return Forward(tree=tree, ids=ids, positions=positions, mask=mask, m=verdict.m, tokens=verdict.tokens,
-                   confidence=verdict.conf, proposed=proposed, chain=chain, group_fed=choice.group_fed,
-                   odds=group_odds(chain.conf, chain.count), seconds=seconds, by_sibling=verdict.by_sibling,
-                   sibling_fed=choice.sibling_fed,
+    ids, positions, seen, real = fed
+    return Forward(tree=tree, ids=ids, positions=positions, seen=seen, fed=real, cached=positions[:, 0],
+                   m=verdict.m, tokens=verdict.tokens, confidence=verdict.conf, proposed=proposed, chain=chain,
+                   group_fed=choice.group_fed, odds=group_odds(chain.conf, chain.count), seconds=seconds,
+                   by_sibling=verdict.by_sibling, sibling_fed=choice.sibling_fed,
                    sibling_odds=sibling_odds(chain.conf, chain.second_p, chain.count, done), mask_kept=kept,
                    mask_run=expected_run(proposed.conf, kept), chain_run=expected_run(chain.conf, chain.count),
-                   floors=None if seconds is None else FLOORS)
+                   floors=None if seconds is None else floors)
 
 
 @dataclass(kw_only=True)
@@ -81,8 +81,9 @@ class Run:
     model: torch.nn.Module
     spec: DecodeSpec
     config: VerifiedConfig
-    cache: Any  # the model's KV cache: read through runtime/forward.py, cut with crop(-n) only
+    cache: Any  # the decode's cache (runtime/slots.py), read and kept through runtime/forward.py
     depth: int  # D: the longest draft chain a forward may check
+    floors: tuple[float, ...]  # the group floors the plan tries (a static runtime: none or every group)
     seconds: torch.Tensor | None  # seconds of a forward by tokens fed (None: the fixed rules)
     pace: Pace | None  # the price of width as this decode's forwards find it (None: the curve as timed)
     record: Callable[[Forward], None] | None
@@ -91,7 +92,7 @@ class Run:
     verdict: Verdict | None = None  # the last forward's
     choice: Choice | None = None  # the last forward's choice for the next one
     threshold: float = 1.0  # the threshold that choice was made at
-    layout: list[list[int]] = field(default_factory=list)  # its host copy: matched on the chain, counts, groups, ..
+    layout: list[list[int]] = field(default_factory=list)  # its host copy: draft counts, groups, siblings, ..
 
     @property
     def g(self) -> int:
@@ -105,13 +106,9 @@ class Run:
 def step(r: Run, ctl: DecodeControl) -> Step:
     """One forward: feed the tree, verify, commit, choose the next chain (and record it where asked)."""
     spec, state, tree, g = r.spec, r.state, r.tree, r.g
-    fed = tree_inputs(tree, state.length, state.valid, g, spec.mask_id if g > 0 else spec.pad_id)
-    ids, positions, mask = fed
+    fed = tree_inputs(tree, state.length, g, spec.mask_id if g > 0 else spec.pad_id)
     began = perf_counter()
-    hidden = hidden_states(r.model, ids, positions.clamp_min(0), mask, r.cache, spec.runtime)
-    if r.pace is not None and r.verdict is not None:  # every forward but the prefill prices the width it fed
-        r.pace.observe(ids.shape[1], perf_counter() - began)
-        r.seconds = r.pace.seconds(ids.device)
+    hidden = feed(r.model, r.cache, *fed, runtime=spec.runtime, capture=r.verdict is not None)
     logits, all_logits = read_logits(r.logits_of, hidden, tree, g)
     verdict = verify(logits, tree, ctl, spec.generator)
     end = commit_verdict(state, verdict, spec)
@@ -120,14 +117,17 @@ def step(r: Run, ctl: DecodeControl) -> Step:
     proposed = mask_chain(r.logits_of, hidden, all_logits, tree, verdict, done=state.answer.done, ctl=ctl,
                           pad_id=spec.pad_id, g=g, depth=r.depth, generator=spec.generator)
     choice = next_chain(proposed, state, ctl.threshold, config=r.config, g=g, pad_id=spec.pad_id,
-                        seconds=r.seconds)
+                        seconds=r.seconds, floors=r.floors)
     if r.record is not None:  # a caller that asked sees what was fed and decided (no cost otherwise)
         r.record(record_of(tree, fed, verdict, proposed, choice, state=state, threshold=ctl.threshold,
-                           seconds=r.seconds))
+                           seconds=r.seconds, floors=r.floors))
     m, by_sibling = verdict.m, verdict.by_sibling
     done, *r.layout = to_host(  # the one host sync
-        state.answer.done, m - by_sibling.long(), choice.chain.count, choice.group_fed.any(0),
+        state.answer.done, choice.chain.count, choice.group_fed.any(0),
         choice.sibling_fed.any(0), by_sibling.any())
+    if r.pace is not None and r.verdict is not None:  # every step but the prefill prices the width it fed
+        r.pace.observe(fed[0].shape[1], perf_counter() - began)
+        r.seconds = r.pace.seconds(fed[0].device)
     r.verdict, r.choice, r.threshold = verdict, choice, ctl.threshold
     return Step(verdict.tokens, verdict.conf, torch.zeros_like(m), end, [bool(d) for d in done], tree.threshold,
                 state.answer.out, state.answer.generated, drafts=checked_path(tree, verdict),
@@ -135,9 +135,9 @@ def step(r: Run, ctl: DecodeControl) -> Step:
 
 
 def advance(r: Run) -> None:
-    """Crop the cache to what was matched and build the tree the last forward chose."""
-    chained, counts, hung, beside, took = r.layout
-    crop(r.cache, r.state, r.tree, r.verdict, kept=max(chained), g=r.g)
+    """Keep what was matched in the cache and build the tree the last forward chose."""
+    counts, hung, beside, took = r.layout
+    settle(r.cache, r.state, r.tree, r.verdict)
     r.tree = next_tree(r.verdict, r.choice, r.state.answer.done, r.threshold,
                        groups=tuple(j for j, any_fed in enumerate(hung) if any_fed),
                        siblings=tuple(a + 1 for a, any_fed in enumerate(beside) if any_fed),
@@ -151,13 +151,18 @@ def verified_decode(
 ) -> Generator[Step, torch.Tensor | None, None]:
     """Yield one Step per forward. send() a bool [b] tensor to stop samples (stop strings). layout: how trees are
     shaped (None: VerifiedConfig()); record: called with each forward's Forward."""
-    config, g = layout or VerifiedConfig(), spec.block_size - 1
+    config, g, static = layout or VerifiedConfig(), spec.block_size - 1, spec.runtime.static
+    if static:  # fixed widths: every group up to the drafts checked, no siblings
+        config = replace(config, group_floor=0.0, sibling_floor=None)
     depth = max(g, config.lookup_drafts) if g > 0 else 0
     curve = (config.cost or spec.runtime.cost) if config.use_cost else None
     state, tree = start(prompts, spec, control.snapshot().threshold, depth, model.device)
     seconds = seconds_by_width(curve, len(prompts), depth, g, model.device)
-    live = seconds is not None and spec.runtime.live_cost and model.device.type == "cpu"  # a CPU forward's time is
-    # known when it returns; a GPU's would cost a sync
-    r = Run(model=model, spec=spec, config=config, cache=new_cache(model), depth=depth, record=record, state=state,
-            tree=tree, seconds=seconds, pace=Pace.start(seconds) if live else None)
-    yield from decode_loop(control, state.answer, lambda ctl: step(r, ctl), lambda _: advance(r))
+    # a CPU step's time is known when its host copy returns; on a GPU the step (launches and all) is what decides
+    live = seconds is not None and (spec.runtime.live_cost or model.device.type == "cuda")
+    widest = 2 + depth + (depth + 1) * g + depth * (1 + g)  # two pending, D drafts, every group and sibling
+    with decode_cache(model, prompts, spec, widest) as cache:
+        r = Run(model=model, spec=spec, config=config, cache=cache, depth=depth, record=record, state=state,
+                tree=tree, seconds=seconds, pace=Pace.start(seconds) if live else None,
+                floors=(FLOORS[0], 0.0) if static else FLOORS)
+        yield from decode_loop(control, state.answer, lambda ctl: step(r, ctl), lambda _: advance(r))

@@ -53,12 +53,13 @@ def seconds_by_width(curve: CostCurve | None, batch: int, depth: int, g: int, de
 
 
 def plan_by_cost(conf: torch.Tensor, count: torch.Tensor, done: torch.Tensor, seconds: torch.Tensor, *,
-                 draft_yield: torch.Tensor, g: int, sib: torch.Tensor | None = None
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                 draft_yield: torch.Tensor, g: int, sib: torch.Tensor | None = None,
+                 floors: tuple[float, ...] = FLOORS) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(count [b], group_fed [b, D+1], sibling_fed [b, D]) for the draft cap K and floor f that maximise
         (sum_i [1 + sum_{a <= K_i} c_1 ... c_a] + sum_i sum_{a fed} s_ia (1 + w y r)
          + w y r sum_i sum_{j fed} P_i(m = j)) / t(1 + K + |groups| g + |siblings| (1 + g))
-    over K = 0..D and f in FLOORS, sums over live samples i, with K_i = min(K, count_i), s_ia = P(sibling e_a is
+    over K = 0..D and f in floors (a static runtime's fixed widths: 0 alone, every group up to K), sums over live
+    samples i, with K_i = min(K, count_i), s_ia = P(sibling e_a is
     used) (sibling_odds; it commits one token more and its group proposes the next drafts), G_j fed when
     j <= K_i and P_i(m = j) >= f (m counted over the first K_i drafts), e_a when a <= K_i, s_ia > 0 and s_ia >= f,
     |groups| and |siblings| the unions over samples, y = max(1, draft_yield) the drafts a fed group's proposals are
@@ -87,15 +88,15 @@ def plan_by_cost(conf: torch.Tensor, count: torch.Tensor, done: torch.Tensor, se
     sib = torch.zeros_like(conf) if sib is None else sib
     odds = group_odds(conf.repeat(depth + 1, 1), capped.reshape(-1)).view(depth + 1, b, depth + 1)  # [K, b, j]
     eligible = (steps <= capped[..., None]) & live[:, None]
-    floors = torch.tensor(FLOORS, device=conf.device)
-    fed = eligible[:, None] & (odds[:, None] >= floors[None, :, None, None])  # [K, f, b, j]
-    sib_fed = ((steps[:-1] < capped[..., None])[:, None] & (sib[None, None] >= floors[None, :, None, None])
+    floor = torch.tensor(floors, device=conf.device)
+    fed = eligible[:, None] & (odds[:, None] >= floor[None, :, None, None])  # [K, f, b, j]
+    sib_fed = ((steps[:-1] < capped[..., None])[:, None] & (sib[None, None] >= floor[None, :, None, None])
                & (sib > 0) & live[:, None])  # [K, f, b, a]
     width = 1 + (capped * live).amax(-1)[:, None] + fed.any(2).sum(-1) * g + sib_fed.any(2).sum(-1) * (1 + g)
     gain = (tokens[:, None] + proposals * (odds[:, None] * fed).sum((-2, -1))
             + (1 + proposals) * (sib * sib_fed).sum((-2, -1)))
     best = (gain / seconds[width]).flatten().argmax()  # the first of equals: fewer drafts, fewer branches
-    k, f = best // len(FLOORS), best % len(FLOORS)
+    k, f = best // len(floors), best % len(floors)
     return capped[k], fed[k, f], sib_fed[k, f]
 
 

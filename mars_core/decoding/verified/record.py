@@ -21,7 +21,9 @@ class Forward:
     tree: Tree  # what it fed
     ids: torch.Tensor  # [b, W] the tokens fed: pending, drafts, then the masks of each group
     positions: torch.Tensor  # [b, W] their positions
-    mask: torch.Tensor  # [b, W, T+W] the boolean mask fed (True = attend): the cache's T slots, then the W fed
+    seen: torch.Tensor  # [b, W, W] which fed columns each column saw (True = attend; itself included)
+    fed: torch.Tensor  # [b, W] which columns were real for the sample
+    cached: torch.Tensor  # [b] the tokens in the cache, which every column also saw
     m: torch.Tensor  # [b] drafts matched
     tokens: torch.Tensor  # [b, K+1] the token chosen at each verify slot: tokens[:, :m] the drafts, tokens[m] bonus
     confidence: torch.Tensor  # [b, K+1] their confidences

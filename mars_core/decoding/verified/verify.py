@@ -5,8 +5,8 @@ the prediction read at d_1 with d_2, and so on. With m drafts matching, commit d
 prediction after them): m+1 tokens, exactly what greedy AR produces. Where d_{m+1} misses and its sibling e_{m+1}
 is AR's token there, e_{m+1} counts as matched and the bonus is read at e_{m+1}'s slot. Sampling keeps the AR
 distribution with the speculative-sampling rule (accept x with probability min(1, p(x)/q(x)), else draw from the
-normalised residual max(0, p - q)). The cache keeps the pending tokens and the matched drafts (a prefix of what was
-fed: their keys/values saw real tokens only) and crops the rest with crop(-r).
+normalised residual max(0, p - q)). The cache keeps the pending tokens and the matched drafts (the first fed columns:
+their keys/values saw real tokens only, and their slots are their positions); the rest is scratch.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ...runtime.forward import keep
 from ..commit import Committed, commit
 from ..control import DecodeControl
 from ..sampling import confidence_of, distribution, draw, greedy
@@ -28,11 +29,9 @@ class DecodeState:
     """What verified decoding carries between forwards, per sample: the answer, the text lookup searches, what the
     cache holds, and the running records the plan reads."""
 
-    prompt: torch.Tensor  # [b, S] the left-padded prompts: lookup searches them, then answer.out
-    text_start: torch.Tensor  # [b] first real prompt slot
+    prompts: list[list[int]]  # the prompts (host lists): lookup searches them, then the answer
     answer: Committed  # the answer so far (out: [b, max_new_tokens + D + 1])
     length: torch.Tensor  # [b] n, tokens committed in the sequence (prompt and answer, pending ones included)
-    valid: torch.Tensor  # [b, T] which cache slots hold real tokens
     draft_yield: torch.Tensor  # [] drafts matched per sample and forward when there were drafts (running mean)
     lookup_hits: torch.Tensor  # [b] prompt-lookup drafts matched so far
     lookup_tries: torch.Tensor  # [b] prompt-lookup drafts reached so far (matched, or the first miss of a chain)
@@ -113,19 +112,11 @@ def track_yield(state: DecodeState, tree: Tree, m: torch.Tensor) -> None:
     state.draft_yield = update_yield(state.draft_yield, m, tree.fed.any(1))
 
 
-def crop(cache, state: DecodeState, tree: Tree, verdict: Verdict, *, kept: int, g: int) -> None:
-    """The cache keeps the pending tokens and the first `kept` drafts (the most any sample matched on the chain;
-    the others' unmatched ones stay as holes) and drops the rest, siblings included (a matched sibling is fed again
-    as a pending token); the sequence grows by m+1."""
-    P, width = tree.pending.shape[1], tree.width(g)
-    if width > P + kept:
-        cache.crop(-(width - P - kept))
-    m, kept_valid = verdict.m, [state.valid, tree.pending_valid]
-    if kept:  # the matched drafts among the first `kept` (a plain forward has none)
-        on_chain = m - verdict.by_sibling.long()
-        kept_valid.append(tree.fed[:, :kept] & (torch.arange(kept, device=m.device) < on_chain[:, None]))
-    state.valid = torch.cat(kept_valid, 1)
-    state.length = state.length + m + 1
+def settle(cache, state: DecodeState, tree: Tree, verdict: Verdict) -> None:
+    """The cache keeps the real pending tokens and the drafts matched on the chain (a matched sibling is fed again as
+    a pending token: it was not at its position); the sequence grows by m+1."""
+    keep(cache, tree.pending_valid.sum(1) + verdict.m - verdict.by_sibling.long())
+    state.length = state.length + verdict.m + 1
 
 
 def checked_path(tree: Tree, verdict: Verdict) -> torch.Tensor:

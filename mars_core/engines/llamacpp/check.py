@@ -11,28 +11,32 @@ from __future__ import annotations
 
 import torch
 
-from ...runtime.forward import cache_mask
+from ...runtime.engine import Engine
 from ...runtime.runtime import WidthCheck
-from .engine import LlamaCppEngine
 
 WIDTHS = (2, 4, 8, 16)
 
 
-def feed_by(engine: LlamaCppEngine, prompt: list[int], tokens: list[int], width: int) -> torch.Tensor:
+def feed_by(engine: Engine, prompt: list[int], tokens: list[int], width: int) -> torch.Tensor:
     """Logits [len(tokens), V] of `tokens` fed `width` at a time (causal runs) after the prompt."""
     cache, n = engine.new_cache(), len(prompt)
-    engine.hidden_states(torch.tensor([prompt]), torch.arange(n)[None], cache_mask(torch.ones(1, n, dtype=torch.bool),
-                                                                                    n), cache)
+    engine.hidden_states(torch.tensor([prompt]), torch.arange(n)[None], causal(n), cache)
+    cache.keep(n)
     rows = []
     for s in range(0, len(tokens), width):
         ids = torch.tensor([tokens[s : s + width]])
         k = ids.shape[1]
-        mask = cache_mask(torch.ones(1, n + s + k, dtype=torch.bool), k)
-        rows.append(engine.hidden_states(ids, torch.arange(n + s, n + s + k)[None], mask, cache)[0])
+        rows.append(engine.hidden_states(ids, torch.arange(n + s, n + s + k)[None], causal(k), cache)[0])
+        cache.keep(k)
     return torch.cat(rows)
 
 
-def width_check(engine: LlamaCppEngine, prompt: list[int], tokens: list[int], widths: tuple[int, ...] = WIDTHS
+def causal(width: int) -> torch.Tensor:
+    """seen [1, W, W] of a causal run of `width` fed slots."""
+    return torch.ones(1, width, width, dtype=torch.bool).tril()
+
+
+def width_check(engine: Engine, prompt: list[int], tokens: list[int], widths: tuple[int, ...] = WIDTHS
                 ) -> WidthCheck:
     """Rows of `tokens` fed at each width whose logits differ in any bit from feeding them one at a time."""
     base = feed_by(engine, prompt, tokens, 1)

@@ -21,11 +21,10 @@ import torch
 
 from ...machine import cpu_flags, cpu_name
 from ...runtime.curve import CostCurve, shape_moved
-from ...runtime.forward import cache_mask
+from ...runtime.engine import Engine
 from ...runtime.runtime import Runtime, WidthCheck
 from ...runtime.timing import cache_root, kept, machine_busy, read_kept, seconds
-from .check import width_check
-from .engine import LlamaCppEngine
+from .check import causal, width_check
 
 WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32)
 CONTEXT = 30  # tokens cached before the timed forward (a short chat prompt)
@@ -33,7 +32,7 @@ SPOT_WIDTHS = (1, 4, 8)  # widths a kept curve is checked at when it is read
 DRIFT = 1.2  # a kept curve whose t(w) / t(1) is off by this factor either way from one timed now is timed again
 
 
-def record(engine: LlamaCppEngine) -> dict:
+def record(engine: Engine) -> dict:
     """Where and how the curve was measured: the CPU (and the GPU the layers run on), the build (its features, such
     as LLAMAFILE: without tinyBLAS every width takes the dot products, docs/llamacpp.md), the GGUF, threads, the KV
     type and the mode."""
@@ -67,35 +66,36 @@ def runs_on(gpu: str | None, threads: int, llama_cpp: ModuleType) -> str:
     return f"{threads} thread{'s' if threads > 1 else ''}" + ("" if has_tinyblas(llama_cpp) else ", tinyBLAS off")
 
 
-def curve_path(engine: LlamaCppEngine, cache_dir: Path | None = None) -> Path:
+def curve_path(engine: Engine, cache_dir: Path | None = None) -> Path:
     """Where this engine's curve is kept: <cache>/llamacpp_cost/<hash of record()>.json."""
     key = hashlib.sha256(json.dumps(record(engine), sort_keys=True).encode()).hexdigest()[:16]
     return (cache_dir or cache_root() / "llamacpp_cost") / f"{key}.json"
 
 
 def chain_inputs(width: int, start: int, token: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """ids, positions and mask of `width` new tokens in a causal run after `start` cached ones."""
+    """ids, positions and what each sees of `width` new tokens in a causal run after `start` cached ones."""
     ids = torch.full((1, width), token, dtype=torch.long)
     positions = torch.arange(start, start + width)[None]
-    return ids, positions, cache_mask(torch.ones(1, start + width, dtype=torch.bool), width)
+    return ids, positions, causal(width)
 
 
-def time_widths(engine: LlamaCppEngine, widths: tuple[int, ...] = WIDTHS, rounds: int = 5, context: int = CONTEXT,
+def time_widths(engine: Engine, widths: tuple[int, ...] = WIDTHS, rounds: int = 5, context: int = CONTEXT,
                 token: int = 1) -> list[float]:
     """Fastest seconds of one forward per width (every slot's logits read, as verified does), after `context`
     cached tokens; rounds interleave the widths, so a burst of other work spoils one round, not one width."""
     cache = engine.new_cache()
     engine.hidden_states(*chain_inputs(context, 0, token), cache)
+    cache.keep(context)
     best = [float("inf")] * len(widths)
     for _ in range(rounds + 1):  # the first round warms up
         for i, width in enumerate(widths):
-            ids, positions, mask = chain_inputs(width, context, token)
-            best[i] = min(best[i], seconds(lambda: engine.hidden_states(ids, positions, mask, cache)))
-            cache.crop(-width)
+            ids, positions, seen = chain_inputs(width, context, token)
+            best[i] = min(best[i], seconds(lambda: engine.hidden_states(ids, positions, seen, cache)))
+            cache.keep(0)
     return best
 
 
-def spot_seconds(engine: LlamaCppEngine) -> list[float]:
+def spot_seconds(engine: Engine) -> list[float]:
     """Seconds of forwards of SPOT_WIDTHS tokens now, the fastest of five interleaved rounds (under a second; fewer
     rounds read the shape too noisily for DRIFT: docs/speed.md#a-kept-curve-checked-at-load)."""
     return time_widths(engine, SPOT_WIDTHS, rounds=5)
@@ -106,7 +106,7 @@ def drifted(curve: CostCurve, now: list[float]) -> bool:
     return shape_moved(curve.at(1, SPOT_WIDTHS), now, DRIFT)
 
 
-def cost_curve(engine: LlamaCppEngine, rounds: int = 5, cache_dir: Path | None = None, measure: bool = True
+def cost_curve(engine: Engine, rounds: int = 5, cache_dir: Path | None = None, measure: bool = True
                ) -> CostCurve | None:
     """This engine's curve: the one kept on disk where forwards timed now still fit its shape (drifted), else
     measured now and kept, with the load it was timed under; measure=False reads the kept one (or None), untimed."""
@@ -127,7 +127,7 @@ CHECK_PROMPT = "Name three rivers in Europe and say which is longest."
 CHECK_TEXT = "The Danube, the Rhine and the Volga; the Volga is the longest of the three."
 
 
-def kept_width_check(engine: LlamaCppEngine, tokenizer, cache_dir: Path | None = None) -> WidthCheck:
+def kept_width_check(engine: Engine, tokenizer, cache_dir: Path | None = None) -> WidthCheck:
     """check.width_check on a chat prompt and 16 tokens of text, kept beside the curve (same machine and mode)."""
     from ...generate import encode_prompt
 
@@ -137,7 +137,7 @@ def kept_width_check(engine: LlamaCppEngine, tokenizer, cache_dir: Path | None =
                 timed=False)
 
 
-def llamacpp_runtime(engine: LlamaCppEngine, tokenizer=None, cache_dir: Path | None = None, **kwargs) -> Runtime:
+def llamacpp_runtime(engine: Engine, tokenizer=None, cache_dir: Path | None = None, **kwargs) -> Runtime:
     """A Runtime whose cost curve is llama.cpp's (kwargs: cost_curve's): verified then sizes its trees by it, priced
     again by each decode's own forwards (live_cost: the curve's shape moves with other load on a shared CPU). With
     the tokenizer, also what a width check found on this machine, so runtime.guarantee() says what verified keeps."""

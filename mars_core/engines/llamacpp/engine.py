@@ -3,7 +3,7 @@
 A forward feeds the tree as one llama.cpp batch: each slot's token, position, sequence ids (tree.plan: one sequence
 per root-to-leaf path, seq 0 the committed chain) and whether its logits are read. Before the batch, seq 0's cells
 (the committed tokens) are copied to every other sequence it uses (llama_memory_seq_cp), since a sequence's positions
-must continue from its cells. A crop keeps the pending tokens and a prefix of the draft chain, all on seq 0: it
+must continue from its cells. keep() keeps the pending tokens and a prefix of the draft chain, all on seq 0: it
 removes every other sequence and seq 0's cells from the first dropped position on.
 
 Width: ggml computes one row with its dot-product kernels and two or more with llamafile's tinyBLAS, so a row's
@@ -66,7 +66,7 @@ def backend_devices(llama_cpp: Any) -> list[tuple[str, str]]:
 
 @dataclass
 class Fed:
-    """What the last forward fed and how: its slots' positions and sequence plan (until a crop settles it)."""
+    """What the last forward fed and how: its slots' positions and sequence plan (until keep() settles it)."""
 
     positions: list[int]
     plan: SeqPlan
@@ -74,11 +74,11 @@ class Fed:
 
 class LlamaCppCache:
     """The decoders' view of llama.cpp's memory for one decode: `length` slots held (T of the next mask), the
-    committed chain on seq 0 up to next_pos - 1, and the last forward until crop(-n) keeps a prefix of it."""
+    committed chain on seq 0 up to next_pos - 1, and the last forward until keep() keeps a prefix of it."""
 
     def __init__(self, engine: LlamaCppEngine, generation: int):
         self.engine, self.generation = engine, generation
-        self.length = 0  # slots the decoder counts as cached (the T of its next mask)
+        self.length = 0  # slots kept (0: the next forward is a decode's first)
         self.next_pos = 0  # position after the committed chain's last cell
         self.last: Fed | None = None
 
@@ -86,43 +86,24 @@ class LlamaCppCache:
         """Slots held, as transformers' caches say it."""
         return self.length
 
-    def crop(self, count: int) -> None:
-        """crop(-n): drop the last n slots fed (the decoders keep the pending tokens and the matched drafts)."""
-        if count > 0:
-            raise ValueError("llama.cpp cache: crop(-n) drops the last n slots; a positive length is not supported")
+    def keep(self, advance: torch.Tensor | int) -> None:
+        """Keep the last forward's first `advance` slots (a prefix of its committed chain, on seq 0); free the rest."""
         self.engine.check_live(self)
-        drop = -count
-        if self.last is None:
-            self.drop_committed(drop)
-            return
-        kept = len(self.last.positions) - drop
-        if kept < 0:
-            raise ValueError(f"llama.cpp cache: crop(-{drop}) drops more than the {len(self.last.positions)} slots fed")
-        self.keep(kept)
-
-    def keep(self, kept: int) -> None:
-        """Keep the last forward's first `kept` slots (a prefix of its committed chain, on seq 0); free the rest."""
-        fed, self.last = self.last, None
+        kept, fed, self.last = int(advance), self.last, None
+        if fed is None:
+            raise ValueError("llama.cpp cache: keep() follows a forward")
         if kept > fed.plan.chain:
             raise ValueError(f"llama.cpp cache: keeping {kept} slots of a forward whose committed chain is "
-                             f"{fed.plan.chain} long (a crop keeps the pending tokens and a prefix of the drafts)")
+                             f"{fed.plan.chain} long (the decoders keep the pending tokens and a prefix of the drafts)")
         for seq in range(1, fed.plan.count):
             self.engine.seq_rm(seq, -1, -1)
         last_kept = fed.positions[kept - 1] + 1 if kept else self.next_pos
         self.engine.seq_rm(0, last_kept, -1)
         self.next_pos = last_kept
-        self.length += kept - len(fed.positions)
-
-    def drop_committed(self, drop: int) -> None:
-        """Drop the last `drop` committed cells (no forward pending)."""
-        if drop > self.length:
-            raise ValueError(f"llama.cpp cache: cannot drop {drop} of {self.length} slots")
-        self.next_pos -= drop
-        self.length -= drop
-        self.engine.seq_rm(0, self.next_pos, -1)
+        self.length += kept
 
     def settle(self) -> None:
-        """Before a forward: a last forward no crop followed is kept whole (it must have been a chain)."""
+        """Before a forward: a last forward no keep() followed is kept whole (it must have been a chain)."""
         if self.last is not None:
             self.keep(len(self.last.positions))
 
@@ -187,6 +168,12 @@ class LlamaCppEngine(Engine):
         params.no_perf = False
         return params
 
+    def prepare(self, tokenizer: Any = None) -> Any:
+        """llama.cpp's own runtime (cost.llamacpp_runtime): its cost curve, and with the tokenizer its width check."""
+        from .cost import llamacpp_runtime
+
+        return llamacpp_runtime(self, tokenizer)
+
     def close(self) -> None:
         """Free llama.cpp's context, batch and model."""
         if getattr(self, "ctx", None):
@@ -221,12 +208,7 @@ class LlamaCppEngine(Engine):
 
     # -------------------------------------------------------------------- forwards
 
-    def forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: LlamaCppCache,
-                keep: int) -> torch.Tensor:
-        width = ids.shape[-1]
-        return self.feed(ids, positions, mask, cache, list(range(width - keep, width)))
-
-    def hidden_states(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: LlamaCppCache
+    def hidden_states(self, ids: torch.Tensor, positions: torch.Tensor, seen: torch.Tensor, cache: LlamaCppCache
                       ) -> torch.Tensor:
         """Logits of the fed slots [1, W, V] (head() is then the identity). A decode's first forward (the prompt,
         then verified's first mask group) reads only the prompt's last row and the masks after it (the last
@@ -234,7 +216,7 @@ class LlamaCppEngine(Engine):
         prompt's logits would cost more than its forward. Rows not read are NaN."""
         width = ids.shape[-1]
         first = self.first_read(ids[0].tolist()) if cache.length == 0 else 0
-        rows = self.feed(ids, positions, mask, cache, list(range(first, width)))
+        rows = self.feed(ids, positions, seen, cache, list(range(first, width)))
         if not first:
             return rows
         return torch.cat([torch.full((1, first, rows.shape[-1]), float("nan")), rows], 1)
@@ -250,20 +232,18 @@ class LlamaCppEngine(Engine):
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         return hidden
 
-    def feed(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: LlamaCppCache,
+    def feed(self, ids: torch.Tensor, positions: torch.Tensor, seen: torch.Tensor, cache: LlamaCppCache,
              outputs: list[int]) -> torch.Tensor:
         """One llama.cpp batch for the tree; the logits [1, len(outputs), V] of the slots `outputs`."""
         self.check_live(cache)
         if ids.dim() != 2 or ids.shape[0] != 1:
             raise ValueError(f"the llama.cpp engine decodes one sequence at a time (batch 1); got batch {ids.shape[0]}")
         cache.settle()
-        width, held = ids.shape[1], cache.length
-        if tuple(mask.shape) != (1, width, held + width):
-            raise ValueError(f"llama.cpp engine: mask {tuple(mask.shape)} for {width} slots after {held} cached")
-        if not bool(mask[0, :, :held].all()):
-            raise ValueError("llama.cpp engine: every fed slot must see every cached slot (no holes at batch 1)")
+        width = ids.shape[1]
+        if tuple(seen.shape) != (1, width, width):
+            raise ValueError(f"llama.cpp engine: seen {tuple(seen.shape)} for {width} slots fed")
         pos = positions[0].tolist()
-        seqs = plan(mask[0, :, held:], pos, cache.next_pos)
+        seqs = plan(seen[0], pos, cache.next_pos)
         if seqs.count + 1 > self.n_seq_max:
             raise ValueError(f"llama.cpp engine: the tree has {seqs.count} paths; n_seq_max is {self.n_seq_max}")
         for seq in range(1, seqs.count):
@@ -271,7 +251,6 @@ class LlamaCppEngine(Engine):
         spare = self.fill(ids[0].tolist(), pos, seqs, outputs)
         self.decode()
         cache.last = Fed(pos, seqs)
-        cache.length += width
         rows = self.read(outputs)
         if spare is not None:
             self.seq_rm(spare, -1, -1)

@@ -5,7 +5,7 @@ say what a slot sees with a mask [W, T+W]: the cache, then an ancestor chain amo
     leaf        a fed slot no other fed slot sees
     seqs(k)     the leaves that see k (k's own id where k is a leaf): every root-to-leaf path is one sequence
     seq 0       the path through the committed chain (the leading run of slots each seeing all before it: the pending
-                tokens, then the drafts), so what a crop keeps is already on seq 0
+                tokens, then the drafts), so what keep() keeps is already on seq 0
 A slot q then sees the cells on the path of seqs(q)[0] at positions <= pos(q): its ancestors and itself, exactly,
 when positions grow by one along every path (descendants on that path sit at later positions). llama.cpp also wants
 each sequence's positions in a batch to continue its cells, in batch order: a root slot at the cache's next position,

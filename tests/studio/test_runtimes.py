@@ -1,0 +1,96 @@
+"""Every tab on either runtime the app serves (the default, and --static-shapes: fixed widths, every row reading the
+whole cache): the same decoders, verified giving one-token decoding's answer, the Train tab's race before and after
+training on the same path."""
+
+from __future__ import annotations
+
+import pytest
+
+from mars_core import DecodeControl, generate
+from mars_core.runtime import ATTENTION, prepare
+from studio import (
+    batch,
+    batch_state,
+    explorer,
+    lanes,
+    models,
+    race_loop,
+    race_state,
+    train_loop,
+    train_state,
+    walk_verified,
+    walkthrough,
+)
+from studio.train_state import TrainSession
+
+from tiny import tiny_qwen2, tiny_tokenizer
+
+PROMPT = "Count from one to ten"
+
+
+@pytest.fixture(params=[False, True], ids=["default", "static-shapes"])
+def served_on(request, monkeypatch):
+    """A tiny model with the attention by rows, served on the default runtime or a static one (and so prepared)."""
+    tok = tiny_tokenizer(mask_token=True)
+    model = tiny_qwen2(len(tok), attn_implementation=ATTENTION, max_position_embeddings=1024)
+    monkeypatch.setitem(models.MODELS, "tiny", (model, tok))
+    monkeypatch.setitem(models.RUNTIMES, "tiny", prepare(model, measure_cost=False, static=request.param))
+    monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="tiny", static=request.param))
+    monkeypatch.setattr(lanes, "FRAME_SECONDS", 0.0)
+    yield request.param
+    assert models.TRACKER.active == 0
+
+
+def test_the_race_gives_verified_ar_s_answer(served_on):
+    assert models.get_runtime("tiny").static == served_on and models.get_runtime("tiny").invariant
+    keep: dict = {}
+    controls = {k: DecodeControl(threshold=t) for k, t in (("ar", 1.0), ("mars", 0.9), ("verified", 0.3))}
+    frames = list(race_loop.run_race(PROMPT, 4, 16, controls, race_state.RaceSession(), keep=keep))
+    assert keep["verified"].ids == keep["ar"].ids and keep["exact"] and len(keep["ar"].ids) == 16
+    assert "identical to one-token decoding" in frames[-1][2]
+
+
+def test_the_batch_at_tau_one_is_ar(served_on):
+    outputs = list(batch.batch_race("\n".join([PROMPT, "List three colours", "hello", "What is 2 + 2?"]), 1.0, 4, 12,
+                                    batch_state.BatchSession()))
+    trace = outputs[-1][-1]
+    assert trace["status"] == "done" and trace["block"]["ids"] == trace["ar"]["ids"]
+
+
+def test_both_walkthroughs_run(served_on):
+    page, walk = walkthrough.walk_decode(PROMPT, 0.3, 4, 16)
+    assert sum(s["accepted"] for s in walk.steps) == 16 and "Forward 1 of" in page
+    page, fig, walk = walk_verified.walk_verified(PROMPT, 0.05, 4, 16)
+    assert "Forward 1 of" in page and "⚠" not in page
+    model, tok = models.get_model("tiny")
+    want = generate(model, tok, PROMPT, strategy="ar", max_new_tokens=16, runtime=models.get_runtime("tiny")).texts[0]
+    assert "".join(t for s in walk.steps for t in s["committed"]) == want
+
+
+def test_the_explorer_in_verified_mode_keeps_every_answer(served_on):
+    fig, table, path, status = explorer.run_sweep("1, 0.3", 4, 12, ["lists"], 2, "verified",
+                                                  progress=lambda *a, **k: None)
+    assert list(table["exact_match"]) == [1.0, 1.0]
+
+
+def test_the_train_race_runs_before_and_after_on_the_served_path(served_on, monkeypatch):
+    """A training's model is prepared as the served one is (static or not), so the race's two sides, the base before
+    training and the trained model after, decode on one path; verified after training gives its AR lane's answer."""
+    from mars_core.training import live
+    from mars_core.training.corpora import corpus_split
+
+    monkeypatch.setattr(train_loop, "corpus_split", lambda name: corpus_split(name, train=40, held_out=3))
+    monkeypatch.setattr(train_loop, "CHECK_TOKENS", 16)
+    monkeypatch.setattr(train_loop, "PROBE_TOKENS", 8)
+    monkeypatch.setattr(train_loop, "RACE_TOKENS", 12)
+    init = live.LiveConfig.__init__
+    monkeypatch.setattr(live.LiveConfig, "__init__",
+                        lambda self, *a, **kw: init(self, *a, **{**kw, "batch_size": 2, "probe_seconds": 10.0}))
+    session = TrainSession()
+    frames = list(train_loop.train("counting", "", 4, 5, 1, session))
+    trained = train_state.kept(session)
+    assert trained is not None, frames[-1][-1]
+    assert trained.runtime.static == models.get_runtime(train_state.base_name()).static == served_on
+    prompt = trained.held_out[0]["messages"][0]["content"]
+    last = list(train_loop.race(prompt, session))[-1]
+    assert "before training" in last[-1] and "(AR's answer)" in last[-1].split("after training")[1]
