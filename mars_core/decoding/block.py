@@ -48,7 +48,7 @@ class Blocks:
     complete: bool = False  # host copy: every sample has filled the block or is done
 
 
-def start(prompts: list[list[int]], spec: DecodeSpec, dev: torch.device) -> Blocks:
+def first_block(prompts: list[list[int]], spec: DecodeSpec, dev: torch.device) -> Blocks:
     """An empty first block after the prompt, which enters the cache with block 0's first forward."""
     b = len(prompts)
     uncached, lengths = right_pad(prompts, spec.pad_id, dev)
@@ -151,7 +151,7 @@ def block_decode(
     model: torch.nn.Module, prompts: list[list[int]], spec: DecodeSpec, control: DecodeControl
 ) -> Generator[Step, torch.Tensor | None, None]:
     """Yield one Step per forward. send() a bool [b] tensor to stop samples (stop strings)."""
-    s = start(prompts, spec, model.device)
+    s = first_block(prompts, spec, model.device)
     with decode_cache(model, prompts, spec, 2 * spec.block_size) as cache:
         yield from decode_loop(control, s.answer, lambda ctl: step(model, cache, s, spec, ctl),
                                lambda stop: advance(cache, s, spec, stop))

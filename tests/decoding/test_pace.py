@@ -11,13 +11,13 @@ CURVE = torch.tensor([0.010, 0.010, 0.012, 0.014, 0.016, 0.018])  # s_w for w = 
 
 
 def test_a_decode_starts_from_the_curve_as_timed():
-    pace = Pace.start(CURVE)
+    pace = Pace.from_curve(CURVE)
     assert pace.t1 == pytest.approx(0.010) and pace.k == 1.0
     assert torch.allclose(pace.seconds(), CURVE)
 
 
 def test_plain_forwards_move_t1_and_keep_the_price_of_width():
-    pace = Pace.start(CURVE)
+    pace = Pace.from_curve(CURVE)
     for _ in range(40):  # plain forwards now take 20 ms, not 10
         pace.observe(1, 0.020)
     seconds = pace.seconds()
@@ -26,7 +26,7 @@ def test_plain_forwards_move_t1_and_keep_the_price_of_width():
 
 
 def test_wider_forwards_move_k_towards_what_they_cost():
-    pace = Pace.start(CURVE)
+    pace = Pace.from_curve(CURVE)
     pace.observe(4, 0.010 + 2 * (0.016 - 0.010))  # width 4 cost twice the curve's price over one token
     assert pace.k == pytest.approx(1 + WEIGHT)
     for _ in range(40):
@@ -39,15 +39,15 @@ def test_wider_forwards_move_k_towards_what_they_cost():
 
 
 def test_one_slow_forward_cannot_price_width_out():
-    pace = Pace.start(CURVE)
+    pace = Pace.from_curve(CURVE)
     pace.observe(2, 10.0)  # a forward held up by other work: k moves by WEIGHT times its cap at most
     assert pace.k == pytest.approx(1 + WEIGHT * (K_RANGE[1] - 1))
-    wide = Pace.start(CURVE)
+    wide = Pace.from_curve(CURVE)
     wide.observe(50, 0.030)  # past the curve's widths: priced by its widest
     assert wide.k == pytest.approx(1 + WEIGHT * (min(0.020 / 0.008, K_RANGE[1]) - 1))
 
 
 def test_a_flat_curve_says_nothing_of_k():
-    pace = Pace.start(torch.full((6,), 0.01))
+    pace = Pace.from_curve(torch.full((6,), 0.01))
     pace.observe(4, 0.05)
     assert pace.k == 1.0

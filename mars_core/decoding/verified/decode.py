@@ -41,7 +41,7 @@ def to_host(*tensors: torch.Tensor) -> list[list[int]]:
     return [flat[end - n : end] for end, n in zip(accumulate(sizes), sizes)]
 
 
-def start(prompts: list[list[int]], spec: DecodeSpec, threshold: float, depth: int, dev: torch.device
+def prefill(prompts: list[list[int]], spec: DecodeSpec, threshold: float, depth: int, dev: torch.device
           ) -> tuple[DecodeState, Tree]:
     """Nothing committed; the first forward is the prefill, with G_0 after the prompt to propose the first drafts."""
     b, g = len(prompts), spec.block_size - 1
@@ -74,7 +74,7 @@ def record_of(tree: Tree, fed: tuple[torch.Tensor, ...], verdict: Verdict, propo
 
 
 @dataclass(kw_only=True)
-class Run:
+class VerifiedDecode:
     """One verified decode: what is fixed for it, the two states its loop carries, and the last forward's choices
     the next forward is built from."""
 
@@ -103,7 +103,7 @@ class Run:
         return head(self.model, rows, self.spec.runtime)
 
 
-def step(r: Run, ctl: DecodeControl) -> Step:
+def step(r: VerifiedDecode, ctl: DecodeControl) -> Step:
     """One forward: feed the tree, verify, commit, choose the next chain (and record it where asked)."""
     spec, state, tree, g = r.spec, r.state, r.tree, r.g
     fed = tree_inputs(tree, state.length, g, spec.mask_id if g > 0 else spec.pad_id)
@@ -134,7 +134,7 @@ def step(r: Run, ctl: DecodeControl) -> Step:
                 drafted=tree.fed.sum(1), matched=torch.minimum(m, end), looked_up=tree.from_lookup)
 
 
-def advance(r: Run) -> None:
+def advance(r: VerifiedDecode) -> None:
     """Keep what was matched in the cache and build the tree the last forward chose."""
     counts, hung, beside, took = r.layout
     settle(r.cache, r.state, r.tree, r.verdict)
@@ -156,13 +156,13 @@ def verified_decode(
         config = replace(config, group_floor=0.0, sibling_floor=None)
     depth = max(g, config.lookup_drafts) if g > 0 else 0
     curve = (config.cost or spec.runtime.cost) if config.use_cost else None
-    state, tree = start(prompts, spec, control.snapshot().threshold, depth, model.device)
+    state, tree = prefill(prompts, spec, control.snapshot().threshold, depth, model.device)
     seconds = seconds_by_width(curve, len(prompts), depth, g, model.device)
     # a CPU step's time is known when its host copy returns; on a GPU the step (launches and all) is what decides
     live = seconds is not None and (spec.runtime.live_cost or model.device.type == "cuda")
     widest = 2 + depth + (depth + 1) * g + depth * (1 + g)  # two pending, D drafts, every group and sibling
     with decode_cache(model, prompts, spec, widest) as cache:
-        r = Run(model=model, spec=spec, config=config, cache=cache, depth=depth, record=record, state=state,
-                tree=tree, seconds=seconds, pace=Pace.start(seconds) if live else None,
+        r = VerifiedDecode(model=model, spec=spec, config=config, cache=cache, depth=depth, record=record, state=state,
+                tree=tree, seconds=seconds, pace=Pace.from_curve(seconds) if live else None,
                 floors=(FLOORS[0], 0.0) if static else FLOORS)
         yield from decode_loop(control, state.answer, lambda ctl: step(r, ctl), lambda _: advance(r))

@@ -3,7 +3,8 @@
 The curve (runtime.cost) is timed once, at load. On a shared CPU the price of width then moves with other load:
 within minutes a llama.cpp F32 forward of 4 tokens read 1.32x one of 1 token in the curve and 1.8-1.9x inside the
 decodes (docs/speed.md#width-priced-by-the-decodes-own-forwards), and trees priced at 1.32x did not pay. Where the
-runtime asks (Runtime.live_cost), each forward after the prefill is timed and the seconds the plan reads become
+runtime asks (Runtime.live_cost), and on a GPU (where the step around the forward decides), each step after the
+prefill is timed, from its forward to its host copy, and the seconds the plan reads become
     t(w) = t1 + k (s_w - s_1)
 with s the curve's seconds, t1 a running mean of the plain forwards' seconds and k one of (o - t1) / (s_w - s_1)
 over the wider ones, o their seconds. Each decode starts from the curve as timed (t1 = s_1, k = 1), so a price that
@@ -30,7 +31,7 @@ class Pace:
     k: float = 1.0
 
     @classmethod
-    def start(cls, seconds: torch.Tensor) -> Pace:
+    def from_curve(cls, seconds: torch.Tensor) -> Pace:
         """The curve as timed: t1 = s_1, k = 1."""
         curve = seconds.tolist()
         return cls(curve, curve[1])
