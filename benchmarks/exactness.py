@@ -3,7 +3,7 @@ picks here (or those asked for), on prompts of both evaluation splits; and the w
 
     python benchmarks/exactness.py [--dtypes auto,fp32,bf16] [--splits heldout,never_trained] [--limit 30]
                                    [--max-new-tokens 96] [--generate] [--fastest-kernels] [--static] [--batched]
-                                   [--no-runtime] [--json out.json]
+                                   [--no-runtime] [--compile] [--json out.json]
 
 Each dtype is loaded and prepared (mars_core.prepare: one kernel for every width, attention row by row, the width
 check); every prompt is decoded one token per forward ("ar") and in verified mode under the same runtime, and the
@@ -12,7 +12,8 @@ answers are compared token for token. --generate also compares transformers' gre
 runtime (prepare(static=True)) and also compares its one-token answers with the default runtime's. --batched also
 decodes each split as one batch, one-token and verified, against the one-token answers alone. --no-runtime calls
 generate() with no runtime at all, as the shortest user code does (it then runs prepared(model): the first call
-prepares the model, and the report says how long that took).
+prepares the model, and the report says how long that took). --compile decodes on the compiled forward
+(runtime/compiled.py) and also compares its one-token answers with the uncompiled runtime's.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def shared_prefix(a: list[int], b: list[int]) -> float:
 
 
 def run(dtype: str, splits: dict[str, list[str]], max_new: int, invariant: bool, with_generate: bool,
-        static: bool = False, batched: bool = False, no_runtime: bool = False) -> dict:
+        static: bool = False, batched: bool = False, no_runtime: bool = False, compiled: bool = False) -> dict:
     model, tokenizer = load(dtype=dtype)
     first = time.perf_counter()
     if no_runtime:  # the shortest call: generate() prepares the model on first use (prepared)
@@ -63,9 +64,16 @@ def run(dtype: str, splits: dict[str, list[str]], max_new: int, invariant: bool,
         runtime = prepare(model, invariant=invariant, static=static)
         passed = {"runtime": runtime}
     first = time.perf_counter() - first
-    dynamic = dataclasses.replace(runtime, static=False)
+    dynamic = dataclasses.replace(runtime, static=False)  # what the static or compiled answers are compared with
+    if compiled:
+        from mars_core.runtime.compiled import compile_runtime
+
+        runtime = compile_runtime(model, runtime)
+        passed = {"runtime": runtime}
+        print(f"{dtype}: forward {runtime.forward_note}")
     print(f"{dtype}: {machine_line(runtime.record(model))}; {runtime.guarantee()}; width check {runtime.width_check}")
     out = {"machine": runtime.record(model), "guarantee": runtime.guarantee(), "no_runtime": no_runtime,
+           "forward": runtime.forward_note,
            "prepare_seconds": round(first, 2),
            "width_check": runtime.width_check.to_dict() if runtime.width_check else None, "splits": {}}
     for split, prompts in splits.items():
@@ -78,7 +86,7 @@ def run(dtype: str, splits: dict[str, list[str]], max_new: int, invariant: bool,
                    "tokens": ver.generated_tokens, "forwards": ver.forwards}
             if with_generate:
                 row["same_as_generate"] = hf_greedy(model, tokenizer, prompt, max_new) == one.token_ids[0]
-            if static:
+            if static or compiled:
                 row["same_as_dynamic"] = generate(model, tokenizer, prompt, strategy="ar", max_new_tokens=max_new,
                                                   runtime=dynamic).token_ids == one.token_ids
             row["one"] = one.token_ids[0]
@@ -90,7 +98,7 @@ def run(dtype: str, splits: dict[str, list[str]], max_new: int, invariant: bool,
                    "seconds": round(time.perf_counter() - t0, 1)}
         if with_generate:
             summary["one_token_equals_generate"] = sum(r["same_as_generate"] for r in rows)
-        if static:
+        if static or compiled:
             summary["one_token_equals_dynamic"] = sum(r["same_as_dynamic"] for r in rows)
         if batched:  # the whole split as one batch, against each answer alone
             alone = [r["one"] for r in rows]
@@ -103,7 +111,8 @@ def run(dtype: str, splits: dict[str, list[str]], max_new: int, invariant: bool,
               f"(mean shared prefix {summary['mean_shared_prefix']:.1%}), {summary['tokens_per_forward']} tokens "
               f"per forward" + (f"; one-token equals generate on {summary['one_token_equals_generate']} of {n}"
                                 if with_generate else "")
-              + (f"; static one-token equals dynamic on {summary['one_token_equals_dynamic']} of {n}" if static else "")
+              + (f"; one-token equals the uncompiled dynamic one on {summary['one_token_equals_dynamic']} of {n}"
+                 if static or compiled else "")
               + (f"; as one batch of {n}, one-token equals one-token alone on {summary['ar_batched_equals_alone']}"
                  f", verified on {summary['verified_batched_equals_alone']}" if batched else ""))
     return out
@@ -120,13 +129,14 @@ def main() -> None:
     p.add_argument("--static", action="store_true", help="the static-shape decoders (prepare(static=True))")
     p.add_argument("--batched", action="store_true", help="also decode each split as one batch, against alone")
     p.add_argument("--no-runtime", action="store_true", help="call generate() with no runtime (prepared(model))")
+    p.add_argument("--compile", action="store_true", help="decode on the compiled forward (runtime/compiled.py)")
     p.add_argument("--json", default=None)
     args = p.parse_args()
     splits = {s: [r["prompt"] for r in load_split(s, args.limit)] for s in args.splits.split(",") if s}
     report = {"max_new_tokens": args.max_new_tokens, "invariant": not args.fastest_kernels,
-              "static": args.static,
+              "static": args.static, "compiled": args.compile,
               "dtypes": {d: run(d, splits, args.max_new_tokens, not args.fastest_kernels, args.generate, args.static,
-                                args.batched, args.no_runtime) for d in args.dtypes.split(",") if d}}
+                                args.batched, args.no_runtime, args.compile) for d in args.dtypes.split(",") if d}}
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(report, indent=1))

@@ -56,6 +56,9 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, default=LiveConfig.learning_rate)
     parser.add_argument("--batch-size", type=int, default=LiveConfig.batch_size)
     parser.add_argument("--probe-seconds", type=float, default=LiveConfig.probe_seconds)
+    parser.add_argument("--lora-layers", type=int, default=LiveConfig.lora_layers,
+                        help="LoRA on the top N decoder layers only (0: every layer)")
+    parser.add_argument("--no-mask-row", action="store_true", help="leave the mask token's embedding row frozen")
     parser.add_argument("--control", action="store_true", help="also an AR-only (SFT) run of the same steps")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
@@ -64,7 +67,8 @@ def main() -> None:
     dtype = resolve_dtype(None)  # what load() picks here: the probes' and the race's dtype
     train, held = corpus_split(args.corpus, held_out=args.held_out)
     config = LiveConfig(max_seconds=args.seconds, learning_rate=args.learning_rate, batch_size=args.batch_size,
-                        probe_seconds=args.probe_seconds)
+                        probe_seconds=args.probe_seconds, lora_layers=args.lora_layers,
+                        train_mask_row=not args.no_mask_row)
     cost = prepare(copy.deepcopy(base).to(dtype)).cost  # the served model's curve, as the Train tab's probes use
     runs = [run("mars", base, tokenizer, train, held, config, args.probe_items, dtype, cost)]
     if args.control:

@@ -13,8 +13,7 @@ from typing import Any
 
 from mars_core import stream
 from mars_core.runtime import Runtime
-
-from . import models
+from studio import models
 
 ENGINES = ("torch", "llama.cpp")
 ALIASES = {"llamacpp": "llama.cpp", "llama-cpp": "llama.cpp", "llama_cpp": "llama.cpp"}

@@ -17,11 +17,10 @@ import plotly.graph_objects as go
 
 from mars_core.evaluation.prompts import prompt_categories, prompt_set, prompts_in
 from mars_core.evaluation.sweep import SWEEP_COLUMNS, threshold_sweep
-
-from . import models
-from .charts import MARS_COLOUR, TAU_COLOUR, VERIFIED_COLOUR, chart_layout
-from .inputs import THRESHOLDS, check, check_inputs, slider, typed_js, unchecked, warn
-from .lanes import guarded
+from studio import models
+from studio.charts import MARS_COLOUR, TAU_COLOUR, VERIFIED_COLOUR, chart_layout
+from studio.inputs import THRESHOLDS, check, check_inputs, slider, typed_js, unchecked, warn
+from studio.lanes import guarded
 
 
 def parse_thresholds(text: str) -> list[float]:

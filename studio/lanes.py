@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 
 import gradio as gr
 
-from . import models
-from .inputs import typed_js
+from studio import models
+from studio.inputs import typed_js
 
 log = logging.getLogger("mars_studio")
 T = TypeVar("T")  # a frame: what a handler yields to the page

@@ -51,6 +51,7 @@ class AppConfig:
     llamacpp_invariant: bool = False  # llama.cpp forwards at two rows or more: verified is AR bit for bit, AR slower
     trainings: int = 1  # Train tab runs at once, all visitors together (each takes both cores of a small CPU)
     static: bool = False  # decode at fixed widths into a cache allocated once (Runtime.static; CUDA graphs on a GPU)
+    compile: bool = False  # compile the served forward in the background once a model is ready (runtime/compiled.py)
 
 
 CONFIG = AppConfig()
@@ -197,6 +198,11 @@ def status_markdown() -> tuple[str, bool]:
                          "seconds) · Run waits until it is ready")
         else:
             lines.append(f"**Preparing {label}…**")
+    for key, (stage, began, stage_began) in list(COMPILING.items()):
+        now = time.monotonic()
+        lines.append(f"Compiling {model_label(None if key == 'default' else key)}'s forward in the background: "
+                     f"{stage}, {now - stage_began:.0f} s in this step, {now - began:.0f} s in all (a first start "
+                     "takes 2–4 min on a 2-core CPU, later ones under a minute) · Runs are served uncompiled meanwhile")
     return "  \n".join(lines), ready
 
 
@@ -234,7 +240,47 @@ def get_model(name: str | None) -> tuple[Any, Any]:
                 prep.enter(key, len(steps))
                 model = MODELS[key][0]
                 log.info("loaded model %s from %s (%s)", key, getattr(model, "name_or_path", "?"), model.dtype)
+                if CONFIG.compile:
+                    compile_in_background(key)
     return MODELS[key]
+
+
+COMPILING: dict[str, tuple[str, float, float]] = {}  # by name while its forward compiles: (stage, began, stage began)
+
+
+def compile_in_background(key: str) -> None:
+    """Compile a ready model's forward in a thread (runtime/compiled.py: artifacts kept under MARS_CACHE, the width
+    check run on the compiled forward); it serves once it passes, and until then, or where it cannot compile, the
+    uncompiled forward serves and the runtime's forward_note says why."""
+    model, runtime = MODELS[key][0], RUNTIMES[key]
+    began = time.monotonic()
+    COMPILING[key] = ("compiling", began, began)
+
+    def work() -> None:
+        from dataclasses import replace
+
+        from mars_core.runtime.compiled import compile_runtime
+
+        try:
+            done = compile_runtime(model, runtime, progress=lambda stage: COMPILING.__setitem__(
+                key, (stage, began, time.monotonic())))
+        except Exception as err:  # noqa: BLE001 - whatever fails, the uncompiled forward serves and says why
+            done = replace(runtime, forward_note=f"uncompiled: {type(err).__name__}: {err}"[:300])
+        RUNTIMES[key] = done
+        COMPILING.pop(key, None)
+        log.info("model %s forward: %s (%.0f s)", key, done.forward_note, time.monotonic() - began)
+
+    threading.Thread(target=work, name=f"compile-{key}", daemon=True).start()
+
+
+def forward_note(name: str | None) -> str:
+    """What runs a served model's forward, for the small print: "compiled …", "compiling (…)" or "uncompiled…"."""
+    key = name or "default"
+    if key in COMPILING:
+        stage, began, _ = COMPILING[key]
+        return f"uncompiled while its compiled forward is {stage}, {time.monotonic() - began:.0f} s in"
+    runtime = RUNTIMES.get(key)
+    return runtime.forward_note if runtime is not None else "uncompiled"
 
 
 def get_runtime(name: str | None) -> Runtime:

@@ -130,18 +130,23 @@ def test_the_engine_never_imports_the_app():
 # The app's floors, bottom first: a module imports only from the floors below its own (the tabs never import each
 # other; what two tabs share lives in studio.lanes, below them). A new studio module takes its place here.
 STUDIO_FLOORS = (
-    ("studio", "studio.inputs", "studio.charts", "studio.models"),  # limits and checks, chart basics, the models
+    ("studio", "studio.inputs", "studio.charts", "studio.models",  # limits and checks, chart basics, the models;
+     "studio.race", "studio.batch", "studio.walkthrough", "studio.train"),  # each tab's folder (a docstring)
     ("studio.lanes", "studio.engine"),  # what the tabs share: recorder, frame policy, colours, Run/Stop, error
     # guard; what the race decodes on (torch or llama.cpp engines)
-    ("studio.race_state", "studio.batch_state", "studio.walk", "studio.train_state"),  # the tabs' rooms, under them:
-    # what a race keeps (session, lanes' records, facts), what a batch run keeps, what the two walkthroughs share (the
-    # stepped decode), what the Train tab keeps (session, trained models, the cap on trainings)
-    ("studio.race_html", "studio.race_figures", "studio.batch_html", "studio.walk_verified", "studio.train_figures"),
-    # the race's panes, counters, notes, stats and charts; the batch's cells, slots chart and stats; the verified
-    # walkthrough; the training's charts and status
-    ("studio.race_loop", "studio.train_loop"),  # the race itself and the frames it sends the page; the live training
-    # and the race of what it trained
-    ("studio.race", "studio.batch", "studio.walkthrough", "studio.explorer", "studio.train"),  # one tab each
+    ("studio.race.state", "studio.batch.state", "studio.walkthrough.walk", "studio.train.state"),  # the tabs' rooms,
+    # under them: what a race keeps (session, lanes' records, facts), what a batch run keeps, what the two
+    # walkthroughs share (the stepped decode), what the Train tab keeps (sessions, trained models, the cap, the
+    # broadcast)
+    ("studio.race.html", "studio.race.figures", "studio.batch.html", "studio.walkthrough.verified",
+     "studio.train.figures"),  # the race's panes, counters, notes, stats and charts; the batch's cells, slots chart
+    # and stats; the verified walkthrough; the training's charts and status
+    ("studio.race.loop", "studio.train.loop"),  # the race itself and the frames it sends the page; the live training,
+    # its broadcast, its replay and the race of what it trained
+    ("studio.race.tab", "studio.batch.tab", "studio.walkthrough.tab", "studio.explorer", "studio.train.tab"),  # a
+    # tab each: its layout and events
+    ("studio.page", "studio.cli", "studio.train.record"),  # the page's frame (CSS, tagline, introduction), the
+    # command line, the command that records a training for the Train tab's Replay
     ("app",),  # the header, the tabs, theme and launch
 )
 

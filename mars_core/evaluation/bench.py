@@ -25,6 +25,7 @@ import argparse
 import json
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -55,6 +56,10 @@ METHODS = ("hf_generate", "hf_prompt_lookup", *(n if STRATEGIES[n].one_token els
 # every strategy under a static runtime (fixed widths, every row reading the whole cache, CUDA graphs on a GPU):
 # asked by name, not in the default list
 STATIC_METHODS = tuple(f"{n if STRATEGIES[n].one_token else f'mars_{n}'}_static" for n in NAMES)
+# every strategy on the compiled forward (runtime/compiled.py; mars-bench --compile makes it), and transformers' own
+# fast path (hf_compiled: its static cache and a compiled forward): asked by name
+COMPILED_METHODS = ("hf_compiled", *(f"{n if STRATEGIES[n].one_token else f'mars_{n}'}_compiled" for n in NAMES))
+HF_KINDS = {"hf_generate": "generate", "hf_prompt_lookup": "lookup", "hf_compiled": "compiled"}
 
 
 
@@ -82,52 +87,69 @@ class Row:
     answers: dict[str, list[int]] = field(default_factory=dict, repr=False)  # prompt -> answer (not in the JSON)
 
 
-def _hf(model, tokenizer, prompts: list[str], max_new: int, runtime: Runtime, lookup: bool) -> Counts:
-    """transformers' generate, greedy with KV cache (or prompt lookup): generated tokens up to EOS. Its linear layers
-    run the runtime's kernels, as ours do; its attention is transformers' SDPA."""
+def _hf(model, tokenizer, prompts: list[str], max_new: int, runtime: Runtime, kind: str = "generate") -> Counts:
+    """transformers' generate, greedy with KV cache (kind "generate"; its linear layers run the runtime's kernels, as
+    ours do, its attention is transformers' SDPA), with prompt lookup ("lookup"), or its own fast path ("compiled":
+    a static cache and a compiled forward, as transformers' docs describe it, in plain torch kernels)."""
     ids = [encode_prompt(tokenizer, p) for p in prompts]
     tokenizer.padding_side = "left"
     batch = tokenizer.pad({"input_ids": ids}, return_tensors="pt").to(model.device)
-    extra = {"prompt_lookup_num_tokens": 10} if lookup else {}
+    extra: dict = {"prompt_lookup_num_tokens": 10} if kind == "lookup" else {}
+    if kind == "compiled":
+        from transformers import CompileConfig
+
+        config = CompileConfig(mode="default")  # "reduce-overhead" means CUDA graphs: none on a CPU
+        config._compile_all_devices = True  # transformers compiles on CUDA-like devices only unless told
+        extra = {"cache_implementation": "static", "compile_config": config}
+        runtime = Runtime()
     with replace(runtime, rows=False).active():
         out = model.generate(**batch, max_new_tokens=max_new, do_sample=False, pad_token_id=tokenizer.pad_token_id,
                              **extra)
     stops = set(stop_token_ids(model, tokenizer))
     rows = out[:, batch["input_ids"].shape[1] :].tolist()
     lengths = [next((k + 1 for k, t in enumerate(r) if t in stops), len(r)) for r in rows]
-    forwards = None if lookup else max(lengths)
+    counted = kind != "lookup"  # transformers does not say how many forwards its lookup took
     ids = [r[:n] for r, n in zip(rows, lengths)]
-    return Counts(sum(lengths), None if lookup else sum(lengths), forwards, max(lengths), dict(zip(prompts, ids)))
+    return Counts(sum(lengths), sum(lengths) if counted else None, max(lengths) if counted else None, max(lengths),
+                  dict(zip(prompts, ids)))
 
 
 def _ours(strategy: str, block_size: int, threshold: float, layout: VerifiedConfig = VerifiedConfig(),
-          static: bool = False) -> Runner:
+          variant: Callable[[Runtime], Runtime] = lambda runtime: runtime) -> Runner:
     def run(model, tokenizer, prompts, max_new, runtime):
         r = generate(model, tokenizer, prompts, strategy=strategy, block_size=block_size, threshold=threshold,
-                     max_new_tokens=max_new, layout=layout, runtime=replace(runtime, static=static))
+                     max_new_tokens=max_new, layout=layout, runtime=variant(runtime))
         return Counts.of(r, prompts)
 
     return run
 
 
+def variants(compiled: Runtime | None) -> dict[str, Callable[[Runtime], Runtime]]:
+    """Our methods' runtime variants by suffix: "" the bench's runtime, "_static" it with fixed widths
+    (Runtime.static), "_compiled" the compiled one (runtime/compiled.py; the bench's where none was made)."""
+    return {"_static": lambda runtime: replace(runtime, static=True),
+            "_compiled": lambda runtime: compiled or runtime, "": lambda runtime: runtime}
+
+
 def configurations(methods, block_sizes, thresholds, verified_thresholds=(VERIFIED_THRESHOLD,),
-                   llamacpp: dict[str, Served] | None = None):
+                   llamacpp: dict[str, Served] | None = None, compiled: Runtime | None = None):
     """(method, block_size, threshold, runner, weights) for every requested combination (verified: its draft
-    thresholds; weights: None on torch, the llama.cpp rows' weight type for each engine in `llamacpp`)."""
+    thresholds; weights: None on torch, the llama.cpp rows' weight type for each engine in `llamacpp`; compiled: the
+    runtime the *_compiled methods decode under)."""
     for asked in methods:
-        static, m = asked in STATIC_METHODS, asked.removesuffix("_static")  # *_static: Runtime.static
-        if m in ("hf_generate", "hf_prompt_lookup"):
-            lookup = m == "hf_prompt_lookup"
-            yield m, None, None, lambda mo, tok, p, n, rt, lookup=lookup: _hf(mo, tok, p, n, rt, lookup), None
+        suffix, variant = next((s, v) for s, v in variants(compiled).items() if asked.endswith(s))
+        m = asked.removesuffix(suffix) if suffix else asked
+        if asked in HF_KINDS:
+            yield asked, None, None, lambda mo, tok, p, n, rt, kind=HF_KINDS[asked]: _hf(mo, tok, p, n, rt, kind), None
         elif m in STRATEGIES:  # a one-token strategy ("ar")
-            yield asked, None, None, _ours(m, 1, STRATEGIES[m].threshold, static=static), None
+            yield asked, None, None, _ours(m, 1, STRATEGIES[m].threshold, variant=variant), None
         elif m.startswith("mars_"):
             verified = m.startswith("mars_verified")
             layout = VerifiedConfig(sibling_floor=0.1) if m == "mars_verified_siblings" else VerifiedConfig()
             for b in block_sizes:
                 for t in verified_thresholds if verified else thresholds:
                     strategy = "verified" if verified else m.removeprefix("mars_")
-                    yield asked, b, t, _ours(strategy, b, t, layout, static), None
+                    yield asked, b, t, _ours(strategy, b, t, layout, variant), None
     yield from llamacpp_configurations(methods, llamacpp or {}, block_sizes, verified_thresholds)
 
 
@@ -155,6 +177,20 @@ def forward_seconds(model, tokenizer, prompts: list[str], new_tokens: int, conte
         keep_all(cache, torch.full((b,), context, device=dev))
         new = prefix[:, -new_tokens:]
         return median_seconds(lambda: run(new, context), repeats, model.device)
+
+
+def weight_stream(model, tokenizer, prompts: list[str], runtimes: dict[str, Runtime]) -> dict:
+    """The weight stream beside the forward: the bytes of the weights a forward reads (every parameter, the tied
+    embedding once), the median time to read as many bytes once (a sum over a buffer of that size, in fp32: a
+    read at memory speed), and a one-token forward (batch 1, 128 tokens of context) under each runtime, in ms."""
+    size = sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
+    buffer = torch.ones(size // 4, device=model.device)
+    read = median_seconds(lambda: buffer.sum(), 9, model.device)
+    out = {"weight_bytes": size, "weight_read_ms": round(read * 1e3, 2)}
+    for name, runtime in runtimes.items():
+        ms = forward_seconds(model, tokenizer, prompts[:1], 1, runtime=runtime) * 1e3
+        out[f"forward_1_ms_{name}"], out[f"forward_1_over_read_{name}"] = round(ms, 2), round(ms / read / 1e3, 2)
+    return out
 
 
 def time_pass(runner: Runner, model, tokenizer, batches: list[list[str]], max_new: int, runtime: Runtime
@@ -214,6 +250,7 @@ def bench(
     model, tokenizer, records: list[dict], *, methods=METHODS, batch_sizes=(1,), block_sizes=(4,),
     thresholds=(1.0, 0.9), verified_thresholds=(VERIFIED_THRESHOLD,), max_new_tokens=64, repeats=3,
     progress: bool = True, runtime: Runtime | None = None, llamacpp: dict[str, Served] | None = None,
+    compiled: Runtime | None = None,
 ) -> list[Row]:
     """Time every configuration at every batch size, per category and over all prompts, every method under the same
     runtime (its kernels; default: prepared(model), the one generate() gives); llamacpp: the llama.cpp engines by
@@ -228,7 +265,7 @@ def bench(
         categories.setdefault(r.get("category", "all"), []).append(r["prompt"])
     jobs = [
         (bs, cfg) for bs in batch_sizes
-        for cfg in configurations(methods, block_sizes, thresholds, verified_thresholds, llamacpp)
+        for cfg in configurations(methods, block_sizes, thresholds, verified_thresholds, llamacpp, compiled)
         if bs == 1 or not (cfg[0] == "hf_prompt_lookup" or cfg[4])  # transformers' lookup, llama.cpp: batch 1 only
     ]
     prompts = [r["prompt"] for r in records]
@@ -239,7 +276,7 @@ def bench(
                for bs in batch_sizes}
     runtime = runtime or prepared(model)
     for bs, (method, b, t, runner, w) in jobs:
-        runner(model, tokenizer, [records[0]["prompt"]], 4, runtime)  # warm-up (and any first-use setup)
+        runner(model, tokenizer, [records[0]["prompt"]] * bs, 4, runtime)  # warm-up (and any first-use setup)
     passes: list[list[dict]] = [[{} for _ in range(repeats)] for _ in jobs]
     units = interleaved(repeats, [batched[bs] for bs, _ in jobs])
     with tqdm(total=len(units), desc="mars-bench", disable=not progress) as bar:
@@ -353,7 +390,7 @@ def read_cost(path: Path) -> CostCurve:
 
 
 def bench_record(args: argparse.Namespace, machine: dict, runtime: Runtime, rows: list[Row], prompts: int,
-                 llamacpp: dict[str, Served] | None = None) -> dict:
+                 llamacpp: dict[str, Served] | None = None, stream: dict | None = None) -> dict:
     """What --json keeps: where and how the run ran (machine, kernels, width check, cost curve; each llama.cpp
     engine's GGUF, threads, curve and width check), then the rows."""
     curve = runtime.cost
@@ -362,7 +399,7 @@ def bench_record(args: argparse.Namespace, machine: dict, runtime: Runtime, rows
             "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "layout": args.layout,
             "width_check": runtime.width_check.to_dict() if runtime.width_check else None,
             "cost_curve": curve.to_dict() if curve is not None else None,
-            "llamacpp": {w: s.record() for w, s in (llamacpp or {}).items()},
+            "llamacpp": {w: s.record() for w, s in (llamacpp or {}).items()}, "weight_stream": stream,
             "rows": [{k: v for k, v in asdict(r).items() if k != "answers"} for r in rows]}
 
 
@@ -371,9 +408,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mars-bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default=None, help="name or path for mars_core.load (default: the embedded model)")
     p.add_argument("--methods", default=None,
-                   help=f"comma list of {', '.join(METHODS + STATIC_METHODS + LLAMACPP_METHODS)} (default: every "
-                        "torch method but the *_static ones, and every llama.cpp one where --llamacpp-weights is "
-                        "given)")
+                   help=f"comma list of {', '.join(METHODS + STATIC_METHODS + COMPILED_METHODS + LLAMACPP_METHODS)} "
+                        "(default: every torch method but the *_static and *_compiled ones, and every llama.cpp one "
+                        "where --llamacpp-weights is given)")
     p.add_argument("--llamacpp-weights", default="",
                    help="comma list of f32, bf16, q8_0: add the llama.cpp rows (batch 1) for each weight type, the "
                         "GGUF exported once and cached (needs pip install -e \".[llamacpp]\"; default: none)")
@@ -427,7 +464,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     weights = llamacpp_weights(p, args.llamacpp_weights)
     methods = parse_list(args.methods, str) if args.methods else [*METHODS, *(LLAMACPP_METHODS if weights else ())]
-    known = METHODS + STATIC_METHODS + LLAMACPP_METHODS
+    known = METHODS + STATIC_METHODS + COMPILED_METHODS + LLAMACPP_METHODS
     unknown = set(methods) - set(known)
     if unknown:
         p.error(f"unknown methods {sorted(unknown)}; choose from {', '.join(known)}")
@@ -444,7 +481,16 @@ def main(argv: list[str] | None = None) -> None:
                                               measure_cost=args.layout == "cost" and not args.cost)
     if args.cost:
         runtime = replace(runtime, cost=read_cost(Path(args.cost)))
+    compiled = None
+    if any(m.endswith("_compiled") and m not in HF_KINDS for m in methods):
+        from ..runtime.compiled import compile_runtime
+
+        began = time.perf_counter()
+        compiled = compile_runtime(model, runtime, progress=lambda stage: print(f"compiled forward: {stage}"))
+        print(f"compiled forward: {compiled.forward_note}, ready in {time.perf_counter() - began:.0f} s")
     machine = runtime.record(model)
+    if compiled is not None:
+        machine["compiled_forward"] = compiled.forward_note
     print(f"machine: {machine_line(machine)}")
     print(f"verified mode here: {runtime.guarantee()}")
     wanted = weights if set(methods) & set(LLAMACPP_METHODS) else []
@@ -462,11 +508,14 @@ def main(argv: list[str] | None = None) -> None:
         model, tokenizer, records, methods=methods, batch_sizes=batch_sizes,
         block_sizes=parse_list(args.block_sizes, int), thresholds=parse_list(args.thresholds, float),
         verified_thresholds=parse_list(args.verified_thresholds, float),
-        max_new_tokens=args.max_new_tokens, repeats=args.repeats, runtime=runtime, llamacpp=llamacpp,
+        max_new_tokens=args.max_new_tokens, repeats=args.repeats, runtime=runtime, llamacpp=llamacpp, compiled=compiled,
     )
     print(bench_table(rows))
+    stream = weight_stream(model, tokenizer, [r["prompt"] for r in records],
+                           {"eager": runtime, **({"compiled": compiled} if compiled and compiled.compiled else {})})
+    print("weight stream: " + ", ".join(f"{k} {v}" for k, v in stream.items()))
     if args.json:  # a new folder is made: the run must not be lost to it
-        write_json(args.json, bench_record(args, machine, runtime, rows, len(records), llamacpp), indent=2)
+        write_json(args.json, bench_record(args, machine, runtime, rows, len(records), llamacpp, stream), indent=2)
     path = args.plot or (args.json.rsplit(".", 1)[0] + ".png" if args.json else None)
     if path and speedup_plot(rows, path, f"mars-bench: speedup over transformers generate ({machine_line(machine)})"):
         print(f"plot: {path}")

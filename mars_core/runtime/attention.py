@@ -65,11 +65,34 @@ def attention_by_rows(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     return out
 
 
+def attention_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor, scaling: float
+                 ) -> torch.Tensor:
+    """The attention of a compiled graph ([b, w, Hq, d]): by rows under the plan active when the graph runs, else
+    SDPA over the forward; one op (mars::attention), so the compiler leaves its bits alone (runtime/compiled.py)."""
+    plan = _PLAN.get()
+    if plan is not None:
+        return attention_by_rows(query, key, value, mask, scaling, plan)
+    groups = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling)
+    return out.transpose(1, 2).contiguous()
+
+
+OPS = torch.library.Library("mars", "FRAGMENT")
+OPS.define("attention(Tensor query, Tensor key, Tensor value, Tensor mask, float scaling) -> Tensor")
+OPS.impl("attention", attention_op, "CompositeExplicitAutograd")
+torch.library.register_fake("mars::attention", lambda query, key, value, mask, scaling: query.new_empty(
+    query.shape[0], query.shape[2], query.shape[1], query.shape[3]))
+
+
 def mars_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                    attention_mask: torch.Tensor | None, *, dropout: float = 0.0, scaling: float | None = None,
                    is_causal: bool | None = None, **kwargs) -> tuple[torch.Tensor, None]:
-    """transformers' attention interface: rows (attention_by_rows) inside keys_by_rows(plan), SDPA elsewhere.
-    transformers passes everything after attention_mask by keyword."""
+    """transformers' attention interface: rows (attention_by_rows) inside keys_by_rows(plan), SDPA elsewhere; traced by
+    the compiler, the op that decides so when the graph runs. transformers passes everything after attention_mask by
+    keyword."""
+    if torch.compiler.is_compiling() and attention_mask is not None and attention_mask.dtype == torch.bool:
+        return torch.ops.mars.attention(query, key, value, attention_mask, scaling or query.shape[-1] ** -0.5), None
     plan = _PLAN.get()
     if plan is None or attention_mask is None or attention_mask.dtype != torch.bool:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,

@@ -14,11 +14,13 @@ tokens. fed [b, W] says which columns are real for a sample.
 from __future__ import annotations
 
 import inspect
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from functools import cache as once
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.fx.experimental._config as fx_config
 
 from ..attention import as_model_mask
 from .attention import keys_by_rows
@@ -50,6 +52,14 @@ def with_cache(model: torch.nn.Module, cache: Any) -> dict[str, Any]:
     return {_cache_keyword(type(model)): cache, "use_cache": True}
 
 
+@contextmanager
+def symbolic_sizes() -> Iterator[None]:
+    """Inside, a compiled graph traced now specialises no size, 1 included: one graph for every width and batch, so a
+    row runs the same code in each (runtime/compiled.py)."""
+    with fx_config.patch(backed_size_oblivious=True, use_duck_shape=False):
+        yield
+
+
 def visible(template: torch.Tensor, fed: torch.Tensor) -> torch.Tensor:
     """seen [b, W, W]: column q sees column k where the template [W, W] allows it and k is fed; always itself."""
     width = template.shape[0]
@@ -76,10 +86,18 @@ def _forward(model: torch.nn.Module, cache: SlotCache, ids: torch.Tensor, positi
     index = cache.place(fed)
     mask = cache.mask(seen, index)
     plan = cache.key_plan(index, full=runtime.static) if runtime.rows else None
-    with runtime.active(), keys_by_rows(plan):
-        decoder = model.get_decoder()
-        return decoder(input_ids=ids, position_ids=positions, attention_mask=as_model_mask(mask, model),
-                       **with_cache(decoder, cache.kv)).last_hidden_state
+    decoder, mask = model.get_decoder(), as_model_mask(mask, model)
+    if runtime.compiled is None:
+        with runtime.active(), keys_by_rows(plan):
+            return decoder(input_ids=ids, position_ids=positions, attention_mask=mask,
+                           **with_cache(decoder, cache.kv)).last_hidden_state
+    with torch.inference_mode():  # fresh inference tensors, no views: what the one compiled graph was traced on
+        ids, positions, mask = (t.clone(memory_format=torch.contiguous_format) for t in (ids, positions, mask))
+    for t in (ids, positions):  # no guard on their strides (width 1 would specialise)
+        torch._dynamo.decorators.mark_unbacked(t, 1)
+    with runtime.active(), keys_by_rows(plan), symbolic_sizes(), torch.inference_mode():
+        return runtime.compiled(input_ids=ids, position_ids=positions, attention_mask=mask,
+                                **with_cache(decoder, cache.kv)).last_hidden_state
 
 
 def keep(cache: SlotCache | Any, advance: torch.Tensor) -> None:

@@ -20,8 +20,10 @@ never stale.
 from __future__ import annotations
 
 import platform
+import threading
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
+from itertools import accumulate
 
 import torch
 import torch.nn.functional as F
@@ -52,14 +54,39 @@ def packing_pays(model: nn.Module) -> bool:
             and param.dtype in packed_dtypes())
 
 
+# sibling layers that read the same input, packed as one matrix: one call (and one pass over the input) for their
+# outputs, each the slice of its columns (fewer, wider calls: docs/speed.md#the-forward-compiled)
+FUSED = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+
+
+class Fused:
+    """The packed matrix of sibling layers, and the last output each thread computed with it: the first sibling
+    called on an input computes every sibling's columns, the others read theirs (the input is the same object)."""
+
+    def __init__(self, packed: torch.Tensor, bias: torch.Tensor | None, shape: tuple) -> None:
+        self.packed, self.bias, self.shape = packed, bias, shape
+        self.pair = False  # a lone row is fed as two (decided for its shape once every weight is probed)
+        self.last = threading.local()  # per thread: (input, output) of the last call
+
+    def columns(self, x: torch.Tensor, cols: slice) -> torch.Tensor:
+        """x through the fused matrix (computed once per input and thread), columns `cols` of it."""
+        last = getattr(self.last, "pair", None)
+        if last is None or last[0] is not x:
+            last = (x, packed_rows(x, self.packed, self.bias, self.pair))
+            self.last.pair = last
+        return last[1][..., cols].contiguous()
+
+
 @dataclass(frozen=True)
 class Packed:
     """One weight's packed copy, and what it was packed from (a changed weight is never answered from it)."""
 
     weight: torch.Tensor  # the model's own weight (kept to check identity and its version)
-    packed: torch.Tensor  # oneDNN's reordered copy
+    packed: torch.Tensor | None  # oneDNN's reordered copy (None: its columns of a fused matrix)
     version: int  # weight._version when packed
     pair: bool = False  # a lone row is fed beside a copy of itself (one_row_differs on this CPU)
+    fused: Fused | None = None  # the matrix of it and its siblings, which answers it
+    cols: slice | None = None  # its columns there
 
 
 PackedLinears = dict[int, Packed]  # by id() of the weight
@@ -72,27 +99,60 @@ def version(w: torch.Tensor) -> int:
 
 
 def pack_linears(model: nn.Module) -> PackedLinears:
-    """Packed copies of every CPU nn.Linear weight of a packed dtype (a tied lm_head included); {} where packing
-    does not apply (packing_pays) or this torch build lacks the oneDNN ops."""
+    """Packed copies of every CPU nn.Linear weight of a packed dtype (a tied lm_head included), sibling layers that
+    read the same input as one matrix (FUSED); {} where packing does not apply (packing_pays) or this torch build
+    lacks the oneDNN ops."""
     if not packing_pays(model):
         return {}
-    dtypes, copies, pairs = packed_dtypes(), {}, {}
-    with torch.no_grad():
-        for module in model.modules():
-            w = getattr(module, "weight", None)
-            if type(module) is not nn.Linear or w.device.type != "cpu" or w.dtype not in dtypes or id(w) in copies:
-                continue
-            try:
-                copy = torch.ops.mkldnn._reorder_linear_weight(w.detach(), BATCH_HINT)
-            except (AttributeError, RuntimeError):  # a torch build without these oneDNN ops
-                return {}
-            shape = (*w.shape, w.dtype)
-            # the kernel oneDNN picks depends on the shape alone, but whether its one-row bits differ shows on some
-            # weights only: each weight is probed until one of its shape does (docs/speed.md#one-row-fed-as-two)
-            if not pairs.get(shape):
-                pairs[shape] = one_row_differs(copy, w.shape[1], w.dtype)
-            copies[id(w)] = (w, copy, shape)
-    return {key: Packed(w, copy, version(w), pairs[shape]) for key, (w, copy, shape) in copies.items()}
+    dtypes, found, pairs = packed_dtypes(), {}, {}  # found: id(weight) -> (weight, copy or fused, columns, shape)
+    try:
+        with torch.no_grad():
+            for module in model.modules():
+                for names in FUSED:
+                    layers = [module._modules.get(n) for n in names]
+                    if all(_packable(lin, dtypes) for lin in layers) and len(
+                            {(lin.in_features, lin.bias is None) for lin in layers}) == 1:
+                        found.update(_fused(layers, pairs))
+                w = getattr(module, "weight", None)
+                if _packable(module, dtypes) and id(w) not in found:
+                    copy = _reorder(w)
+                    found[id(w)] = (w, copy, None, _probe(pairs, copy, w))
+    except (AttributeError, RuntimeError):  # a torch build without these oneDNN ops
+        return {}
+    for fused in {id(f): f for _, f, cols, _ in found.values() if cols is not None}.values():
+        fused.pair = pairs[fused.shape]
+    return {key: Packed(w, None, version(w), pairs[shape], what, cols) if cols is not None
+            else Packed(w, what, version(w), pairs[shape]) for key, (w, what, cols, shape) in found.items()}
+
+
+def _packable(module: nn.Module | None, dtypes: tuple[torch.dtype, ...]) -> bool:
+    """An nn.Linear on the CPU in a dtype oneDNN packs here."""
+    return type(module) is nn.Linear and module.weight.device.type == "cpu" and module.weight.dtype in dtypes
+
+
+def _reorder(w: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mkldnn._reorder_linear_weight(w.detach(), BATCH_HINT)
+
+
+def _probe(pairs: dict, copy: torch.Tensor, w: torch.Tensor) -> tuple:
+    """The weight's shape key, probed for the one-row difference unless a weight of that shape showed it already:
+    the kernel oneDNN picks depends on the shape alone, but whether its one-row bits differ shows on some weights
+    only, so each weight is probed until one of its shape does (docs/speed.md#one-row-fed-as-two)."""
+    key = (*w.shape, w.dtype)
+    if not pairs.get(key):
+        pairs[key] = one_row_differs(copy, w.shape[1], w.dtype)
+    return key
+
+
+def _fused(layers: list[nn.Linear], pairs: dict) -> dict:
+    """Sibling layers as one packed matrix: each layer found as its columns of it."""
+    weight = torch.cat([lin.weight.detach() for lin in layers])
+    bias = None if layers[0].bias is None else torch.cat([lin.bias.detach() for lin in layers])
+    copy = _reorder(weight)
+    fused = Fused(copy, bias, _probe(pairs, copy, weight))
+    bounds = [0, *accumulate(lin.out_features for lin in layers)]
+    return {id(lin.weight): (lin.weight, fused, slice(a, b), fused.shape)
+            for lin, a, b in zip(layers, bounds, bounds[1:])}
 
 
 def one_row_differs(packed: torch.Tensor, inputs: int, dtype: torch.dtype) -> bool:
@@ -109,27 +169,46 @@ def pointwise(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None =
 
 
 def packed_linear(x: torch.Tensor, entry: Packed, bias: torch.Tensor | None) -> torch.Tensor:
-    """y = x W^T + b from the packed W, in calls of at most CHUNK_ROWS rows, so a row's bits do not depend on how
-    many rows share its forward (docs/speed.md#one-decoder). Where this CPU's kernel for one row differs from its
-    kernel for two (entry.pair), a lone row is fed beside a copy of itself; two rows cost about 10% more than one in
-    that layer (docs/speed.md#one-row-fed-as-two)."""
+    """y = x W^T + b from the packed W (a fused matrix's columns where the layer has siblings, its bias there)."""
+    if entry.fused is not None:
+        return entry.fused.columns(x, entry.cols)
+    return packed_rows(x, entry.packed, bias, entry.pair)
+
+
+def packed_rows(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, pair: bool) -> torch.Tensor:
+    """x W^T + b over a packed W in calls of at most CHUNK_ROWS rows, so a row's bits do not depend on how many rows
+    share its forward (docs/speed.md#one-decoder). Where this CPU's kernel for one row differs from its kernel for two
+    (pair), a lone row is fed beside a copy of itself; two rows cost about 10% more than one in that layer
+    (docs/speed.md#one-row-fed-as-two)."""
     rows = x.numel() // x.shape[-1]
     if rows > CHUNK_ROWS:
         flat = x.reshape(rows, -1)
-        parts = [packed_linear(flat[i : i + CHUNK_ROWS], entry, bias) for i in range(0, rows, CHUNK_ROWS)]
+        parts = [packed_rows(flat[i : i + CHUNK_ROWS], packed, bias, pair) for i in range(0, rows, CHUNK_ROWS)]
         return torch.cat(parts).view(*x.shape[:-1], -1)
-    if entry.pair and rows == 1:
+    if pair and rows == 1:
         two = x.reshape(1, -1).expand(2, -1).contiguous()
-        return pointwise(two, entry.packed, bias)[:1].view(*x.shape[:-1], -1)
-    return pointwise(x, entry.packed, bias)
+        return pointwise(two, packed, bias)[:1].view(*x.shape[:-1], -1)
+    return pointwise(x, packed, bias)
 
 
 _TORCH_LINEAR = F.linear  # torch's own, which every call that a runtime does not route goes to
 _ACTIVE: ContextVar[LinearKernels | None] = ContextVar("mars_linear_kernels", default=None)
 
 
+# routed_linear as one op of a compiled graph: the compiler fuses the work around it, never into it, so a row's bits
+# are the runtime's kernel's, as in an eager forward (runtime/compiled.py). A plain library op: torch.library's
+# custom_op wrapper costs several microseconds a call more, and a forward makes a hundred of these calls.
+OPS = torch.library.Library("mars", "FRAGMENT")
+OPS.define("linear(Tensor x, Tensor weight, Tensor? bias) -> Tensor")
+OPS.impl("linear", lambda x, weight, bias: routed_linear(x, weight, bias), "CompositeExplicitAutograd")
+torch.library.register_fake("mars::linear", lambda x, weight, bias: x.new_empty(*x.shape[:-1], weight.shape[0]))
+
+
 def routed_linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear, answered from a packed copy when the LinearKernels active in this context serve the call."""
+    """F.linear, answered from a packed copy when the LinearKernels active in this context serve the call (traced by
+    the compiler: the op that decides so when the graph runs)."""
+    if torch.compiler.is_compiling():
+        return torch.ops.mars.linear(input, weight, bias)
     kernels = _ACTIVE.get()
     entry = kernels.serves(input, weight) if kernels is not None else None
     if entry is None:
@@ -148,12 +227,23 @@ class LinearKernels:
     def __init__(self, linears: PackedLinears, rows: int = 1):
         self.linears, self.rows = linears, rows
         self._tokens: list[Token] = []
+        self._by_storage: dict[int, Packed] | None = None
+
+    def by_storage(self) -> dict[int, Packed]:
+        """The packed copies by their weight's data pointer (made on first use)."""
+        if self._by_storage is None:
+            self._by_storage = {e.weight.data_ptr(): e for e in self.linears.values()}
+        return self._by_storage
 
     def serves(self, x: torch.Tensor, w: torch.Tensor) -> Packed | None:
-        """The packed copy that answers x W^T, or None (torch's kernel answers)."""
+        """The packed copy that answers x W^T, or None (torch's kernel answers). A compiled graph may hand the op an
+        alias of the weight (the same storage): it is served by its storage."""
         entry = self.linears.get(id(w))
-        if (entry is None or entry.weight is not w or torch.is_grad_enabled() or x.device.type != "cpu"
-                or x.dtype != w.dtype or version(w) != entry.version or x.numel() < self.rows * x.shape[-1]):
+        if entry is None and w.device.type == "cpu":
+            entry = self.by_storage().get(w.data_ptr())
+        if (entry is None or entry.weight.data_ptr() != w.data_ptr() or torch.is_grad_enabled()
+                or x.device.type != "cpu" or x.dtype != w.dtype or version(w) != entry.version
+                or x.numel() < self.rows * x.shape[-1]):
             return None
         return entry
 

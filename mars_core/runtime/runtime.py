@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,6 +64,8 @@ class Runtime:
     live_cost: bool = False  # verified re-prices width by its own timed forwards (CPU; decoding/verified/pace.py)
     width_check: WidthCheck | None = None  # what a check on this machine found (None: not checked)
     static: bool = False  # fixed widths, every row reading the whole cache: the shapes CUDA graphs capture
+    compiled: Callable | None = field(default=None, repr=False, compare=False)  # the decoder compiled (compiled.py)
+    forward_note: str = "uncompiled"  # what runs the forward, in words for a page (compiled.compile_runtime says)
 
     @property
     def invariant(self) -> bool:
@@ -85,7 +87,9 @@ class Runtime:
         return {**machine_info(model.device, model.dtype), "linear": "onednn_packed" if self.linears else "torch",
                 "packed_from_rows": self.packed_from if self.linears else 0,
                 **({"one_row": "fed as two"} if paired else {}), "rows_per_call": CHUNK_ROWS if self.linears else 0,
+                **({"fused": "siblings as one matrix"} if any(e.fused for e in self.linears.values()) else {}),
                 "attention": "rows" if self.rows else "sdpa", "cache": "slots",
+                "forward": "inductor" if self.compiled is not None else "eager",
                 "keys": "whole cache" if self.static else f"slot rounded to {KEY_ROUND}"}
 
     def key(self, model: torch.nn.Module) -> str:

@@ -74,8 +74,9 @@ class SlotCache:
         config = model.config
         heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        self.kv = RowSlots(config=config, max_cache_len=slots)
-        self.kv.early_initialization(batch, heads, head_dim, model.dtype, model.device)
+        with torch.inference_mode():  # whoever borrows it next, the same kind of tensors (a compiled graph guards it)
+            self.kv = RowSlots(config=config, max_cache_len=slots)
+            self.kv.early_initialization(batch, heads, head_dim, model.dtype, model.device)
         self.slots = slots
         self.at = torch.zeros(batch, dtype=torch.long, device=model.device)  # tokens kept per sample
         self.graphs: dict[Any, Any] = {}  # captured forwards over this cache, by what they feed (runtime/graphs.py)

@@ -61,6 +61,11 @@ class ScriptArguments:
         default="all-linear",
         metadata={"help": "Comma-separated module names for LoRA, or all-linear (every linear projection)."},
     )
+    lora_layers: int = field(
+        default=0,
+        metadata={"help": "LoRA on the top N decoder layers only (0: every layer). Without the mask row training too, "
+                  "the backward pass then stops at the lowest adapted layer."},
+    )
     lora_train_mask_embedding: bool = field(
         default=True,
         metadata={"help": "With LoRA and --method mars: also train the mask token's embedding row (peft "
@@ -158,12 +163,19 @@ def apply_lora(model: PreTrainedModel, script: ScriptArguments, mask_token_id: i
     """Wrap the model in a peft LoRA adapter (only the adapter trains, plus the mask token's embedding row if given)."""
     from peft import LoraConfig, get_peft_model
 
+    layers = model.config.num_hidden_layers
+    top = min(script.lora_layers, layers) if script.lora_layers > 0 else layers
+    targets = lora_targets(script.lora_target_modules)
+    if top < layers and isinstance(targets, str):  # peft takes the layers only with module names: those of the layers
+        targets = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules()
+                          if isinstance(m, torch.nn.Linear) and ".layers." in f".{n}"})
     config = LoraConfig(
+        layers_to_transform=list(range(layers - top, layers)) if top < layers else None,
         trainable_token_indices=[mask_token_id] if mask_token_id is not None else None,
         r=script.lora_r,
         lora_alpha=script.lora_alpha if script.lora_alpha is not None else 2 * script.lora_r,
         lora_dropout=script.lora_dropout,
-        target_modules=lora_targets(script.lora_target_modules),
+        target_modules=targets,
         task_type="CAUSAL_LM",
     )
     return get_peft_model(model, config)

@@ -41,9 +41,12 @@ class LiveConfig:
     batch_size: int = 4  # examples per step (4 learnt as much per step as 8, in half the time)
     learning_rate: float = 2e-3  # constant (a few hundred steps have no time to decay); above LoRA's usual 1e-3,
     # which ended lower in 3 minutes (docs/training.md, "Live training")
-    lora_r: int = 16  # LoRA rank on every linear layer, alpha = 2r; the mask token's embedding row trains too
+    lora_r: int = 16  # LoRA rank on every linear layer, alpha = 2r
+    lora_layers: int = 0  # LoRA on the top N decoder layers only (0: every layer)
+    train_mask_row: bool = True  # the mask token's embedding row trains too (the backward then reaches the bottom)
     max_length: int = 160  # tokens per example (the built-in corpora's are under 100)
     probe_seconds: float = 30.0  # a probe at the start, then at most this often (wall time), and at the end
+    probe_at_start: bool = True  # False: the caller knows the untrained model's figures (the Train tab caches them)
     seed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)  # more TrainingArguments fields (tests: tiny budgets)
 
@@ -86,15 +89,18 @@ class LiveMetrics(TrainerCallback):
         self.emit({"step": step, "seconds": round(self.seconds(), 2), "probe": True, **figures})
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        self.started = time.monotonic()
-        self.run_probe(0, model)
+        self.started = self.probed_at = time.monotonic()
+        if self.config.probe_at_start:
+            self.run_probe(0, model)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = logs or {}
-        if "loss_clean" not in logs:
+        sft = self.config.method == "sft"  # the AR-only control: its loss is the AR loss, it has no mask slots
+        ar = logs.get("loss") if sft else logs.get("loss_clean")
+        if ar is None or "train_runtime" in logs:
             return  # the run's closing summary (train_runtime, ...), not a step
-        slots = [logs.get(name) for name in slot_terms(self.config.block_size)[:-1]]
-        self.emit({"step": state.global_step, "seconds": round(self.seconds(), 2), "ar_loss": logs["loss_clean"],
+        slots = [] if sft else [logs.get(name) for name in slot_terms(self.config.block_size)[:-1]]
+        self.emit({"step": state.global_step, "seconds": round(self.seconds(), 2), "ar_loss": ar,
                    "noisy_loss": logs.get("loss_noisy"), "slot_losses": slots})
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
@@ -115,8 +121,9 @@ def with_lora(model: torch.nn.Module, config: LiveConfig, mask_token_id: int | N
     mars-train --lora_r does."""
     from .cli import ScriptArguments, apply_lora
 
-    script = ScriptArguments(method=config.method, lora_r=config.lora_r, lora_dropout=0.0)
-    return apply_lora(model, script, mask_token_id if config.method == "mars" else None)
+    script = ScriptArguments(method=config.method, lora_r=config.lora_r, lora_dropout=0.0,
+                             lora_layers=config.lora_layers)
+    return apply_lora(model, script, mask_token_id if config.method == "mars" and config.train_mask_row else None)
 
 
 def training_arguments(config: LiveConfig, mask_token_id: int | None, output_dir: str) -> MarsConfig | SFTConfig:

@@ -14,19 +14,14 @@ import torch
 import app
 from mars_core import stream, training_attention_mask
 from mars_core.serving import adaptive_threshold
-from studio import (
-    explorer,
-    inputs,
-    lanes,
-    models,
-    race,
-    race_figures,
-    race_html,
-    race_loop,
-    race_state,
-    walk_verified,
-    walkthrough,
-)
+from studio import explorer, inputs, lanes, models
+from studio.race import figures as race_figures
+from studio.race import html as race_html
+from studio.race import loop as race_loop
+from studio.race import state as race_state
+from studio.race import tab as race
+from studio.walkthrough import tab as walkthrough
+from studio.walkthrough import verified as walk_verified
 
 PROMPT = "Count from one to ten"
 
@@ -721,7 +716,8 @@ def test_the_recorded_example_is_what_the_page_shows_first(tmp_path, monkeypatch
 def test_every_tab_says_the_models_preparation_while_it_waits_for_it(monkeypatch):
     """A Run that comes while the model is being prepared says the step (then runs): the race and the batch on their
     message line, the walkthrough in its view, the explorer in its status."""
-    from studio import batch, batch_state
+    from studio.batch import state as batch_state
+    from studio.batch import tab as batch
 
     said = "**Preparing `tiny`: step 1 of 1, loading the weights** · 3 s in this step"
     monkeypatch.setattr(models, "preparing", lambda names, stopped=lambda: False: iter([said]))

@@ -9,7 +9,10 @@ import gradio as gr
 import pytest
 
 from mars_core import StreamEvent
-from studio import batch, batch_html, batch_state, inputs, models
+from studio import inputs, models
+from studio.batch import html as batch_html
+from studio.batch import state as batch_state
+from studio.batch import tab as batch
 
 PROMPTS = [
     "Count from one to ten",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from collections.abc import Iterator
 import pytest
 
 from benchmarks import load_test
+from studio.train.tab import WATCH_SECONDS
 
 from test_app_e2e import ROOT, launched_app, save_tiny_model
 
@@ -354,24 +356,43 @@ def chart_points(driver, elem_id: str) -> int:
 
 
 def test_train_in_a_browser(driver, served, tmp_path):
-    """The Train tab: Start draws the losses as the steps come (the chart gains points while it trains), Stop ends the
-    training cleanly and keeps the model (with MARS_SCREENSHOT_MODEL, a real model: the default budget runs out
-    instead), and Race puts it against the model before training (train.png: the charts; train_race.png: the race)."""
+    """The Train tab: Start brings the charts into the first screen and draws the losses as the steps come (the chart
+    gains points while it trains); a second visitor (another tab: another session) watches the same training live,
+    labelled as another's, and cannot stop it; Stop ends the training cleanly and keeps the model (with
+    MARS_SCREENSHOT_MODEL, a real model: the default budget runs out instead, and the seconds from Start to the first
+    point are kept in assets/train_browser.json), and Race puts it against the model before training (train.png:
+    the charts; train_race.png: the race)."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
     url, timeout = served
+    tab = (By.XPATH, "//button[@role='tab' and normalize-space()='Train']")
     driver.get(url)
     wait = WebDriverWait(driver, timeout)
-    wait.until(ec.element_to_be_clickable((By.XPATH, "//button[@role='tab' and normalize-space()='Train']"))).click()
+    wait.until(ec.element_to_be_clickable(tab)).click()
     time.sleep(0.5)
     assert chart_points(driver, "train-loss-plot") == 0
     press(driver, "train-run")
+    pressed = time.monotonic()
+    wait.until(lambda d: chart_points(d, "train-loss-plot") + chart_points(d, "train-speed-plot") > 0)
+    first_point = time.monotonic() - pressed
+    assert in_first_screen(driver, "train-loss-plot") and in_first_screen(driver, "train-speed-plot")
     wait.until(lambda d: chart_points(d, "train-loss-plot") >= 4)  # the AR loss and 3 slots, at a first step
     first = chart_points(driver, "train-loss-plot")
     wait.until(lambda d: chart_points(d, "train-loss-plot") > first)  # it moves: more steps drawn
     assert "training" in driver.find_element(By.ID, "train-status").text
+    teacher = driver.current_window_handle
+    driver.switch_to.new_window("tab")  # a student: another session of the same app
+    driver.get(url)
+    wait.until(ec.element_to_be_clickable(tab)).click()
+    wait.until(lambda d: "another visitor started" in d.find_element(By.ID, "train-message").text)
+    watched = chart_points(driver, "train-loss-plot")
+    wait.until(lambda d: chart_points(d, "train-loss-plot") > watched)  # live: it moves on the student's page too
+    driver.find_element(By.ID, "train-stop").click()  # a watcher's Stop stops nothing
+    time.sleep(2 * WATCH_SECONDS)
+    assert "training" in driver.find_element(By.ID, "train-status").text
+    driver.switch_to.window(teacher)
     if os.environ.get("MARS_SCREENSHOT_MODEL"):
         wait.until(lambda d: "done" in d.find_element(By.ID, "train-status").text)
     else:
@@ -379,10 +400,23 @@ def test_train_in_a_browser(driver, served, tmp_path):
         wait.until(lambda d: "stopped" in d.find_element(By.ID, "train-status").text)
     assert "Trained for" in driver.find_element(By.ID, "train-message").text
     assert not visible_errors(driver)
+    steps = int(re.search(r"step (\d+)", driver.find_element(By.ID, "train-status").text).group(1))
     time.sleep(1.5)  # the last chart update paints
-    driver.execute_script("document.getElementById('train-message').scrollIntoView()")
-    time.sleep(0.5)
     screenshot(driver, tmp_path, "train.png")
+    student = [h for h in driver.window_handles if h != teacher][0]
+    driver.switch_to.window(student)
+    wait.until(lambda d: "It ended" in d.find_element(By.ID, "train-message").text)
+    driver.close()
+    driver.switch_to.window(teacher)
+    if os.environ.get("MARS_SCREENSHOT"):
+        from mars_core.machine import machine_info, machine_line
+        from mars_core.runtime.timing import write_json
+
+        write_json(ROOT / "assets" / "train_browser.json", {
+            "command": "MARS_SCREENSHOT=1 MARS_SCREENSHOT_MODEL=default python -m pytest tests/studio/test_browser.py "
+                       "-k train_in_a_browser", "machine": machine_line(machine_info()), "date": time.strftime("%F"),
+            "model": os.environ.get("MARS_SCREENSHOT_MODEL") or "tiny", "first_point_seconds": round(first_point, 1),
+            "steps": steps, "message": driver.find_element(By.ID, "train-message").text}, indent=1)
     press(driver, "train-race")
     wait.until(lambda d: "after training" in d.find_element(By.ID, "train-race-summary").text
                and "done" in d.find_element(By.ID, "train-after-verified").text
@@ -391,6 +425,32 @@ def test_train_in_a_browser(driver, served, tmp_path):
     driver.execute_script("document.getElementById('train-race').scrollIntoView()")
     time.sleep(0.5)
     screenshot(driver, tmp_path, "train_race.png")
+
+
+def test_a_recorded_training_replays_in_a_browser_with_trainings_off(driver, tmp_path, monkeypatch):
+    """A server with trainings turned off (--trainings 0): Start says so and points to Replay; Replay plays the
+    recorded training (labelled recorded, the charts filling) and then its recorded race."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    monkeypatch.setenv("MARS_REPLAY_SPEED", "60")
+    with launched_app(str(save_tiny_model(tmp_path / "tiny")), "--trainings", "0", "--no-preload") as url:
+        driver.get(url)
+        wait = WebDriverWait(driver, 120)
+        train_tab = (By.XPATH, "//button[@role='tab' and normalize-space()='Train']")
+        wait.until(ec.element_to_be_clickable(train_tab)).click()
+        time.sleep(0.5)
+        driver.find_element(By.ID, "train-run").click()
+        wait.until(lambda d: "turned off" in d.find_element(By.ID, "train-message").text)
+        assert "Replay" in driver.find_element(By.ID, "train-message").text
+        driver.find_element(By.ID, "train-replay").click()
+        wait.until(lambda d: "Replaying a recorded training" in d.find_element(By.ID, "train-message").text)
+        wait.until(lambda d: chart_points(d, "train-loss-plot") > 0)
+        wait.until(lambda d: "after training" in d.find_element(By.ID, "train-race-summary").text)
+        assert "recorded: done" in driver.find_element(By.ID, "train-status").text
+        assert "tokens in" in driver.find_element(By.ID, "train-after-verified").text
+        assert not visible_errors(driver)
 
 
 def in_first_screen(driver, elem_id: str) -> bool:

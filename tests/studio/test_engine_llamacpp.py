@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 
 import app
-from studio import engine, lanes, models, race_loop, race_state
+from studio import engine, lanes, models
+from studio.race import loop as race_loop
+from studio.race import state as race_state
 
 from tiny import tiny_llama, tiny_tokenizer
 

@@ -23,7 +23,9 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from mars_core import DecodeControl, StreamEvent
-from studio import engine, lanes, models, race_loop, race_state
+from studio import engine, lanes, models
+from studio.race import loop as race_loop
+from studio.race import state as race_state
 
 from tiny import tiny_qwen2, tiny_tokenizer
 

@@ -8,20 +8,16 @@ import pytest
 
 from mars_core import DecodeControl, generate
 from mars_core.runtime import ATTENTION, prepare
-from studio import (
-    batch,
-    batch_state,
-    explorer,
-    lanes,
-    models,
-    race_loop,
-    race_state,
-    train_loop,
-    train_state,
-    walk_verified,
-    walkthrough,
-)
-from studio.train_state import TrainSession
+from studio import explorer, lanes, models
+from studio.batch import state as batch_state
+from studio.batch import tab as batch
+from studio.race import loop as race_loop
+from studio.race import state as race_state
+from studio.train import loop as train_loop
+from studio.train import state as train_state
+from studio.train.state import TrainSession
+from studio.walkthrough import tab as walkthrough
+from studio.walkthrough import verified as walk_verified
 
 from tiny import tiny_qwen2, tiny_tokenizer
 
@@ -94,3 +90,31 @@ def test_the_train_race_runs_before_and_after_on_the_served_path(served_on, monk
     prompt = trained.held_out[0]["messages"][0]["content"]
     last = list(train_loop.race(prompt, session))[-1]
     assert "before training" in last[-1] and "(AR's answer)" in last[-1].split("after training")[1]
+
+
+def test_a_compiled_forward_serves_once_compiled_in_the_background(monkeypatch):
+    """--compile: the model serves uncompiled while its forward compiles, the status line says so, then the race runs
+    on the compiled forward, still giving verified AR's answer, and the small print names it."""
+    import time
+
+    import torch
+
+    tok = tiny_tokenizer(mask_token=True)
+    model = tiny_qwen2(len(tok), attn_implementation=ATTENTION, max_position_embeddings=1024)
+    torch.set_num_threads(1)
+    monkeypatch.setitem(models.MODELS, "tiny", (model, tok))
+    monkeypatch.setitem(models.RUNTIMES, "tiny", prepare(model, measure_cost=False))
+    monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="tiny", compile=True))
+    monkeypatch.setattr(lanes, "FRAME_SECONDS", 0.0)
+    models.compile_in_background("tiny")
+    assert "Compiling" in models.status_markdown()[0] and models.forward_note("tiny").startswith("uncompiled while")
+    began = time.monotonic()
+    while "tiny" in models.COMPILING and time.monotonic() - began < 300:
+        time.sleep(0.5)
+    assert models.RUNTIMES["tiny"].compiled is not None, models.forward_note("tiny")
+    assert models.forward_note("tiny").startswith("compiled") and "Compiling" not in models.status_markdown()[0]
+    keep: dict = {}
+    controls = {k: DecodeControl(threshold=t) for k, t in (("ar", 1.0), ("mars", 0.9), ("verified", 0.3))}
+    frames = list(race_loop.run_race(PROMPT, 4, 16, controls, race_state.RaceSession(), keep=keep))
+    assert keep["verified"].ids == keep["ar"].ids and keep["exact"]
+    assert any("forward compiled" in str(part) for part in frames[-1])  # the stats' small print

@@ -7,8 +7,11 @@ import pytest
 
 from mars_core.training import live
 from mars_core.training.corpora import corpus_split
-from studio import models, train, train_loop, train_state
-from studio.train_state import TrainSession
+from studio import models
+from studio.train import loop as train_loop
+from studio.train import state as train_state
+from studio.train import tab as train
+from studio.train.state import TrainSession
 
 # train_loop.train's outputs, in order
 OUT = ("losses", "speeds", "status", "bar", "metrics", "prompt", "message")
@@ -77,7 +80,7 @@ def test_one_training_per_visitor_and_a_cap_for_the_machine(quick, monkeypatch):
         said = frames("counting", "", 4, 5, 1, session=first)[-1][OUT.index("message")]
         assert "already running" in said
         said = frames("counting", "", 4, 5, 1, session=second)[-1][OUT.index("message")]
-        assert "by other visitors" in said and "Race tab answers" in said
+        assert "by other visitors" in said and "Race tab answers" in said and "watch it live" in said
     finally:
         train_state.finish(first)
     monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="tiny", trainings=0))
@@ -126,7 +129,8 @@ def test_the_race_tab_answers_while_a_training_runs(quick):
     """A training holds no generation slot: a race on the Race tab runs to its end meanwhile."""
     import threading
 
-    from studio import race, race_state
+    from studio.race import state as race_state
+    from studio.race import tab as race
 
     session = TrainSession()
     training = train_loop.train("counting", "", 4, 2000, 10, session)
@@ -154,3 +158,72 @@ def test_only_the_newest_trained_models_are_kept(monkeypatch):
     assert [train_state.kept(s) for s in sessions[1:]] == [f"model {k}" for k in range(1, train_state.KEEP + 1)]
     said = list(train_loop.race("Count from 3 to 9.", sessions[0]))[-1][-1]
     assert "dropped to make room" in said
+
+
+def test_another_visitor_watches_the_training_live_and_races_its_model(quick):
+    """A second visitor's timer shows the first visitor's training (labelled as another's, points growing), Start
+    beyond the cap says so and offers to watch, only the starter can Stop, and the watcher races the model."""
+    import threading
+
+    teacher, student = TrainSession(), TrainSession()
+    training = train_loop.train("counting", "", 4, 12, 1, teacher)
+    first = next(training)
+    assert "Other visitors' Train tabs show it live" in first[OUT.index("message")]
+    assert train_loop.watch(teacher)[OUT.index("message")] == train_loop.gr.skip()  # its own Start streams it
+    seen: list = []
+    runner = threading.Thread(target=lambda: seen.extend(training))
+    runner.start()
+    try:
+        said = frames("counting", "", 4, 5, 1, session=student)[-1][OUT.index("message")]
+        assert "watch it live below" in said
+        train.stop(student)  # a watcher's Stop stops nothing
+        watched = []
+        while True:
+            alive = runner.is_alive()
+            frame = train_loop.watch(student)
+            if frame[OUT.index("metrics")] != train_loop.gr.skip():
+                watched.append(frame)
+            if not alive:
+                break
+            runner.join(timeout=0.05)
+    finally:
+        runner.join(timeout=120)
+    assert "stopped" not in seen[-1][OUT.index("metrics")]["state"]
+    steps = [f[OUT.index("metrics")]["step"] for f in watched if "step" in f[OUT.index("metrics")]]
+    assert len(set(steps)) >= 3 and steps == sorted(steps)  # the watcher saw it move
+    assert "another visitor started" in watched[-1][OUT.index("message")]
+    assert watched[-1][OUT.index("metrics")]["state"].startswith("done")
+    assert train_state.kept(student) is train_state.kept(teacher)  # the class races the teacher's model
+    prompt = train_state.kept(student).held_out[0]["messages"][0]["content"]
+    assert "after training" in list(train_loop.race(prompt, student))[-1][-1]
+    assert train_loop.watch(student)[OUT.index("metrics")] == train_loop.gr.skip()  # nothing new: nothing sent
+
+
+def test_a_recorded_training_replays_with_its_race(quick, tmp_path):
+    """Replay plays the shipped record (labelled recorded, with machine and date): its points in order, then its
+    race's six panes and summary."""
+    import json
+
+    record = json.loads(train_loop.RECORDED.read_text())
+    assert record["points"] and record["machine"] and record["date"]
+    steps = [p for p in record["points"] if "ar_loss" in p]
+    assert steps[-1]["slot_losses"][0] < 0.7 * steps[0]["slot_losses"][0]  # the recorded run learned
+    out = list(train_loop.replay(TrainSession(), speed=1e6))
+    assert "Replaying a recorded training" in out[0][OUT.index("message")] and record["date"] in out[0][6]
+    last = out[-1]
+    assert last[OUT.index("metrics")]["points"] == record["points"]
+    assert last[7:13] == tuple(record["race"]["panes"]) and last[13] == record["race"]["summary"]
+    (tmp_path / "bad.json").write_text("{")
+    said = list(train_loop.replay(TrainSession(), tmp_path / "bad.json"))
+    assert len(said) == 1 and "No recorded training" in said[0][OUT.index("message")]
+
+
+def test_the_mask_slots_learn(quick):
+    """Learning, not just running: over a short training slot 1's loss ends well below where it began, and the AR
+    loss does not blow up."""
+    metrics = frames("counting", "", 4, 30, 2)[-1][OUT.index("metrics")]
+    steps = [p for p in metrics["points"] if "ar_loss" in p]
+    mean = lambda points, key: sum(key(p) for p in points) / len(points)  # noqa: E731 - the last steps' mean: noisy
+    slot_1 = lambda p: p["slot_losses"][0]  # noqa: E731
+    assert mean(steps[-5:], slot_1) < 0.7 * slot_1(steps[0]), [slot_1(p) for p in steps]
+    assert mean(steps[-5:], lambda p: p["ar_loss"]) < 1.5 * steps[0]["ar_loss"]

@@ -86,9 +86,12 @@ def test_merged_is_a_plain_model_with_the_wrapped_ones_outputs(tokenizer, exampl
 
 def test_the_ar_only_control_trains_without_a_noisy_stream(tokenizer, examples):
     stream = []
-    train_live(fresh(tokenizer), tokenizer, examples, LiveConfig(method="sft", max_steps=2, batch_size=2),
+    train_live(fresh(tokenizer), tokenizer, examples, LiveConfig(method="sft", max_steps=12, batch_size=2),
                stream.append)
-    assert stream == []  # no clean/noisy terms to stream: the SFT loss is the AR loss alone
+    steps = [m for m in stream if "ar_loss" in m]
+    assert [m["step"] for m in steps] == list(range(1, 13))
+    assert all(m["slot_losses"] == [] and m["noisy_loss"] is None for m in steps)  # the SFT loss is the AR loss alone
+    assert sum(m["ar_loss"] for m in steps[-3:]) / 3 < 0.8 * steps[0]["ar_loss"], [m["ar_loss"] for m in steps]
 
 
 @pytest.mark.parametrize("bad", [dict(method="dpo"), dict(block_size=0), dict(max_steps=0), dict(max_seconds=0)])
@@ -101,3 +104,19 @@ def test_mars_needs_a_mask_token(examples):
     tokenizer = tiny_tokenizer(mask_token=False)
     with pytest.raises(ValueError, match="mask token"):
         train_live(tiny_qwen2(len(tokenizer)), tokenizer, examples, LiveConfig(max_steps=1), lambda m: None)
+
+
+def test_lora_on_the_top_layers_only_leaves_the_lower_ones_and_the_mask_row_frozen(tokenizer):
+    """LiveConfig(lora_layers=1, train_mask_row=False): adapters on the last decoder layer alone, no trainable
+    embedding row (so the backward stops there); the default adapts every layer and the mask row."""
+    from mars_core.training.live import with_lora
+
+    def adapted(config: LiveConfig) -> tuple[set[int], bool]:
+        model = with_lora(fresh(tokenizer), config, tokenizer.mask_token_id)
+        names = [n for n, p in model.named_parameters() if p.requires_grad]
+        layers = {int(n.split("layers.")[1].split(".")[0]) for n in names if "lora_" in n}
+        return layers, any("embed" in n for n in names)
+
+    last = fresh(tokenizer).config.num_hidden_layers - 1
+    assert adapted(LiveConfig(lora_layers=1, train_mask_row=False)) == ({last}, False)
+    assert adapted(LiveConfig()) == (set(range(last + 1)), True)

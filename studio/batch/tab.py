@@ -14,14 +14,13 @@ import gradio as gr
 
 from mars_core import DecodeControl, stream
 from mars_core.generate import check_request, encode_prompt
-
-from . import lanes, models
-from .batch_html import panes_html, row_label, same_as_ar, slots_figure, stats_markdown
-from .batch_state import MAX_PROMPTS, BatchRun, BatchSession, parse_prompts, stop_batch
-from .charts import plotly_data
-from .inputs import MAX_PROMPT_CHARS, cap, check_inputs, slider, warn
-from .lanes import Throttle, Turns, guarded
-from .models import WAITING
+from studio import lanes, models
+from studio.batch.html import panes_html, row_label, same_as_ar, slots_figure, stats_markdown
+from studio.batch.state import MAX_PROMPTS, BatchRun, BatchSession, parse_prompts, stop_batch
+from studio.charts import plotly_data
+from studio.inputs import MAX_PROMPT_CHARS, cap, check_inputs, slider, warn
+from studio.lanes import Throttle, Turns, guarded
+from studio.models import WAITING
 
 EXAMPLES = [  # fast (lists, counting, a table) and slow (open questions): the fast ones wait at block boundaries
     "List three colours.",

@@ -18,14 +18,13 @@ import gradio as gr
 from mars_core import DecodeControl
 from mars_core.decoding.strategies import default_threshold
 from mars_core.runtime import Runtime
-
-from . import engine, models
-from .charts import plotly_data
-from .inputs import check_inputs, warn
-from .lanes import Throttle, Turns, guarded
-from .race_figures import acceptance_figure, forwards_figure, time_figure
-from .race_html import pane_html, stats_markdown
-from .race_state import LANE_NAMES, LANES, RaceSession, Run, acceptance, departure
+from studio import engine, models
+from studio.charts import plotly_data
+from studio.inputs import check_inputs, warn
+from studio.lanes import Throttle, Turns, guarded
+from studio.race.figures import acceptance_figure, forwards_figure, time_figure
+from studio.race.html import pane_html, stats_markdown
+from studio.race.state import LANE_NAMES, LANES, RaceSession, Run, acceptance, departure
 
 RECENT_SECONDS = 2.0  # a /set_threshold this close before a race starts was sent with it (clients send concurrently)
 

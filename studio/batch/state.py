@@ -6,9 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mars_core import DecodeControl
-
-from .inputs import MAX_PROMPT_CHARS
-from .lanes import Lane
+from studio.inputs import MAX_PROMPT_CHARS
+from studio.lanes import Lane
 
 MIN_PROMPTS, MAX_PROMPTS = 4, 8
 

@@ -5,11 +5,15 @@ against the same model before training (AR, MARS τ, MARS verified each), on a h
 from __future__ import annotations
 
 import copy
+import dataclasses
+import json
+import os
 import queue
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import gradio as gr
@@ -18,15 +22,15 @@ from mars_core import DecodeControl, stream
 from mars_core.decoding.strategies import default_threshold
 from mars_core.runtime import Runtime
 from mars_core.training.corpora import CORPORA, PASTED, corpus_split, pasted_examples
-
-from . import models, train_state
-from .charts import plotly_data
-from .inputs import check, warn
-from .lanes import Throttle, guarded
-from .race_html import pane_html
-from .race_state import LANE_NAMES, LANES, Run, departure
-from .train_figures import loss_figure, progress_html, speed_figure, status_markdown
-from .train_state import Trained, TrainSession
+from studio import models
+from studio.charts import plotly_data
+from studio.inputs import check, warn
+from studio.lanes import Throttle, guarded
+from studio.race.html import pane_html
+from studio.race.state import LANE_NAMES, LANES, Run, departure
+from studio.train import state as train_state
+from studio.train.figures import loss_figure, progress_html, speed_figure, status_markdown
+from studio.train.state import Broadcast, Trained, TrainSession
 
 if TYPE_CHECKING:  # the trainer's modules load on the first Start (transformers' Trainer brings peft and accelerate):
     from mars_core.training.live import LiveConfig  # an app that only decodes, as a Space, needs none of them
@@ -69,15 +73,14 @@ def checked_settings(corpus: Any, pasted: Any, block_size: Any, steps: Any, minu
 # ----------------------------------------------------------------------------- training
 
 
-def train_frame(points: list[dict], settings: TrainSettings, elapsed: float, state: str, *,
-                choices: Any = None, message: str = "") -> tuple:
+def train_frame(live: Broadcast, elapsed: float, *, choices: Any = None, message: str = "") -> tuple:
     """One update of the training's outputs: both charts, the status and its bar, the metrics JSON, the race's prompt
     choices (gr.skip() until the training ends), the message line."""
-    config = settings.config
+    points = live.points
     step = max((p["step"] for p in points), default=0)
     return (plotly_data(loss_figure(points)), plotly_data(speed_figure(points)),
-            status_markdown(points, config.max_steps, config.max_seconds, elapsed, state),
-            progress_html(elapsed, config.max_seconds, step, config.max_steps), metrics_json(points, state),
+            status_markdown(points, live.max_steps, live.max_seconds, elapsed, live.state),
+            progress_html(elapsed, live.max_seconds, step, live.max_steps), metrics_json(points, live.state),
             gr.skip() if choices is None else choices, message)
 
 
@@ -139,12 +142,16 @@ def run_training(settings: TrainSettings, session: TrainSession, stop: threading
     if getattr(tokenizer, "mask_token_id", None) is None:
         raise ValueError("This model has no mask token: MARS training needs one (mars_core.load guarantees one).")
     config, held = settings.config, settings.held_out
-    points: list[dict] = []
+    live = Broadcast(id(session), settings.corpus, config.block_size, config.max_steps, config.max_seconds,
+                     time.monotonic())
+    points = live.points  # appended here, read by every visitor watching (watch)
     arrived: queue.Queue = queue.Queue()
     outcome: dict[str, Any] = {}
 
     probe = live_probe(tokenizer, held[:PROBE_ITEMS], config.block_size, base.dtype, models.get_runtime(name).cost,
                        PROBE_TOKENS)
+    before = base_probe(name, held[:PROBE_ITEMS], config.block_size)  # the untrained model's figures, kept
+    config = dataclasses.replace(config, probe_at_start=False)
 
     def work() -> None:
         try:
@@ -155,13 +162,15 @@ def run_training(settings: TrainSettings, session: TrainSession, stop: threading
         finally:
             arrived.put(None)
 
-    start = time.monotonic()
+    start = live.started = time.monotonic()
+    points.append({"step": 0, "seconds": 0.0, "probe": True, **before})
+    train_state.broadcast(live)
     threading.Thread(target=work, name="train", daemon=True).start()
-    yield train_frame(points, settings, 0.0, "training", message="Training started: the first losses come after "
-                      "the first steps, the first probe of held-out items before them.")
+    yield train_frame(live, 0.0, message="Training started: the first losses come after the first steps, the first "
+                      "probe of held-out items before them. Other visitors' Train tabs show it live.")
     try:
         while not _drain(arrived, points):  # a frame a second until the training's end (None) arrives
-            yield train_frame(points, settings, time.monotonic() - start, "training")
+            yield train_frame(live, time.monotonic() - start)
             try:
                 item = arrived.get(timeout=FRAME_SECONDS)
             except queue.Empty:
@@ -175,21 +184,120 @@ def run_training(settings: TrainSettings, session: TrainSession, stop: threading
         raise outcome["error"]
     wrapped, callback = outcome["result"]
     elapsed = time.monotonic() - start
-    yield train_frame(points, settings, elapsed, "checking", message="Merging the LoRA and checking the trained "
-                      f"model on {CHECK_ITEMS} held-out items (verified against its own one-token decoding)…")
+    live.state = "checking"
+    yield train_frame(live, elapsed, message="Merging the LoRA and checking the trained model on "
+                      f"{CHECK_ITEMS} held-out items (verified against its own one-token decoding)…")
     # prepared as the served model is (models.CONFIG.static): the race runs before and after on the same path
     after, runtime, final = final_check(wrapped, tokenizer, held[:CHECK_ITEMS], config.block_size, base.dtype,
                                         max_new_tokens=CHECK_TOKENS, static=models.CONFIG.static)
     final.pop("answers", None)
     steps = callback.steps
     points.append({"step": steps, "seconds": round(time.monotonic() - start, 2), "check": True, **final})
-    train_state.keep(session, Trained(after, tokenizer, runtime, settings.corpus, config.block_size, held, steps,
-                                      final))
+    key = train_state.keep(session, Trained(after, tokenizer, runtime, settings.corpus, config.block_size, held,
+                                            steps, final))
     ended = {"stop": "stopped (what it learned is kept)", "seconds": "time budget spent"}.get(callback.stopped_by,
                                                                                              "step budget spent")
-    prompts = [item["messages"][0]["content"] for item in held]
-    yield train_frame(points, settings, elapsed, f"done: {ended}", choices=gr.Dropdown(choices=prompts,
-                      value=prompts[0]), message=trained_summary(final, steps))
+    live.prompts = [item["messages"][0]["content"] for item in held]
+    live.message, live.state, live.trained, live.elapsed = trained_summary(final, steps), f"done: {ended}", key, elapsed
+    yield train_frame(live, elapsed, choices=gr.Dropdown(choices=live.prompts, value=live.prompts[0]),
+                      message=live.message)
+
+
+def watch(session: TrainSession) -> tuple:
+    """The Train tab's timer: another visitor's training (the running one, else the last that ended) on this
+    visitor's page, live, whoever started it, labelled so; once it is done, its model is this visitor's to race.
+    Nothing is sent while this visitor's own training runs (its Start streams it) or nothing changed."""
+    live = train_state.watched(session)
+    seen = (id(live), len(live.points), live.state) if live else ()
+    if live is None or train_state.training(session) or session.replaying or seen == session.seen:
+        return (gr.skip(),) * 7
+    session.seen = seen
+    elapsed = live.elapsed if live.elapsed is not None else time.monotonic() - live.started
+    choices = None
+    if live.trained is not None and session.trained != live.trained and (session.trained is None
+                                                                          or train_state.kept(session) is None):
+        session.trained = live.trained  # the class races the teacher's model
+        choices = gr.Dropdown(choices=live.prompts, value=live.prompts[0])
+    said = (f"Watching a training another visitor started ({live.corpus}, B = {live.block_size}; only they can "
+            "Stop it)" + (f". It ended: {live.message}" if live.trained else "."))
+    return train_frame(live, elapsed, choices=choices, message=said)
+
+
+RECORDED = Path(__file__).resolve().parents[2] / "assets" / "train_recorded.json"  # train/record.py writes it
+REPLAY_SPEED = float(os.environ.get("MARS_REPLAY_SPEED", "4"))  # a recorded training plays this many times faster
+
+
+def replay(session: TrainSession, path: Path = RECORDED, speed: float = REPLAY_SPEED) -> Iterator[tuple]:
+    """The Replay button: a recorded training (a real run of the defaults, written by studio/train/record.py) played
+    `speed` times faster than it ran, labelled as recorded with its machine and date, then its recorded race. For a
+    server with trainings turned off, or a visitor who cannot wait. Outputs: the training's, then the six race panes
+    and the race's summary."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        yield (*failure(f"No recorded training to replay here ({type(err).__name__})."), *(gr.skip(),) * 7)
+        return
+    live = Broadcast(0, record["corpus"], record["block_size"], record["max_steps"], record["max_seconds"], 0.0)
+    label = (f"Replaying a recorded training ({record['machine']}, {record['date']}), {speed:g}× as fast as it ran; "
+             f"recorded by `{record['command']}`")
+    session.stop_all()
+    stop = session.stop = threading.Event()
+    began = time.monotonic()
+    session.replaying = True
+    try:
+        yield from _played(record, live, label, stop, speed, began)
+    finally:
+        session.replaying = False
+
+
+def _played(record: dict, live: Broadcast, label: str, stop: threading.Event, speed: float, began: float
+            ) -> Iterator[tuple]:
+    """The replay's frames: each recorded point at its time over `speed`, then the recorded race."""
+    for point in record["points"]:
+        while (time.monotonic() - began) * speed < point["seconds"] and not stop.is_set():
+            time.sleep(min(FRAME_SECONDS, point["seconds"] / speed - (time.monotonic() - began)) + 1e-3)
+        if stop.is_set():
+            break
+        live.points.append(point)
+        live.state = "recorded: checking" if point.get("check") else "recorded: training"
+        yield (*train_frame(live, point["seconds"], message=label), *(gr.skip(),) * 7)
+    live.state = "recorded: done" if not stop.is_set() else "recorded: replay stopped"
+    seconds = max((p["seconds"] for p in live.points), default=0.0)
+    race = record["race"]
+    yield (*train_frame(live, seconds, message=f"{label}. {record['summary']} Its race, recorded: "
+                        f"{race['prompt']!r}."), *race["panes"], race["summary"])
+
+
+_BASE_PROBES: dict[tuple, dict] = {}  # (model, B, the probe's prompts) -> the untrained model's probe figures
+_BASE_LOCK = threading.Lock()
+
+
+def base_probe(name: str | None, items: list[dict], block_size: int) -> dict:
+    """The probe of the model a training starts from, before any step (step 0: the first point on the chart): the
+    same for every training of these items and B (a LoRA starts at zero), so measured once per process, on the served
+    base model as the probes decode (its own curve, plain kernels), and read back after."""
+    from mars_core.evaluation.probe import decode_probe
+
+    key = (name, block_size, tuple(str(item["messages"][:-1]) for item in items))
+    with _BASE_LOCK:
+        if key not in _BASE_PROBES:
+            base, tokenizer = models.get_model(name)
+            _BASE_PROBES[key] = decode_probe(base, tokenizer, items, block_size, max_new_tokens=PROBE_TOKENS,
+                                             runtime=Runtime(cost=models.get_runtime(name).cost))
+        return _BASE_PROBES[key]
+
+
+def preload() -> None:
+    """At start, in the background: the base model prepared and the default training's step-0 probe measured, so a
+    first Start on the defaults draws its first point at once."""
+    from mars_core.training.corpora import DEFAULT_CORPUS
+    from studio.inputs import INPUTS
+
+    try:
+        base_probe(train_state.base_name(), corpus_split(DEFAULT_CORPUS)[1][:PROBE_ITEMS],
+                   int(INPUTS["train-block"].value))
+    except ValueError:
+        pass  # the model could not be prepared: a Start says why
 
 
 def _drain(arrived: queue.Queue, points: list[dict]) -> bool:

@@ -3,8 +3,9 @@ mask slot: nearer slots learn first) and tokens per forward rising on held-out i
 
 from __future__ import annotations
 
-from .charts import AR_COLOUR, MARS_COLOUR, TAU_COLOUR, VERIFIED_COLOUR, chart_layout
+from studio.charts import AR_COLOUR, MARS_COLOUR, TAU_COLOUR, VERIFIED_COLOUR, chart_layout
 
+CHART_HEIGHT = 310  # both charts fit the first screen at 1400 × 900 under the controls once a training starts
 SLOT_COLOURS = ("#1d4ed8", "#7c3aed", "#db2777", "#ea580c", "#0891b2", "#65a30d", "#b45309")
 
 
@@ -20,7 +21,7 @@ def loss_figure(points: list[dict]) -> dict:
                      "y": [p["slot_losses"][j] for p in steps],
                      "line": {"color": SLOT_COLOURS[j % len(SLOT_COLOURS)], "width": 2}})
     layout = chart_layout("Losses: AR and each mask slot (nearer slots learn first)", "step",
-                          "cross-entropy (log scale)")
+                          "cross-entropy (log scale)", height=CHART_HEIGHT)
     layout["yaxis"]["type"] = "log"
     return {"data": data, "layout": layout}
 
@@ -47,7 +48,7 @@ def speed_figure(points: list[dict]) -> dict:
     if x:
         data.append({"type": "scatter", "mode": "lines", "x": [0, max(max(x), 1)], "y": [1, 1],
                      "name": "AR: 1 token per forward", "line": {"color": TAU_COLOUR, "dash": "dot"}})
-    layout = chart_layout("Held-out tokens per forward", "step", "tokens per forward")
+    layout = chart_layout("Held-out tokens per forward", "step", "tokens per forward", height=CHART_HEIGHT)
     layout["yaxis"]["range"] = [0, top + 0.3]
     return {"data": data, "layout": layout}
 

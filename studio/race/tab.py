@@ -1,5 +1,5 @@
-"""The Race tab: the layout and its events (the race itself: race_loop; what a race keeps: race_state; its panes
-and stats: race_html; its charts: race_figures), the handlers of its switches, and the recorded race the page
+"""The Race tab: the layout and its events (the race itself: race.loop; what a race keeps: race.state; its panes
+and stats: race.html; its charts: race.figures), the handlers of its switches, and the recorded race the page
 opens on (python app.py --record-example)."""
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from pathlib import Path
 
 import gradio as gr
 
-from . import lanes, models
-from .charts import plotly_data
-from .inputs import INPUTS, MAX_PROMPT_CHARS, check, slider, typed_js, warn
-from .lanes import QUICK
-from .race_figures import acceptance_figure, forwards_figure, time_figure
-from .race_html import legend_html, pane_html, verified_guarantee
-from .race_loop import frame, lane_controls, placeholder, race, run_race
-from .race_state import LANE_NAMES, LANES, RaceSession, Run
+from studio import lanes, models
+from studio.charts import plotly_data
+from studio.inputs import INPUTS, MAX_PROMPT_CHARS, check, slider, typed_js, warn
+from studio.lanes import QUICK
+from studio.race.figures import acceptance_figure, forwards_figure, time_figure
+from studio.race.html import legend_html, pane_html, verified_guarantee
+from studio.race.loop import frame, lane_controls, placeholder, race, run_race
+from studio.race.state import LANE_NAMES, LANES, RaceSession, Run
 
 # (prompt, what it shows): the first, a held-out prompt, is what the page opens on (its recorded race): the embedded
 # model there is typical of held-out prompts (tokens per forward near its held-out means, the same answer in every
@@ -38,7 +38,7 @@ DEFAULT_PROMPT = EXAMPLES[0][0]
 SLIDERS = {name: (i.low, i.high, i.step, i.value) for name, i in (
     ("threshold", INPUTS["race-threshold"]), ("block size", INPUTS["race-block"]),
     ("temperature", INPUTS["race-temperature"]), ("max new tokens", INPUTS["race-max-new"]))}
-EXAMPLE_FILE = Path(__file__).resolve().parents[1] / "assets" / "race_example.json"  # python app.py --record-example
+EXAMPLE_FILE = Path(__file__).resolve().parents[2] / "assets" / "race_example.json"  # python app.py --record-example
 
 
 # ----------------------------------------------------------------------------- the switches

@@ -7,16 +7,17 @@ from __future__ import annotations
 import gradio as gr
 
 from mars_core.training.corpora import CORPORA, DEFAULT_CORPUS, MAX_PASTED_CHARS, PASTED
+from studio import models
+from studio.charts import plotly_data
+from studio.inputs import slider, typed_js, unchecked
+from studio.lanes import QUICK
+from studio.race.html import legend_html, pane_html
+from studio.race.state import LANE_NAMES, LANES
+from studio.train.figures import loss_figure, progress_html, speed_figure
+from studio.train.loop import SIDES, race, replay, train, watch
+from studio.train.state import TrainSession
 
-from . import lanes, models
-from .charts import plotly_data
-from .inputs import slider, typed_js, unchecked
-from .lanes import QUICK
-from .race_html import legend_html, pane_html
-from .race_state import LANE_NAMES, LANES
-from .train_figures import loss_figure, progress_html, speed_figure
-from .train_loop import SIDES, race, train
-from .train_state import TrainSession
+WATCH_SECONDS = 2.0  # how often a visitor's Train tab asks for another visitor's training
 
 
 def intro() -> str:
@@ -47,26 +48,34 @@ def corpus_note(corpus: str) -> str:
 
 
 def build(demo: gr.Blocks) -> list[gr.Button]:
-    """The Train tab: the corpus, B and the budget, Start/Stop, the progress, the two live charts and the metrics;
-    then the race of the trained model against its base. Returns no button to hold until the served model is ready:
-    a training prepares its own base model (models.preparing says so on the status line)."""
+    """The Train tab, compact so the charts are on the first screen: the introduction folded, the corpus, B and the
+    budget in one row with Start, Stop and Replay, the progress and both live charts; then the metrics and the race
+    of the trained model against its base. A timer shows another visitor's training live (train_loop.watch).
+    Returns no button to hold until the served model is ready: a training prepares its own base model
+    (models.preparing says so on the status line)."""
     session = gr.State(TrainSession())
     with gr.Tab("Train", elem_id="train-tab"):
-        gr.Markdown(intro())
+        with gr.Accordion("How MARS learns, and what this tab does", open=False, elem_id="train-intro"):
+            gr.Markdown(intro())
         with gr.Row(equal_height=True):
             with gr.Column(scale=4, min_width=300):
                 corpus = unchecked(gr.Radio([*CORPORA, PASTED], value=DEFAULT_CORPUS, label="What to learn",
                                             elem_id="train-corpus"))
                 note = gr.Markdown(corpus_note(DEFAULT_CORPUS), elem_id="train-corpus-note")
-                pasted = gr.Textbox("", label="Text to learn (with “pasted text”)", lines=3,
-                                    max_length=MAX_PASTED_CHARS, elem_id="train-text")
-            with gr.Column(scale=3, min_width=240):
-                block, steps, minutes = (slider(f"train-{name}") for name in ("block", "steps", "minutes"))
-            start_button, stop_button = lanes.run_and_stop("train", "Start")
+                pasted = gr.Textbox("", label="Text to learn", lines=3, max_length=MAX_PASTED_CHARS, visible=False,
+                                    elem_id="train-text")
+            with gr.Column(scale=6, min_width=300):
+                with gr.Row():
+                    block, steps, minutes = (slider(f"train-{name}", min_width=150)
+                                             for name in ("block", "steps", "minutes"))
+            with gr.Column(scale=1, min_width=120):
+                start_button = gr.Button("Start", variant="primary", elem_id="train-run")
+                stop_button = gr.Button("Stop", variant="stop", elem_id="train-stop")
+                replay_button = gr.Button("Replay", elem_id="train-replay")
         message = gr.Markdown("", elem_id="train-message")
         bar = gr.HTML(progress_html(0, 1, 0, 1), elem_id="train-progress", padding=False)
-        status = gr.Markdown("Press **Start** (the default: counting, B = 4, 3 minutes at most).",
-                             elem_id="train-status")
+        status = gr.Markdown("Press **Start** (the default: counting, B = 4, 3 minutes at most), or **Replay** to "
+                             "watch a recorded training.", elem_id="train-status")
         with gr.Row():
             losses = gr.Plot(plotly_data(loss_figure([])), show_label=False, elem_id="train-loss-plot")
             speeds = gr.Plot(plotly_data(speed_figure([])), show_label=False, elem_id="train-speed-plot")
@@ -92,10 +101,15 @@ def build(demo: gr.Blocks) -> list[gr.Button]:
                                              elem_id=f"train-{side}-{key}", padding=False))
         gr.HTML(legend_html())
     inputs = [corpus, pasted, block, steps, minutes, session]
-    start_button.click(train, inputs, [losses, speeds, status, bar, metrics, prompt, message],
-                       api_name="train", show_progress="minimal", concurrency_limit=None, js=typed_js(inputs, True))
+    shown = [losses, speeds, status, bar, metrics, prompt, message]
+    start_button.click(train, inputs, shown, api_name="train", show_progress="minimal", concurrency_limit=None,
+                       js=typed_js(inputs, True))
     stop_button.click(stop, session, None, api_name="train_stop", **QUICK)
+    replay_button.click(replay, session, [*shown, *panes, summary], api_name="train_replay",
+                        show_progress="minimal", concurrency_limit=None)
     race_button.click(race, [prompt, session], [*panes, summary], api_name="train_race", show_progress="minimal",
                       concurrency_limit=None)
-    corpus.change(corpus_note, corpus, note, api_visibility="undocumented", show_progress="hidden", queue=False)
+    gr.Timer(WATCH_SECONDS).tick(watch, session, shown, api_name="train_watch", show_progress="hidden", queue=False)
+    corpus.change(lambda c: (corpus_note(c), gr.Textbox(visible=c == PASTED)), corpus, [note, pasted],
+                  api_visibility="undocumented", show_progress="hidden", queue=False)
     return []

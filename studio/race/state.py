@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 from mars_core import DecodeControl, StreamEvent
 from mars_core.evaluation.metrics import draft_acceptance
 from mars_core.serving import adaptive_threshold
-
-from . import models
-from .lanes import Lane
+from studio import models
+from studio.lanes import Lane
 
 LANES = ("ar", "mars", "verified")
 LANE_NAMES = {"ar": "AR", "mars": "MARS τ", "verified": "MARS verified"}

@@ -11,11 +11,10 @@ import plotly.graph_objects as go
 import torch
 
 from mars_core import TreeLayout, stream
-
-from . import models
-from .inputs import MAX_PROMPT_CHARS, slider, typed_js, warn
-from .lanes import QUICK
-from .walk import CELL, Walk, checked_in_a_slot, token_chip
+from studio import models
+from studio.inputs import MAX_PROMPT_CHARS, slider, typed_js, warn
+from studio.lanes import QUICK
+from studio.walkthrough.walk import CELL, Walk, checked_in_a_slot, token_chip
 
 VERIFIED_PROMPT = "List the numbers from 1 to 15, separated by commas."
 TREE_NAMES = ("hidden", "the cache (committed before)", "pending → pending (causal)",

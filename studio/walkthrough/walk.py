@@ -6,9 +6,9 @@ import html
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from . import models
-from .inputs import check_inputs
-from .lanes import guarded
+from studio import models
+from studio.inputs import check_inputs
+from studio.lanes import guarded
 
 CELL = 'style="border:1px solid #e2e8f0;padding:4px 10px"'  # a table cell of the walkthroughs' views
 

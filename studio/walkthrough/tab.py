@@ -11,13 +11,12 @@ import torch
 
 from mars_core import stream
 from mars_core.generate import encode_prompt
-
-from . import models
-from .charts import MARS_COLOUR
-from .inputs import MAX_PROMPT_CHARS, check, slider, typed_js, warn
-from .lanes import QUICK
-from .walk import CELL, Walk, checked_in_a_slot, token_chip
-from .walk_verified import verified_section
+from studio import models
+from studio.charts import MARS_COLOUR
+from studio.inputs import MAX_PROMPT_CHARS, check, slider, typed_js, warn
+from studio.lanes import QUICK
+from studio.walkthrough.verified import verified_section
+from studio.walkthrough.walk import CELL, Walk, checked_in_a_slot, token_chip
 
 DEFAULT_PROMPT = "Name 4 colours, as a numbered list."
 

@@ -3,8 +3,8 @@ lane's own time, and the verified lane's acceptance by draft position."""
 
 from __future__ import annotations
 
-from .charts import AR_COLOUR, MARS_COLOUR, TAU_COLOUR, VERIFIED_COLOUR, chart_layout
-from .race_state import LANE_NAMES, Run, acceptance
+from studio.charts import AR_COLOUR, MARS_COLOUR, TAU_COLOUR, VERIFIED_COLOUR, chart_layout
+from studio.race.state import LANE_NAMES, Run, acceptance
 
 LANE_COLOURS = {"ar": AR_COLOUR, "mars": MARS_COLOUR, "verified": VERIFIED_COLOUR}
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import html
 
-from . import engine, lanes, models
-from .lanes import count_class
-from .race_state import LANE_NAMES, RaceSession, Run, departure, drafts_account, tau_changes
+from studio import engine, lanes, models
+from studio.lanes import count_class
+from studio.race.state import LANE_NAMES, RaceSession, Run, departure, drafts_account, tau_changes
 
 BODY_HEIGHT = 230  # px: every lane's text box the same height; it scrolls (to the end, or to a departure: page_js)
 
@@ -169,6 +169,8 @@ def stats_markdown(runs: dict[str, Run], session: RaceSession, block_size: int, 
         lines.append(headline(key, runs[key], ar, done=done, exact=exact, tau=said))
     on = f" on {engine.label()}" if engine.label() else ""  # the engine the lanes decode on, where not torch
     where = f"on {engine.label()}" if engine.gpu() else f"on this shared CPU{on}"
+    if not engine.on_llamacpp():  # which forward served: compiled, compiling, or uncompiled and why
+        where += f" (forward {models.forward_note(models.CONFIG.model)})"
     lines.append(f"<small>Measured {where}, each lane timed by its own forwards: {speeds(runs)}. "
                  "A lane's tokens/s over AR's is its tokens per forward over what its forward costs against AR's "
                  "(a wider forward costs more). Forwards are the machine-independent count; seconds vary with "

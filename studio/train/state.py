@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 from mars_core import DecodeControl
 from mars_core.runtime import Runtime
-
-from . import models
+from studio import models
 
 BASE = "smollm2-135m-instruct"  # what the embedded default's training starts from: its base, without the adapter
 KEEP = 3  # trained models kept for racing, all visitors together (each about two copies of the weights)
@@ -45,12 +45,52 @@ class TrainSession:
     stop: threading.Event | None = None  # set by Stop: the training ends at its next step, keeping what it learned
     trained: str | None = None  # key of this visitor's last trained model (kept(): None once dropped)
     lanes: list[DecodeControl] = field(default_factory=list)  # the running race's controls (Stop ends them)
+    seen: tuple = ()  # what this visitor last saw of another's training (watch(): nothing new, nothing sent)
+    replaying: bool = False  # a recorded training plays on this visitor's page (watch() sends nothing meanwhile)
 
     def stop_all(self) -> None:
         if self.stop is not None:
             self.stop.set()
         for control in self.lanes:
             control.stop()
+
+
+@dataclass
+class Broadcast:
+    """A training as every visitor's Train tab shows it: whose it is, its settings' budget, its points so far (the
+    starter's thread appends, watchers read), its state and, once done, the kept model's key and the race's
+    prompts."""
+
+    owner: int  # id() of the starter's TrainSession: only it can Stop
+    corpus: str
+    block_size: int
+    max_steps: int
+    max_seconds: float
+    started: float  # time.monotonic() when the training began
+    points: list[dict] = field(default_factory=list)
+    state: str = "training"
+    elapsed: float | None = None  # set once the training itself ended
+    trained: str | None = None  # the kept model's key, once checked and kept
+    prompts: list[str] = field(default_factory=list)  # the held-out prompts to race on, once done
+    message: str = ""
+
+
+LIVE: list[Broadcast] = []  # the trainings running now and the last ended one, newest last (at most cap + 1)
+
+
+def broadcast(live: Broadcast) -> None:
+    """Show a training that begins on every visitor's Train tab (ended ones beyond the newest are forgotten)."""
+    with _LOCK:
+        LIVE[:] = [b for b in LIVE if b.elapsed is None] + [live]
+
+
+def watched(session: TrainSession) -> Broadcast | None:
+    """The training another visitor's Train tab should show this one: a running one not its own (else the last one
+    that ended), None when there is none."""
+    with _LOCK:
+        others = [b for b in LIVE if b.owner != id(session)]
+    running = [b for b in others if b.elapsed is None]
+    return (running or others or [None])[-1]
 
 
 def base_name() -> str | None:
@@ -67,20 +107,31 @@ def start(session: TrainSession) -> threading.Event:
             raise ValueError("Your training is already running: Stop it, or wait for it to end.")
         cap = models.CONFIG.trainings
         if cap < 1:
-            raise ValueError("Training is turned off on this server (it was started with --trainings 0).")
+            raise ValueError("Training is turned off on this server (it was started with --trainings 0): press "
+                             "**Replay** to watch a recorded training.")
         if len(_RUNNING) >= cap:
             raise ValueError(f"{'A training' if cap == 1 else f'{cap} trainings'} by other visitors "
-                             f"{'is' if cap == 1 else 'are'} running (the most at once on this machine: {cap}). "
-                             "Try again when one ends; the Race tab answers meanwhile.")
+                             f"{'is' if cap == 1 else 'are'} running (the most at once on this machine: {cap}): "
+                             "watch it live below and race its model when it ends, or try again then; the Race tab "
+                             "answers meanwhile.")
         _RUNNING.add(id(session))
     session.stop = threading.Event()
     return session.stop
 
 
 def finish(session: TrainSession) -> None:
-    """Give the session's training place back."""
+    """Give the session's training place back; its broadcast, if it never reached its end, ends here."""
     with _LOCK:
         _RUNNING.discard(id(session))
+        for live in LIVE:
+            if live.owner == id(session) and live.elapsed is None:
+                live.elapsed = time.monotonic() - live.started
+                live.state = "ended before its check"
+
+
+def training(session: TrainSession) -> bool:
+    """Whether this visitor's own training is running."""
+    return id(session) in _RUNNING
 
 
 def running() -> int:

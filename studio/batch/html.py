@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import html
 
-from . import lanes
-from .batch_state import BatchRun
-from .charts import MARS_COLOUR, chart_layout
-from .lanes import chip, count_class, count_colour
+from studio import lanes
+from studio.batch.state import BatchRun
+from studio.charts import MARS_COLOUR, chart_layout
+from studio.lanes import chip, count_class, count_colour
 
 WAIT_COLOUR = "#fb923c"  # a sample that committed nothing in a forward: waiting at the block boundary
 LABEL_WORDS = 4  # words of the prompt in a chart row label

@@ -1,0 +1,83 @@
+"""The served forward compiled: torch.compile (inductor) of the model's decoder, one graph for every width, batch and
+cache length, its artifacts kept on disk, its bits checked before it serves.
+
+The runtime's kernels stay ops of their own (linear.linear_op, attention.attention_op): the compiler fuses what lies
+between them (norms, rotary embeddings, activations, residual adds, the cache writes) into a few C++ loops and leaves
+their bits alone. Every size is symbolic and none is specialised, 1 included (backed_size_oblivious), so a row runs
+the same code at every width and in every batch; specialised, width 1 got a graph of its own and every row then
+differed between one-token and wider forwards (docs/speed.md#the-forward-compiled).
+
+    runtime = compile_runtime(model, prepare(model))   # minutes the first time on 2 cores, seconds once kept
+    runtime.compiled                                   # None where it could not compile or failed its check
+    runtime.forward_note                               # what serves, in words for a page
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from .runtime import Runtime
+from .timing import cache_root
+
+Progress = Callable[[str], None]  # told each stage: "compiling", "checking", "timing"
+
+
+def compiler_missing() -> str | None:
+    """Why inductor cannot build its C++ here, or None: it needs a C++ compiler at run time."""
+    if torch.device("cpu").type == "cpu" and not any(shutil.which(c) for c in ("c++", "g++", "clang++", "cl")):
+        return "no C++ compiler on this machine (inductor builds its kernels with one)"
+    return None
+
+
+def compile_runtime(model: torch.nn.Module, runtime: Runtime, cache_dir: str | Path | None = None,
+                    progress: Progress | None = None) -> Runtime:
+    """The runtime with the model's decoder compiled (runtime.compiled), its width check and cost curve taken anew
+    on the compiled forward, kept in cache_dir (default: prepare()'s) with the compiled artifacts
+    (inductor-<key>.bin: a warm start compiles nothing); the runtime unchanged, with forward_note saying why, where
+    it cannot compile here or the compiled forward's rows differ between widths (then it serves uncompiled: identity
+    comes first)."""
+    from .cost import forward_cost
+    from .invariance import fed_rows, width_check
+
+    say = progress or (lambda stage: None)
+    folder = Path(cache_dir) if cache_dir is not None else cache_root() / "forward_cost"
+    missing = compiler_missing() if model.device.type == "cpu" else None
+    if missing:
+        return replace(runtime, forward_note=f"uncompiled: {missing}")
+    compiled = replace(runtime, compiled=torch.compile(model.get_decoder().forward, dynamic=True),
+                       width_check=None, cost=None, forward_note="compiled")
+    path = folder / f"inductor-{compiled.key(model)}.bin"
+    warm = path.is_file()
+    began = time.perf_counter()
+    try:
+        if warm:
+            torch.compiler.load_cache_artifacts(path.read_bytes())
+        say("compiling")
+        ids = torch.zeros(2, 6, dtype=torch.long, device=model.device)
+        fed_rows(model, compiled, ids[:, :4], torch.tensor([4, 3], device=model.device), ids[:, 4:], 2)  # compiles
+        say("checking")
+        check = width_check(model, compiled, folder)
+    except Exception as err:  # a compiler or inductor failure: serve uncompiled, and say why
+        return replace(runtime, forward_note=f"uncompiled: compiling failed ({type(err).__name__}: {err})"[:300])
+    seconds = time.perf_counter() - began
+    if not check.identical:
+        return replace(runtime, forward_note=f"uncompiled: the compiled forward's width check found {check.differing} "
+                                             f"of {check.rows} rows differing")
+    if not warm:
+        saved = torch.compiler.save_cache_artifacts()
+        if saved is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.with_suffix(".tmp").write_bytes(saved[0])
+            path.with_suffix(".tmp").replace(path)
+    cost = None
+    if runtime.cost is not None:  # the curve verified's trees are sized by, timed on the compiled forward
+        say("timing")
+        cost = forward_cost(model, replace(compiled, width_check=check), folder)
+    note = f"compiled ({'kept artifacts' if warm else 'compiled'} in {seconds:.0f} s)"
+    return replace(compiled, width_check=check, cost=cost, forward_note=note)

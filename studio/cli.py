@@ -1,0 +1,72 @@
+"""python app.py's command line: its flags (each with an environment variable where a Space sets it) and the checks
+that turn them into the app's one configuration (models.AppConfig)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from studio import engine, models
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The app's flags."""
+    parser = argparse.ArgumentParser(description="MARS Studio: race MARS against one-token decoding.")
+    parser.add_argument("--model", default=os.environ.get("MARS_MODEL"),
+                        help="MARS checkpoint: local folder, .gguf file or hub id (default: the embedded model)")
+    parser.add_argument("--ar-model", default=os.environ.get("MARS_AR_MODEL"),
+                        help="separate AR baseline (default: the MARS checkpoint decoding one token per forward)")
+    parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
+    parser.add_argument("--dtype", default=os.environ.get("MARS_DTYPE"), choices=["auto", "bf16", "fp32"],
+                        help="weights' dtype (default auto: bf16 where the CPU/GPU runs it fast; fp32: verified lanes "
+                             "then equal AR token for token, no bf16 rounding)")
+    parser.add_argument("--engine", default=os.environ.get("MARS_ENGINE", "torch"),
+                        help="what the race decodes on: torch (default) or llama.cpp (pip install -e \".[llamacpp]\")")
+    parser.add_argument("--llamacpp-weights", default=os.environ.get("MARS_LLAMACPP_WEIGHTS", "bf16"),
+                        help="llama.cpp's GGUF weight type: f32, bf16 (default) or q8_0 (written once, cached)")
+    parser.add_argument("--llamacpp-threads", type=int, default=None, help="llama.cpp's threads (default: every core)")
+    parser.add_argument("--llamacpp-invariant", action="store_true",
+                        help="llama.cpp forwards at two rows or more: the verified lane is AR bit for bit (one kernel "
+                             "path for every width), one-token decoding a width-2 forward per token")
+    parser.add_argument("--static-shapes", action="store_true", default=os.environ.get("MARS_STATIC") == "1",
+                        help="decode at a few fixed widths into a KV cache allocated once (CUDA graphs on a GPU; "
+                             "docs/speed.md#static-shapes); default: the dynamic decoders, faster on a CPU")
+    parser.add_argument("--compile", action="store_true", default=os.environ.get("MARS_COMPILE") == "1",
+                        help="compile the forward in the background once a model is ready (inductor, kept under "
+                             "MARS_CACHE; docs/speed.md#the-forward-compiled); Runs are served uncompiled meanwhile")
+    parser.add_argument("--concurrency", type=int, default=int(os.environ.get("MARS_CONCURRENCY", "4")),
+                        help="generations served at once (the queue holds the rest)")
+    parser.add_argument("--trainings", type=int, default=int(os.environ.get("MARS_TRAININGS", "1")),
+                        help="Train tab runs at once, all visitors together (the others get a message)")
+    parser.add_argument("--no-preload", action="store_true", help="load the models on the first request only")
+    parser.add_argument("--record-example", action="store_true",
+                        help="race the default prompt and save it (assets/race_example.json) as the page's first "
+                             "content, then exit")
+    return parser
+
+
+def app_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> models.AppConfig:
+    """The configuration the flags ask for; parser.error (one message, exit 2) for values out of range."""
+    for name in (args.model, args.ar_model):
+        try:
+            models.check_model_choice(name)
+        except ValueError as err:
+            parser.error(str(err))
+    if args.concurrency < 1:
+        parser.error("--concurrency must be at least 1")
+    if args.trainings < 0:
+        parser.error("--trainings must be at least 0 (0: the Train tab refuses every run)")
+    try:
+        chosen = engine.check_engine(args.engine, args.llamacpp_weights.lower(), args.ar_model)
+    except ValueError as err:
+        parser.error(str(err))
+    embedded = (None, "", "default")  # `default` names the embedded model: its recorded race and note are shown
+    return models.AppConfig(model=None if args.model in embedded else args.model,
+                            ar_model=None if args.ar_model in embedded else args.ar_model,
+                            concurrency=args.concurrency,
+                            dtype=None if args.dtype in (None, "auto") else args.dtype,
+                            engine=chosen, llamacpp_weights=args.llamacpp_weights.lower(),
+                            llamacpp_threads=args.llamacpp_threads,
+                            llamacpp_invariant=args.llamacpp_invariant, trainings=args.trainings,
+                            static=args.static_shapes, compile=args.compile)

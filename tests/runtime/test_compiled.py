@@ -1,0 +1,71 @@
+"""The compiled forward (runtime/compiled.py): one graph serves every width and batch, its answers are the
+uncompiled runtime's guarantees (verified = one-token, batched = alone), its artifacts are kept for the next start,
+and a machine that cannot compile serves uncompiled and says why."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mars_core import generate
+from mars_core.runtime import ATTENTION, prepare
+from mars_core.runtime.compiled import compile_runtime
+
+from tiny import tiny_llama
+
+PROMPTS = ["Count from 1 to 9:", "The capital of France", "Say hi"]
+pytestmark = pytest.mark.skipif(not hasattr(torch, "compile"), reason="needs torch.compile")
+
+
+@pytest.fixture(scope="module")
+def compiled(tokenizer, tmp_path_factory):
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    torch.set_num_threads(1)  # as every test here runs (conftest): a graph guards the thread count
+    model = tiny_llama(len(tokenizer), attn_implementation=ATTENTION)
+    folder = tmp_path_factory.mktemp("cache")
+    runtime = prepare(model, cache_dir=folder, measure_cost=False)
+    return model, runtime, compile_runtime(model, runtime, folder), folder
+
+
+def test_one_graph_serves_every_width_and_batch(compiled, tokenizer):
+    import torch._dynamo
+
+    model, _, runtime, _ = compiled
+    assert runtime.compiled is not None and runtime.forward_note.startswith("compiled"), runtime.forward_note
+    generate(model, tokenizer, PROMPTS, strategy="verified", block_size=4, max_new_tokens=12, runtime=runtime)
+    generate(model, tokenizer, PROMPTS[0], strategy="ar", max_new_tokens=6, runtime=runtime)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+    assert runtime.record(model)["forward"] == "inductor"
+
+
+def test_the_compiled_forward_passes_its_width_check_and_keeps_the_guarantees(compiled, tokenizer):
+    model, eager, runtime, _ = compiled
+    assert runtime.width_check is not None and runtime.width_check.identical, runtime.width_check
+    kw = dict(max_new_tokens=16, runtime=runtime)
+    ar = generate(model, tokenizer, PROMPTS, strategy="ar", **kw)
+    verified = generate(model, tokenizer, PROMPTS, strategy="verified", block_size=4, **kw)
+    alone = [generate(model, tokenizer, p, strategy="ar", **kw).token_ids[0] for p in PROMPTS]
+    assert verified.token_ids == ar.token_ids == alone
+    assert verified.tokens_per_forward > 1.0
+    uncompiled = generate(model, tokenizer, PROMPTS, strategy="ar", max_new_tokens=16, runtime=eager)
+    assert uncompiled.token_ids == ar.token_ids
+
+
+def test_compiled_artifacts_are_kept_and_a_warm_start_loads_them(compiled):
+    model, eager, _, folder = compiled
+    kept = list(folder.glob("inductor-*.bin"))
+    assert len(kept) == 1 and kept[0].stat().st_size > 0
+    again = compile_runtime(model, eager, folder)
+    assert again.compiled is not None and "kept artifacts" in again.forward_note, again.forward_note
+
+
+def test_without_a_compiler_it_serves_uncompiled_and_says_why(tokenizer, monkeypatch, tmp_path):
+    model = tiny_llama(len(tokenizer), attn_implementation=ATTENTION)
+    runtime = prepare(model, cache_dir=tmp_path, measure_cost=False, check=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    out = compile_runtime(model, runtime, tmp_path)
+    assert out.compiled is None and out.forward_note.startswith("uncompiled: no C++ compiler"), out.forward_note
+    assert generate(model, tokenizer, PROMPTS[0], max_new_tokens=4, runtime=out).token_ids
