@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import threading
@@ -27,16 +28,20 @@ WATCH_SECONDS = 2.0  # the Train tab's timer (studio/train/tab.py)
 
 
 def watcher(url: str, until: float, seen: list[tuple[float, int]]) -> None:
-    """One watching visitor: ask /train_watch every WATCH_SECONDS, note (time, step) whenever new metrics come."""
+    """One watching visitor: ask /train_watch every WATCH_SECONDS, note (time, step, charts sent, seconds elapsed)
+    whenever an update comes."""
     from gradio_client import Client
 
     client = Client(url, verbose=False)
     while time.monotonic() < until:
         asked = time.monotonic()
         out = client.predict(api_name="/train_watch")
-        metrics = out[4] if isinstance(out, (list, tuple)) else None
-        if isinstance(metrics, dict) and "step" in metrics:
-            seen.append((time.monotonic(), metrics["step"], len(metrics.get("points", []))))
+        status = out[2] if isinstance(out, (list, tuple)) else None
+        if isinstance(status, str):  # an update: the status line (and the charts, when a step came)
+            found = re.search(r"step (\d+)", status)
+            elapsed = re.search(r"(\d+) s elapsed", status)
+            seen.append((time.monotonic(), int(found.group(1)) if found else 0, isinstance(out[0], dict),
+                         int(elapsed.group(1)) if elapsed else None))
         time.sleep(max(0.0, WATCH_SECONDS - (time.monotonic() - asked)))
 
 
@@ -74,16 +79,21 @@ def main() -> None:
         for t in threads:
             t.join()
         job.cancel()
-    gaps = []
-    for s in seen:
+    gaps, step_gaps = [], []
+    for s in seen:  # any update (the clock, the bar), and an update that brought a new step
         times = [t for t, *_ in s]
         gaps.append(max((b - a for a, b in zip(times, times[1:])), default=None))
+        stepped = [t for k, (t, step, *_) in enumerate(s) if k == 0 or step != s[k - 1][1]]
+        step_gaps.append(max((b - a for a, b in zip(stepped, stepped[1:])), default=None))
     done = race[-1].get("status") if isinstance(race[-1], dict) else race[-1]
     record = {"command": "python benchmarks/train_watch.py " + " ".join(sys.argv[1:]),
               "machine": machine_line(machine_info()), "date": time.strftime("%F"), "watchers": args.watchers,
               "seconds": args.seconds, "updates_per_watcher": [len(s) for s in seen],
               "longest_gap_seconds": [round(g, 2) if g is not None else None for g in gaps],
               "median_longest_gap": round(statistics.median(g for g in gaps if g is not None), 2),
+              "longest_gap_between_new_steps": [round(g, 2) if g is not None else None for g in step_gaps],
+              "timeline_watcher_0": [(round(t - seen[0][0][0], 1), step, charts, sec)
+                                     for t, step, charts, sec in seen[0]],
               "race_16_tokens_seconds": round(race_seconds, 2), "race_status": done}
     print(json.dumps(record, indent=1))
     if args.json:

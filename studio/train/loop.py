@@ -206,13 +206,22 @@ def run_training(settings: TrainSettings, session: TrainSession, stop: threading
 def watch(session: TrainSession) -> tuple:
     """The Train tab's timer: another visitor's training (the running one, else the last that ended) on this
     visitor's page, live, whoever started it, labelled so; once it is done, its model is this visitor's to race.
-    Nothing is sent while this visitor's own training runs (its Start streams it) or nothing changed."""
+    Nothing is sent while this visitor's own training runs (its Start streams it) or, once it ended, nothing
+    changed."""
     live = train_state.watched(session)
-    seen = (id(live), len(live.points), live.state) if live else ()
+    running = live is not None and live.elapsed is None  # its clock and bar move every second: sent each tick
+    tick = int(time.monotonic() - live.started) if running else None
+    seen = (id(live), len(live.points), live.state, tick) if live else ()
     if live is None or train_state.training(session) or session.replaying or seen == session.seen:
         return (gr.skip(),) * 7
+    clock_only = session.seen[:3] == seen[:3]  # only its clock moved: the status and bar, not the charts again
     session.seen = seen
     elapsed = live.elapsed if live.elapsed is not None else time.monotonic() - live.started
+    if clock_only:
+        step = max((p["step"] for p in live.points), default=0)
+        return (gr.skip(), gr.skip(), status_markdown(live.points, live.max_steps, live.max_seconds, elapsed,
+                                                      live.state),
+                progress_html(elapsed, live.max_seconds, step, live.max_steps), gr.skip(), gr.skip(), gr.skip())
     choices = None
     if live.trained is not None and session.trained != live.trained and (session.trained is None
                                                                           or train_state.kept(session) is None):
