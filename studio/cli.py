@@ -31,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "path for every width), one-token decoding a width-2 forward per token")
     parser.add_argument("--static-shapes", action="store_true", default=os.environ.get("MARS_STATIC") == "1",
                         help="decode at a few fixed widths into a KV cache allocated once (CUDA graphs on a GPU; "
-                             "docs/speed.md#static-shapes); default: the dynamic decoders, faster on a CPU")
+                             "docs/speed.md#static-shapes); default: on a GPU, where it measured faster, and not on a "
+                             "CPU, where the dynamic decoders are faster")
     parser.add_argument("--compile", action="store_true", default=os.environ.get("MARS_COMPILE") == "1",
                         help="compile the forward in the background once a model is ready (inductor, kept under "
                              "MARS_CACHE; docs/speed.md#the-forward-compiled); Runs are served uncompiled meanwhile")
@@ -69,4 +70,4 @@ def app_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> mod
                             engine=chosen, llamacpp_weights=args.llamacpp_weights.lower(),
                             llamacpp_threads=args.llamacpp_threads,
                             llamacpp_invariant=args.llamacpp_invariant, trainings=args.trainings,
-                            static=args.static_shapes, compile=args.compile)
+                            static=True if args.static_shapes else None, compile=args.compile)

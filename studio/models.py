@@ -50,7 +50,7 @@ class AppConfig:
     llamacpp_threads: int | None = None  # llama.cpp's threads (None: every core)
     llamacpp_invariant: bool = False  # llama.cpp forwards at two rows or more: verified is AR bit for bit, AR slower
     trainings: int = 1  # Train tab runs at once, all visitors together (each takes both cores of a small CPU)
-    static: bool = False  # decode at fixed widths into a cache allocated once (Runtime.static; CUDA graphs on a GPU)
+    static: bool | None = None  # fixed widths, a cache allocated once (Runtime.static); None: prepare()'s choice
     compile: bool = False  # compile the served forward in the background once a model is ready (runtime/compiled.py)
 
 

@@ -98,7 +98,8 @@ def _hf(model, tokenizer, prompts: list[str], max_new: int, runtime: Runtime, ki
     if kind == "compiled":
         from transformers import CompileConfig
 
-        config = CompileConfig(mode="default")  # "reduce-overhead" means CUDA graphs: none on a CPU
+        # transformers' docs: "reduce-overhead" (CUDA graphs) on a GPU; a CPU has no graphs
+        config = CompileConfig(mode="reduce-overhead" if model.device.type == "cuda" else "default")
         config._compile_all_devices = True  # transformers compiles on CUDA-like devices only unless told
         extra = {"cache_implementation": "static", "compile_config": config}
         runtime = Runtime()

@@ -58,7 +58,8 @@ def live_probe(tokenizer: Any, items: Sequence[dict], block_size: int, dtype: to
 
 
 def final_check(wrapped: torch.nn.Module, tokenizer: Any, items: Sequence[dict], block_size: int, dtype: torch.dtype,
-                *, max_new_tokens: int = 64, static: bool = False) -> tuple[torch.nn.Module, Runtime, dict[str, Any]]:
+                *, max_new_tokens: int = 64, static: bool | None = None
+                ) -> tuple[torch.nn.Module, Runtime, dict[str, Any]]:
     """The end of a live run: the LoRA merged into a plain model in `dtype`, its runtime prepared (the width check:
     runtime.invariant says whether verified is one-token decoding bit for bit here), and decode_probe's figures on
     `items` with one-token decoding too (verified_identical, ar_correct, items). Returns (model, runtime, figures)."""

@@ -134,3 +134,15 @@ def test_the_plan_at_floor_zero_feeds_every_group_up_to_its_drafts():
     steep = torch.tensor([1.0 + 5 * w for w in range(40)])  # width is dear: no draft, no group
     k, groups, _ = plan_by_cost(conf, count, done, steep, **kw)
     assert k.tolist() == [0, 0] and not groups.any()
+
+
+def test_prepare_picks_the_static_path_on_a_gpu_only():
+    """static=None (the default): the static path where it measured faster (CUDA: docs/speed.md#on-an-h100), the
+    dynamic one on a CPU; either when asked."""
+    from mars_core.runtime import prepare
+
+    from tiny import tiny_llama
+
+    model = tiny_llama(64)
+    assert not prepare(model, check=False, measure_cost=False).static
+    assert prepare(model, check=False, measure_cost=False, static=True).static
