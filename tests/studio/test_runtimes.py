@@ -19,7 +19,7 @@ from studio.train.state import TrainSession
 from studio.walkthrough import tab as walkthrough
 from studio.walkthrough import verified as walk_verified
 
-from tiny import tiny_qwen2, tiny_tokenizer
+from tiny import tiny_llama, tiny_qwen2, tiny_tokenizer
 
 PROMPT = "Count from one to ten"
 
@@ -100,8 +100,8 @@ def test_a_compiled_forward_serves_once_compiled_in_the_background(monkeypatch):
     import torch
 
     tok = tiny_tokenizer(mask_token=True)
-    model = tiny_qwen2(len(tok), attn_implementation=ATTENTION, max_position_embeddings=1024)
-    torch.set_num_threads(1)
+    model = tiny_llama(len(tok), attn_implementation=ATTENTION)  # as tests/runtime/test_compiled.py: inductor's
+    torch.set_num_threads(1)  # cache then serves one of the two the other's kernels
     monkeypatch.setitem(models.MODELS, "tiny", (model, tok))
     monkeypatch.setitem(models.RUNTIMES, "tiny", prepare(model, measure_cost=False))
     monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="tiny", compile=True))
