@@ -28,9 +28,10 @@ from .timing import cache_root
 Progress = Callable[[str], None]  # told each stage: "compiling", "checking", "timing"
 
 
-def compiler_missing() -> str | None:
-    """Why inductor cannot build its C++ here, or None: it needs a C++ compiler at run time."""
-    if torch.device("cpu").type == "cpu" and not any(shutil.which(c) for c in ("c++", "g++", "clang++", "cl")):
+def compiler_missing(device: torch.device) -> str | None:
+    """Why inductor cannot build its kernels for `device` here, or None: on a CPU it needs a C++ compiler at run
+    time."""
+    if device.type == "cpu" and not any(shutil.which(c) for c in ("c++", "g++", "clang++", "cl")):
         return "no C++ compiler on this machine (inductor builds its kernels with one)"
     return None
 
@@ -47,7 +48,7 @@ def compile_runtime(model: torch.nn.Module, runtime: Runtime, cache_dir: str | P
 
     say = progress or (lambda stage: None)
     folder = Path(cache_dir) if cache_dir is not None else cache_root() / "forward_cost"
-    missing = compiler_missing() if model.device.type == "cpu" else None
+    missing = compiler_missing(model.device)
     if missing:
         return replace(runtime, forward_note=f"uncompiled: {missing}")
     compiled = replace(runtime, compiled=torch.compile(model.get_decoder().forward, dynamic=True),
