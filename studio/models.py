@@ -201,8 +201,8 @@ def status_markdown() -> tuple[str, bool]:
     for key, (stage, began, stage_began) in list(COMPILING.items()):
         now = time.monotonic()
         lines.append(f"Compiling {model_label(None if key == 'default' else key)}'s forward in the background: "
-                     f"{stage}, {now - stage_began:.0f} s in this step, {now - began:.0f} s in all (a first start "
-                     "takes 2–4 min on a 2-core CPU, later ones under a minute) · Runs are served uncompiled meanwhile")
+                     f"{stage}, {now - stage_began:.0f} s in this step, {now - began:.0f} s in all (minutes on a "
+                     "2-core CPU, less once its artifacts are kept) · Runs are served uncompiled meanwhile")
     return "  \n".join(lines), ready
 
 
