@@ -29,7 +29,7 @@ def model_status(buttons: int) -> tuple:
     failed preparation enables them too: a Run then says why)."""
     text, ready = models.status_markdown()
     failed = "could not be prepared" in text or "on the first Run" in text
-    waiting = (not ready and not failed) or bool(models.COMPILING)  # asked again while a forward compiles, too
+    waiting = (not ready and not failed) or bool(models.COMPILING or models.BACKGROUND)  # and while they run
     return (gr.Markdown(text, visible=bool(text)), gr.Timer(active=waiting),
             *(gr.Button(interactive=ready or failed) for _ in range(buttons)))
 

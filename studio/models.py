@@ -198,6 +198,8 @@ def status_markdown() -> tuple[str, bool]:
                          "seconds) · Run waits until it is ready")
         else:
             lines.append(f"**Preparing {label}…**")
+    for what, began in list(BACKGROUND.items()):
+        lines.append(f"{what}: {time.monotonic() - began:.0f} s so far")
     for key, (stage, began, stage_began) in list(COMPILING.items()):
         now = time.monotonic()
         lines.append(f"Compiling {model_label(None if key == 'default' else key)}'s forward in the background: "
@@ -245,6 +247,7 @@ def get_model(name: str | None) -> tuple[Any, Any]:
     return MODELS[key]
 
 
+BACKGROUND: dict[str, float] = {}  # work the page waits on besides the models (its line on the status, when it began)
 COMPILING: dict[str, tuple[str, float, float]] = {}  # by name while its forward compiles: (stage, began, stage began)
 
 

@@ -150,6 +150,9 @@ def run_training(settings: TrainSettings, session: TrainSession, stop: threading
 
     probe = live_probe(tokenizer, held[:PROBE_ITEMS], config.block_size, base.dtype, models.get_runtime(name).cost,
                        PROBE_TOKENS)
+    if PRELOADING_LINE in models.BACKGROUND:
+        yield notice("Waiting for the app's start to finish measuring the untrained model's probe (once per start); "
+                     "the training begins right after.")
     before = base_probe(name, held[:PROBE_ITEMS], config.block_size)  # the untrained model's figures, kept
     config = dataclasses.replace(config, probe_at_start=False)
 
@@ -277,6 +280,8 @@ def _played(record: dict, live: Broadcast, label: str, stop: threading.Event, sp
                         f"{race['prompt']!r}."), *race["panes"], race["summary"])
 
 
+PRELOADING_LINE = ("Preparing the Train tab's starting point (the untrained base model and its step-0 probe; "
+                  "a Start meanwhile waits for it)")
 _BASE_PROBES: dict[tuple, dict] = {}  # (model, B, the probe's prompts) -> the untrained model's probe figures
 _BASE_LOCK = threading.Lock()
 
@@ -302,11 +307,15 @@ def preload() -> None:
     from mars_core.training.corpora import DEFAULT_CORPUS
     from studio.inputs import INPUTS
 
+    line = PRELOADING_LINE
+    models.BACKGROUND[line] = time.monotonic()
     try:
         base_probe(train_state.base_name(), corpus_split(DEFAULT_CORPUS)[1][:PROBE_ITEMS],
                    int(INPUTS["train-block"].value))
     except ValueError:
         pass  # the model could not be prepared: a Start says why
+    finally:
+        models.BACKGROUND.pop(line, None)
 
 
 def _drain(arrived: queue.Queue, points: list[dict]) -> bool:

@@ -360,16 +360,23 @@ def test_train_in_a_browser(driver, served, tmp_path):
     gains points while it trains); a second visitor (another tab: another session) watches the same training live,
     labelled as another's, and cannot stop it; Stop ends the training cleanly and keeps the model (with
     MARS_SCREENSHOT_MODEL, a real model: the default budget runs out instead, and the seconds from Start to the first
-    point are kept in assets/train_browser.json), and Race puts it against the model before training (train.png:
+    point are kept in assets/train_browser.json, Start pressed once the page's status line says the app's start is
+    done), and Race puts it against the model before training (train.png:
     the charts; train_race.png: the race)."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
+    from studio.train.loop import PRELOADING_LINE
+
     url, timeout = served
     tab = (By.XPATH, "//button[@role='tab' and normalize-space()='Train']")
     driver.get(url)
     wait = WebDriverWait(driver, timeout)
+    opened = time.monotonic()  # a teacher opens the page of an app started just now: the status line says what it
+    wait.until(lambda d: not any(PRELOADING_LINE[:40] in e.text for e in d.find_elements(By.ID, "model-status"))
+               and d.find_element(By.ID, "race-run").is_enabled())  # ...until the app's start is done
+    prepared = time.monotonic() - opened
     wait.until(ec.element_to_be_clickable(tab)).click()
     time.sleep(0.5)
     assert chart_points(driver, "train-loss-plot") == 0
@@ -413,10 +420,14 @@ def test_train_in_a_browser(driver, served, tmp_path):
         from mars_core.machine import machine_info, machine_line
         from mars_core.runtime.timing import write_json
 
+        real = bool(os.environ.get("MARS_SCREENSHOT_MODEL"))  # served with torch's default threads, as a user's app
+
         write_json(ROOT / "assets" / "train_browser.json", {
             "command": "MARS_SCREENSHOT=1 MARS_SCREENSHOT_MODEL=default python -m pytest tests/studio/test_browser.py "
-                       "-k train_in_a_browser", "machine": machine_line(machine_info()), "date": time.strftime("%F"),
+                       "-k train_in_a_browser", "date": time.strftime("%F"),
+            "machine": machine_line({**machine_info(), "threads": os.cpu_count() if real else 1}),
             "model": os.environ.get("MARS_SCREENSHOT_MODEL") or "tiny", "first_point_seconds": round(first_point, 1),
+            "start_waited_seconds": round(prepared, 1),  # from opening the page to the app's start being done
             "steps": steps, "message": driver.find_element(By.ID, "train-message").text}, indent=1)
     press(driver, "train-race")
     wait.until(lambda d: "after training" in d.find_element(By.ID, "train-race-summary").text

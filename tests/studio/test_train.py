@@ -3,6 +3,9 @@ metrics, Stop keeps what was learned, the cap and bad values give one message, a
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from mars_core.training import live
@@ -227,3 +230,36 @@ def test_the_mask_slots_learn(quick):
     slot_1 = lambda p: p["slot_losses"][0]  # noqa: E731
     assert mean(steps[-5:], slot_1) < 0.7 * slot_1(steps[0]), [slot_1(p) for p in steps]
     assert mean(steps[-5:], lambda p: p["ar_loss"]) < 1.5 * steps[0]["ar_loss"]
+
+
+def test_the_start_of_the_app_measures_the_step_0_probe_once_and_says_so_meanwhile(quick, monkeypatch):
+    """app.preload's Train part: while it measures the untrained model's probe the status line says so (and the page
+    keeps asking); a Start meanwhile says it waits for it; afterwards the probe is read back, not measured again."""
+    monkeypatch.setattr(train_loop, "_BASE_PROBES", {})
+    measured, release = [], threading.Event()
+    from mars_core.evaluation import probe  # base_probe imports decode_probe where it is used
+
+    real = probe.decode_probe
+
+    def slow_probe(*args, **kwargs):
+        measured.append(args[0])  # the model probed
+        release.wait(60)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(probe, "decode_probe", slow_probe)
+    preload = threading.Thread(target=train_loop.preload)
+    preload.start()
+    while not measured:
+        time.sleep(0.01)
+    text, _ = models.status_markdown()
+    assert "Preparing the Train tab's starting point" in text
+    started = train_loop.train("counting", "", 4, 5, 1, TrainSession())
+    said = [next(started)[OUT.index("message")] for _ in range(2)]
+    assert any("Waiting for the app's start" in m for m in said if isinstance(m, str)), said
+    release.set()
+    preload.join()
+    assert "starting point" not in models.status_markdown()[0]
+    out = list(started)
+    base = models.get_model(train_state.base_name())[0]
+    assert out[-1][OUT.index("metrics")]["state"].startswith("done")
+    assert sum(model is base for model in measured) == 1  # the base's probe: measured at start, read back at Start
