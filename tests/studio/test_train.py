@@ -243,7 +243,7 @@ def test_the_start_of_the_app_measures_the_step_0_probe_once_and_says_so_meanwhi
 
     def slow_probe(*args, **kwargs):
         measured.append(args[0])  # the model probed
-        release.wait(60)
+        assert release.wait(60)  # released by the test, not timed out
         return real(*args, **kwargs)
 
     monkeypatch.setattr(probe, "decode_probe", slow_probe)
@@ -254,8 +254,12 @@ def test_the_start_of_the_app_measures_the_step_0_probe_once_and_says_so_meanwhi
     text, _ = models.status_markdown()
     assert "Preparing the Train tab's starting point" in text
     started = train_loop.train("counting", "", 4, 5, 1, TrainSession())
-    said = [next(started)[OUT.index("message")] for _ in range(2)]
-    assert any("Waiting for the app's start" in m for m in said if isinstance(m, str)), said
+    said = []
+    for frame in started:  # up to the frame that says it waits (the next one waits for the preload itself)
+        said.append(frame[OUT.index("message")])
+        if "Waiting for the app's start" in str(said[-1]):
+            break
+    assert "Waiting for the app's start" in str(said[-1]), said
     release.set()
     preload.join()
     assert "starting point" not in models.status_markdown()[0]
