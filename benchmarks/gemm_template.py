@@ -13,6 +13,7 @@ Milliseconds are medians of interleaved rounds; the read is the time to sum as m
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -103,13 +104,12 @@ def main() -> None:
     for k in INVARIANCE_ROWS:
         parts = [compiled(unbacked([x[i : i + k].clone() for x in everything])) for i in range(0, 192, k)]
         same[k] = sum(torch.equal(torch.cat([p[j] for p in parts]), whole[j]) for j in range(len(weights)))
-    median = lambda values: sorted(values)[len(values) // 2]  # noqa: E731
     record = {
         "command": "python benchmarks/gemm_template.py " + " ".join(sys.argv[1:]),
         "machine": machine_info(model.device, model.dtype), "date": time.strftime("%F"),
-        "matrices": len(weights), "weight_bytes": size, "read_ms": round(median(read), 2),
+        "matrices": len(weights), "weight_bytes": size, "read_ms": round(statistics.median(read), 2),
         "compile_seconds": round(compile_seconds, 1),
-        "pass_ms": {kind: {r: round(median(v), 2) for r, v in by.items()} for kind, by in times.items()},
+        "pass_ms": {kind: {r: round(statistics.median(v), 2) for r, v in by.items()} for kind, by in times.items()},
         "rows_like_192_at_once": {k: f"{n} of {len(weights)} matrices" for k, n in same.items()},
     }
     print(machine_line(record["machine"]))

@@ -307,15 +307,14 @@ def preload() -> None:
     from mars_core.training.corpora import DEFAULT_CORPUS
     from studio.inputs import INPUTS
 
-    line = PRELOADING_LINE
-    models.BACKGROUND[line] = time.monotonic()
+    models.BACKGROUND[PRELOADING_LINE] = time.monotonic()
     try:
         base_probe(train_state.base_name(), corpus_split(DEFAULT_CORPUS)[1][:PROBE_ITEMS],
                    int(INPUTS["train-block"].value))
     except ValueError:
         pass  # the model could not be prepared: a Start says why
     finally:
-        models.BACKGROUND.pop(line, None)
+        models.BACKGROUND.pop(PRELOADING_LINE, None)
 
 
 def _drain(arrived: queue.Queue, points: list[dict]) -> bool:
