@@ -36,11 +36,29 @@ def compiler_missing(device: torch.device) -> str | None:
     return None
 
 
+def _cache_misses() -> int:
+    """Graphs compiled so far in this process that no kept artifact answered (AOTAutograd's cache missed)."""
+    from torch._dynamo.utils import counters
+
+    return counters["aot_autograd"]["autograd_cache_miss"]
+
+
+def _load_artifacts(path: Path) -> bool:
+    """Whether inductor's artifacts kept at path were loaded (a damaged file is compiled anew and replaced)."""
+    if not path.is_file():
+        return False
+    try:
+        return torch.compiler.load_cache_artifacts(path.read_bytes()) is not None  # None: it could not read them
+    except Exception:  # noqa: BLE001 - any unreadable artifact means: compile anew
+        return False
+
+
 def compile_runtime(model: torch.nn.Module, runtime: Runtime, cache_dir: str | Path | None = None,
                     progress: Progress | None = None) -> Runtime:
     """The runtime with the model's decoder compiled (runtime.compiled), its width check and cost curve taken anew
     on the compiled forward, kept in cache_dir (default: prepare()'s) with the compiled artifacts
-    (inductor-<key>.bin: a warm start compiles nothing); the runtime unchanged, with forward_note saying why, where
+    (inductor-<key>.bin: a warm start compiles nothing; artifacts that no longer answer the graph, as after an
+    upgrade, are replaced); the runtime unchanged, with forward_note saying why, where
     it cannot compile here or the compiled forward's rows differ between widths (then it serves uncompiled: identity
     comes first)."""
     from .cost import forward_cost
@@ -54,16 +72,15 @@ def compile_runtime(model: torch.nn.Module, runtime: Runtime, cache_dir: str | P
     compiled = replace(runtime, compiled=torch.compile(model.get_decoder().forward, dynamic=True),
                        width_check=None, cost=None, forward_note="compiled")
     path = folder / f"inductor-{compiled.key(model)}.bin"
-    warm = path.is_file()
-    began = time.perf_counter()
+    misses, began = _cache_misses(), time.perf_counter()
+    kept = _load_artifacts(path)
     try:
-        if warm:
-            torch.compiler.load_cache_artifacts(path.read_bytes())
         say("compiling")
         ids = torch.zeros(2, 6, dtype=torch.long, device=model.device)
         fed_rows(model, compiled, ids[:, :4], torch.tensor([4, 3], device=model.device), ids[:, 4:], 2)  # compiles
+        warm = kept and _cache_misses() == misses  # the kept artifacts answered every graph (else: kept anew)
         say("checking")
-        check = width_check(model, compiled, folder)
+        check = width_check(model, compiled, folder, fresh=not warm)  # a graph compiled anew is checked anew
     except Exception as err:  # a compiler or inductor failure: serve uncompiled, and say why
         return replace(runtime, forward_note=f"uncompiled: compiling failed ({type(err).__name__}: {err})"[:300])
     seconds = time.perf_counter() - began
@@ -79,6 +96,6 @@ def compile_runtime(model: torch.nn.Module, runtime: Runtime, cache_dir: str | P
     cost = None
     if runtime.cost is not None:  # the curve verified's trees are sized by, timed on the compiled forward
         say("timing")
-        cost = forward_cost(model, replace(compiled, width_check=check), folder)
+        cost = forward_cost(model, replace(compiled, width_check=check), folder, refresh=not warm)
     note = f"compiled ({'kept artifacts' if warm else 'compiled'} in {seconds:.0f} s)"
     return replace(compiled, width_check=check, cost=cost, forward_note=note)

@@ -20,6 +20,7 @@ from functools import cache as once
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch._dynamo.config as dynamo_config
 import torch.fx.experimental._config as fx_config
 
 from ..attention import as_model_mask
@@ -55,8 +56,10 @@ def with_cache(model: torch.nn.Module, cache: Any) -> dict[str, Any]:
 @contextmanager
 def symbolic_sizes() -> Iterator[None]:
     """Inside, a compiled graph traced now specialises no size, 1 included: one graph for every width and batch, so a
-    row runs the same code in each (runtime/compiled.py)."""
-    with fx_config.patch(backed_size_oblivious=True, use_duck_shape=False):
+    row runs the same code in each (runtime/compiled.py). Python floats (eps, scaling, norm_type) stay constants: as
+    symbols, inductor's pass that turns them into tensors gave up on them and the trace began again, which doubled
+    the time to a compiled forward, warm or cold."""
+    with fx_config.patch(backed_size_oblivious=True, use_duck_shape=False), dynamo_config.patch(specialize_float=True):
         yield
 
 

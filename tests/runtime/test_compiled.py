@@ -62,6 +62,17 @@ def test_compiled_artifacts_are_kept_and_a_warm_start_loads_them(compiled):
     assert again.compiled is not None and "kept artifacts" in again.forward_note, again.forward_note
 
 
+def test_damaged_artifacts_are_compiled_anew_and_replaced(compiled, tmp_path):
+    model, eager, _, folder = compiled
+    kept = next(folder.glob("inductor-*.bin"))
+    damaged = tmp_path / kept.name
+    damaged.write_bytes(b"not an artifact")
+    out = compile_runtime(model, eager, tmp_path)
+    assert out.compiled is not None and "kept artifacts" not in out.forward_note, out.forward_note
+    assert damaged.read_bytes() != b"not an artifact" and out.width_check.identical
+    assert "kept artifacts" in compile_runtime(model, eager, tmp_path).forward_note
+
+
 def test_without_a_compiler_it_serves_uncompiled_and_says_why(tokenizer, monkeypatch, tmp_path):
     model = tiny_llama(len(tokenizer), attn_implementation=ATTENTION)
     runtime = prepare(model, cache_dir=tmp_path, measure_cost=False, check=False)
