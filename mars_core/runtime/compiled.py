@@ -58,9 +58,9 @@ def compile_runtime(model: torch.nn.Module, runtime: Runtime, cache_dir: str | P
     """The runtime with the model's decoder compiled (runtime.compiled), its width check and cost curve taken anew
     on the compiled forward, kept in cache_dir (default: prepare()'s) with the compiled artifacts
     (inductor-<key>.bin: a warm start compiles nothing; artifacts that no longer answer the graph, as after an
-    upgrade, are replaced); the runtime unchanged, with forward_note saying why, where
-    it cannot compile here or the compiled forward's rows differ between widths (then it serves uncompiled: identity
-    comes first)."""
+    upgrade, or a damaged file are compiled anew, checked anew and replaced); the runtime unchanged, with
+    forward_note saying why, where it cannot compile here or the compiled forward's rows differ between widths (then
+    it serves uncompiled: identity comes first)."""
     from .cost import forward_cost
     from .invariance import fed_rows, width_check
 

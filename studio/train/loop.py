@@ -230,8 +230,13 @@ def watch(session: TrainSession) -> tuple:
                                                                           or train_state.kept(session) is None):
         session.trained = live.trained  # the class races the teacher's model
         choices = gr.Dropdown(choices=live.prompts, value=live.prompts[0])
-    said = (f"Watching a training another visitor started ({live.corpus}, B = {live.block_size}; only they can "
-            "Stop it)" + (f". It ended: {live.message}" if live.trained else "."))
+    what = f"a training another visitor started ({live.corpus}, B = {live.block_size}"
+    if live.elapsed is None:
+        said = f"Watching {what}; only they can Stop it)."
+    elif live.trained:
+        said = f"Watched {what}). It ended: {live.message}"
+    else:  # its starter left before its check: nothing to race
+        said = f"The last training, {what}), {live.state}: it left no model to race."
     return train_frame(live, elapsed, choices=choices, message=said)
 
 

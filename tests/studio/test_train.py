@@ -202,6 +202,20 @@ def test_another_visitor_watches_the_training_live_and_races_its_model(quick):
     assert train_loop.watch(student)[OUT.index("metrics")] == train_loop.gr.skip()  # nothing new: nothing sent
 
 
+def test_a_watcher_is_told_when_the_last_training_left_no_model(monkeypatch):
+    """A training whose starter left before its check ended without a model: a watcher's message says so, not that
+    it is still watching a training only its starter can Stop."""
+    monkeypatch.setattr(train_state, "LIVE", [])
+    live = train_state.Broadcast(0, "counting", 4, 12, 60.0, time.monotonic() - 5)
+    live.points.append({"step": 1, "seconds": 1.0})
+    train_state.broadcast(live)
+    watching = train_loop.watch(TrainSession())[OUT.index("message")]
+    assert "only they can Stop it" in watching
+    live.elapsed, live.state = 5.0, "ended before its check"
+    said = train_loop.watch(TrainSession())[OUT.index("message")]
+    assert "ended before its check" in said and "no model to race" in said and "Stop" not in said
+
+
 def test_a_recorded_training_replays_with_its_race(quick, tmp_path):
     """Replay plays the shipped record (labelled recorded, with machine and date): its points in order, then its
     race's six panes and summary."""
