@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -401,7 +402,18 @@ def bench_record(args: argparse.Namespace, machine: dict, runtime: Runtime, rows
             "width_check": runtime.width_check.to_dict() if runtime.width_check else None,
             "cost_curve": curve.to_dict() if curve is not None else None,
             "llamacpp": {w: s.record() for w, s in (llamacpp or {}).items()}, "weight_stream": stream,
-            "rows": [{k: v for k, v in asdict(r).items() if k != "answers"} for r in rows]}
+            "peak_rss_mb": peak_rss_mb(), "rows": [{k: v for k, v in asdict(r).items() if k != "answers"} for r in rows]}
+
+
+def peak_rss_mb() -> float | None:
+    """The most memory this process held resident so far, in MB (None where the OS does not say): the run's peak,
+    every row and llama.cpp engine it loaded included."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KB on Linux (bytes on macOS)
+    return round(kb / 1024 / (1024 if sys.platform == "darwin" else 1), 1)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,6 +14,7 @@ differed between one-token and wider forwards (docs/speed.md#the-forward-compile
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -53,6 +54,20 @@ def _load_artifacts(path: Path) -> bool:
         return False
 
 
+def _inductor_cache_beside_ours() -> None:
+    """inductor's own cache (the kernels it built, a few MB) under cache_root(), unless the user chose a folder for
+    it: kept where MARS_CACHE is kept, so a warm start loads built kernels rather than build them again from the kept
+    artifacts (docs/speed.md#the-forward-compiled). torch names its default folder as soon as it is imported, so that
+    one counts as not chosen."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    except ImportError:  # another torch: leave inductor's cache where it is
+        return
+    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if chosen is None or os.path.abspath(chosen) == os.path.abspath(default_cache_dir()):
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root() / "inductor")
+
+
 def compile_runtime(model: torch.nn.Module, runtime: Runtime, cache_dir: str | Path | None = None,
                     progress: Progress | None = None) -> Runtime:
     """The runtime with the model's decoder compiled (runtime.compiled), its width check and cost curve taken anew
@@ -69,6 +84,7 @@ def compile_runtime(model: torch.nn.Module, runtime: Runtime, cache_dir: str | P
     missing = compiler_missing(model.device)
     if missing:
         return replace(runtime, forward_note=f"uncompiled: {missing}")
+    _inductor_cache_beside_ours()
     compiled = replace(runtime, compiled=torch.compile(model.get_decoder().forward, dynamic=True),
                        width_check=None, cost=None, forward_note="compiled")
     path = folder / f"inductor-{compiled.key(model)}.bin"

@@ -108,6 +108,7 @@ def test_cli_runs_on_a_saved_model(tmp_path, model, tokenizer, capsys):
         data["rows"][0])
     assert (tmp_path / "tables" / "bench.png").stat().st_size > 1000
     assert data["dtype"] == "float32" and "device" in data
+    assert data["peak_rss_mb"] > 50  # the process's peak memory, torch and the model loaded at least
     machine = data["machine"]  # the machine is in the JSON: CPU, the ISA features that matter, threads, torch
     assert machine["cpu"] and isinstance(machine["isa"], list) and machine["threads"] >= 1
     assert machine["torch"] == torch.__version__ and machine["dtype"] == "float32"

@@ -4,6 +4,8 @@ and a machine that cannot compile serves uncompiled and says why."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -71,6 +73,20 @@ def test_damaged_artifacts_are_compiled_anew_and_replaced(compiled, tmp_path):
     assert out.compiled is not None and "kept artifacts" not in out.forward_note, out.forward_note
     assert damaged.read_bytes() != b"not an artifact" and out.width_check.identical
     assert "kept artifacts" in compile_runtime(model, eager, tmp_path).forward_note
+
+
+def test_inductors_own_cache_is_kept_beside_ours_unless_chosen(monkeypatch, tmp_path):
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    from mars_core.runtime.compiled import _inductor_cache_beside_ours
+
+    monkeypatch.setenv("MARS_CACHE", str(tmp_path))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", default_cache_dir())  # torch's own pick, named on import
+    _inductor_cache_beside_ours()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))  # the user's pick stays
+    _inductor_cache_beside_ours()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "mine")
 
 
 def test_without_a_compiler_it_serves_uncompiled_and_says_why(tokenizer, monkeypatch, tmp_path):
