@@ -56,6 +56,22 @@ def test_the_compiled_forward_passes_its_width_check_and_keeps_the_guarantees(co
     assert uncompiled.token_ids == ar.token_ids
 
 
+def test_a_compile_in_another_thread_changes_nothing_here(compiled, tokenizer, monkeypatch):
+    """torch.compiler.is_compiling() is one flag for the process: while another thread compiles (the app compiles
+    its models in the background while it serves), this thread's forwards, compiled or not, and a training step,
+    run as before (the ops once called themselves without end, and a training step lost its gradient)."""
+    model, eager, runtime, _ = compiled
+    kw = dict(strategy="ar", max_new_tokens=8)
+    want = [generate(model, tokenizer, PROMPTS[0], runtime=r, **kw).token_ids for r in (runtime, eager)]
+    monkeypatch.setattr(torch.compiler, "_is_compiling_flag", True)  # as while another thread's compile traces
+    assert torch.compiler.is_compiling()
+    assert [generate(model, tokenizer, PROMPTS[0], runtime=r, **kw).token_ids for r in (runtime, eager)] == want
+    layer = next(m for m in model.modules() if isinstance(m, torch.nn.Linear))
+    with eager.active():
+        out = layer(torch.randn(2, layer.in_features, dtype=layer.weight.dtype))
+    assert out.requires_grad and out.grad_fn is not None
+
+
 def test_compiled_artifacts_are_kept_and_a_warm_start_loads_them(compiled):
     model, eager, _, folder = compiled
     kept = list(folder.glob("inductor-*.bin"))
