@@ -402,7 +402,8 @@ def bench_record(args: argparse.Namespace, machine: dict, runtime: Runtime, rows
             "width_check": runtime.width_check.to_dict() if runtime.width_check else None,
             "cost_curve": curve.to_dict() if curve is not None else None,
             "llamacpp": {w: s.record() for w, s in (llamacpp or {}).items()}, "weight_stream": stream,
-            "peak_rss_mb": peak_rss_mb(), "rows": [{k: v for k, v in asdict(r).items() if k != "answers"} for r in rows]}
+            "peak_rss_mb": peak_rss_mb(),
+            "rows": [{k: v for k, v in asdict(r).items() if k != "answers"} for r in rows]}
 
 
 def peak_rss_mb() -> float | None:

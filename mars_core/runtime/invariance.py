@@ -75,7 +75,7 @@ CONTEXTS = (24, 17)  # the check's batch: two samples of other lengths (a sample
 
 def width_check(model: torch.nn.Module, runtime: Runtime, cache_dir: str | Path | None = None,
                 widths: tuple[int, ...] | None = None, contexts: tuple[int, ...] = CONTEXTS,
-                new: int | None = None, fresh: bool = False) -> WidthCheck:
+                new: int | None = None, *, fresh: bool = False) -> WidthCheck:
     """The check prepare() runs (a few seconds): random tokens, a batch of two samples of other lengths against each
     alone, at CHECK_WIDTHS (a static runtime: STATIC_WIDTHS, 16 new tokens); kept in cache_dir/width-<key>.json
     (fresh: taken again and the kept one replaced, as for a forward compiled anew)."""
@@ -91,4 +91,5 @@ def width_check(model: torch.nn.Module, runtime: Runtime, cache_dir: str | Path 
         after = lengths[:, None] + torch.arange(new, device=model.device)
         return compare_widths(model, runtime, ids[:, : max(contexts)], lengths, ids.gather(1, after), widths)
 
-    return kept(path, WidthCheck.from_dict, check, WidthCheck.to_dict, timed=False, holds=lambda _: not fresh)  # bits, not seconds: always kept
+    # bits, not seconds: always kept (fresh: the kept one does not hold)
+    return kept(path, WidthCheck.from_dict, check, WidthCheck.to_dict, timed=False, holds=lambda _: not fresh)
