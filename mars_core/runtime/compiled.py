@@ -55,8 +55,8 @@ def _load_artifacts(path: Path) -> bool:
 
 
 def _inductor_cache_beside_ours() -> None:
-    """inductor's own cache (the kernels it built, a few MB) under cache_root(), unless the user chose a folder for
-    it: kept where MARS_CACHE is kept, so a warm start loads built kernels rather than build them again from the kept
+    """inductor's own cache (the kernels it built) under cache_root(), unless the user chose a folder for it: kept
+    where MARS_CACHE is kept, so a warm start loads built kernels rather than build them again from the kept
     artifacts (docs/speed.md#the-forward-compiled). torch names its default folder as soon as it is imported, so that
     one counts as not chosen."""
     try:

@@ -207,8 +207,10 @@ torch.library.register_fake("mars::linear", lambda x, weight, bias: x.new_empty(
 def routed_linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """F.linear, answered from a packed copy when the LinearKernels active in this context serve the call (traced by
     the compiler: the op that decides so when the graph runs)."""
-    if torch.compiler.is_dynamo_compiling():  # dynamo's own flag, False outside its trace (is_compiling() is one flag
-        return torch.ops.mars.linear(input, weight, bias)  # for the process: another thread's compile set it here)
+    # dynamo's own flag, True only inside its trace: is_compiling() is one flag for the whole process, which another
+    # thread's compile sets while this one runs eagerly (the op then called itself without end)
+    if torch.compiler.is_dynamo_compiling():
+        return torch.ops.mars.linear(input, weight, bias)
     kernels = _ACTIVE.get()
     entry = kernels.serves(input, weight) if kernels is not None else None
     if entry is None:
