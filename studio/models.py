@@ -249,6 +249,9 @@ def get_model(name: str | None) -> tuple[Any, Any]:
 
 BACKGROUND: dict[str, float] = {}  # work the page waits on besides the models (its line on the status, when it began)
 COMPILING: dict[str, tuple[str, float, float]] = {}  # by name while its forward compiles: (stage, began, stage began)
+# one compile at a time: two at once on 2 cores each take twice as long, so the first model served waited for both
+ONE_COMPILE = threading.Lock()
+WAITING = "waiting for another model's compile to end (one at a time)"
 
 
 def compile_in_background(key: str) -> None:
@@ -257,18 +260,20 @@ def compile_in_background(key: str) -> None:
     uncompiled forward serves and the runtime's forward_note says why."""
     model, runtime = MODELS[key][0], RUNTIMES[key]
     began = time.monotonic()
-    COMPILING[key] = ("compiling", began, began)
+    COMPILING[key] = (WAITING, began, began)
 
     def work() -> None:
         from dataclasses import replace
 
         from mars_core.runtime.compiled import compile_runtime
 
-        try:
-            done = compile_runtime(model, runtime, progress=lambda stage: COMPILING.__setitem__(
-                key, (stage, began, time.monotonic())))
-        except Exception as err:  # noqa: BLE001 - whatever fails, the uncompiled forward serves and says why
-            done = replace(runtime, forward_note=f"uncompiled: {type(err).__name__}: {err}"[:300])
+        with ONE_COMPILE:
+            COMPILING[key] = ("compiling", began, time.monotonic())
+            try:
+                done = compile_runtime(model, runtime, progress=lambda stage: COMPILING.__setitem__(
+                    key, (stage, began, time.monotonic())))
+            except Exception as err:  # noqa: BLE001 - whatever fails, the uncompiled forward serves and says why
+                done = replace(runtime, forward_note=f"uncompiled: {type(err).__name__}: {err}"[:300])
         RUNTIMES[key] = done
         COMPILING.pop(key, None)
         log.info("model %s forward: %s (%.0f s)", key, done.forward_note, time.monotonic() - began)

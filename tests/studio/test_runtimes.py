@@ -106,7 +106,10 @@ def test_a_compiled_forward_serves_once_compiled_in_the_background(monkeypatch):
     monkeypatch.setitem(models.RUNTIMES, "tiny", prepare(model, measure_cost=False))
     monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="tiny", compile=True))
     monkeypatch.setattr(lanes, "FRAME_SECONDS", 0.0)
-    models.compile_in_background("tiny")
+    with models.ONE_COMPILE:  # another model compiling: this one waits its turn and says so
+        models.compile_in_background("tiny")
+        time.sleep(0.2)
+        assert models.WAITING in models.status_markdown()[0] and models.WAITING in models.forward_note("tiny")
     assert "Compiling" in models.status_markdown()[0] and models.forward_note("tiny").startswith("uncompiled while")
     began = time.monotonic()
     while "tiny" in models.COMPILING and time.monotonic() - began < 300:
