@@ -60,8 +60,9 @@ def machine_line(info: dict[str, Any]) -> str:
     where = info.get("gpu") or info["cpu"]
     isa = f" ({', '.join(info['isa'])})" if info.get("isa") and "gpu" not in info else ""
     dtype = f", {info['dtype']}" if info.get("dtype") else ""
-    linear = ", oneDNN-packed linear" if info.get("linear") == "onednn_packed" else ""
+    linear = {"onednn_packed": ", oneDNN-packed linear", "amx_rows": ", AMX rows linear"}.get(info.get("linear"), "")
     if linear and info.get("packed_from_rows", 1) > 1:
         linear += f" from {info['packed_from_rows']} rows (torch's below)"
-    attention = ", attention row by row" if info.get("attention") == "rows" else ""
+    attention = {"rows": ", attention row by row", "rows_kernel": ", attention row by row (rows kernel)"}.get(
+        info.get("attention"), "")
     return f"{where}{isa}, {info['threads']} threads, torch {info['torch']}{dtype}{linear}{attention}"

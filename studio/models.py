@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from mars_core.load import load
-from mars_core.runtime import Runtime, prepare
+from mars_core.runtime import Runtime, prepare, rows
+from mars_core.runtime.linear import AMX
 from mars_core.serving import LoadTracker
 
 log = logging.getLogger("mars_studio")
@@ -131,6 +132,7 @@ PREPARING: dict[str, Preparation] = {}  # by name, from the first request to loa
 CONVERT = "converting the GGUF file into a model folder (once: cached under MARS_CACHE)"
 MERGE = "merging the MARS adapter into the weights (once: cached)"
 LOAD = "loading the weights"
+BUILD = "building the AMX rows kernel for this CPU (once: cached under MARS_CACHE)"
 PREPARE = ("packing this machine's kernels, checking width invariance and timing forwards by width "
            "(once per machine: cached)")
 # Stages a module above this one adds before a model loads: name -> [(what it does, the call)] (studio.engine adds
@@ -172,6 +174,8 @@ def stages(name: str | None) -> list[tuple[str, Callable[[], Any]]]:
         steps = []
     for extra in EXTRA_STAGES:  # the race's llama.cpp engines (studio.engine)
         steps += extra(name)
+    if rows.must_build():
+        steps.append((BUILD, rows.why_not))
     return [*steps, (LOAD, final), (PREPARE, runtime)]
 
 
@@ -282,13 +286,16 @@ def compile_in_background(key: str) -> None:
 
 
 def forward_note(name: str | None) -> str:
-    """What runs a served model's forward, for the small print: "compiled …", "compiling (…)" or "uncompiled…"."""
+    """What runs a served model's forward, for the small print: "compiled …", "compiling (…)" or "uncompiled…", and
+    where its linear layers run on our AMX kernel, that."""
     key = name or "default"
+    runtime = RUNTIMES.get(key)
+    amx = runtime is not None and any(e.kernel == AMX for e in runtime.linears.values())
+    kernel = "; linear layers on our AMX kernel" if amx else ""
     if key in COMPILING:
         stage, began, _ = COMPILING[key]
-        return f"uncompiled while its compiled forward is {stage}, {time.monotonic() - began:.0f} s in"
-    runtime = RUNTIMES.get(key)
-    return runtime.forward_note if runtime is not None else "uncompiled"
+        return f"uncompiled while its compiled forward is {stage}, {time.monotonic() - began:.0f} s in{kernel}"
+    return (runtime.forward_note if runtime is not None else "uncompiled") + kernel
 
 
 def get_runtime(name: str | None) -> Runtime:

@@ -39,6 +39,7 @@ from ..generate import encode_prompt, generate, stop_token_ids
 from ..machine import machine_line
 from ..runtime import CostCurve, Runtime, feed, head, new_cache, prepared, visible
 from ..runtime import keep as keep_all
+from ..runtime.rows import note as rows_note
 from ..runtime.slots import cache_slots
 from ..runtime.timing import median_seconds, write_json
 from .bench_llamacpp import LLAMACPP_METHODS, Served, llamacpp_configurations, serve
@@ -503,6 +504,7 @@ def main(argv: list[str] | None = None) -> None:
         compiled = compile_runtime(model, runtime, progress=lambda stage: print(f"compiled forward: {stage}"))
         print(f"compiled forward: {compiled.forward_note}, ready in {time.perf_counter() - began:.0f} s")
     machine = runtime.record(model)
+    machine["rows_kernel"] = rows_note()
     if compiled is not None:
         machine["compiled_forward"] = compiled.forward_note
     print(f"machine: {machine_line(machine)}")

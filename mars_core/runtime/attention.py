@@ -8,6 +8,10 @@ own sample, E a function of the row's slot alone (slots.KeyPlan). A unit is comp
 same bits alone, at any width and in any batch. The rows of one sample that read the same keys share one call, the
 keys given once (a stride-0 view over the rows); so do one-row forwards of samples that read the same keys.
 
+On a CPU where the rows kernel serves (runtime/rows.py), a row's attention is instead computed by that kernel's
+attention (kernels/rows.cpp): each row of each head on its own, its visible keys in slot order, in one call for the
+whole forward, so it needs no grouping and no Python loop (docs/speed.md#the-amx-rows-kernel).
+
 Models loaded by mars_core.load() use the attention registered here under ATTENTION ("mars"). It is transformers'
 SDPA, except inside keys_by_rows(plan) (a runtime that asks for rows, with the plan its cache made for the forward):
 training and transformers' own generate see plain SDPA.
@@ -25,6 +29,7 @@ from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 
+from .rows import rows_kernel
 from .slots import KeyPlan
 
 ATTENTION = "mars"  # the attn_implementation name load() gives models
@@ -44,7 +49,11 @@ def keys_by_rows(plan: KeyPlan | None) -> Iterator[None]:
 def attention_by_rows(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
                       scaling: float | None, plan: KeyPlan) -> torch.Tensor:
     """softmax(q k^T * scaling + mask) v, each row as its own unit (module doc): query [b, Hq, w, d], key and value
-    [b, Hkv, T, d] (the whole cache), mask bool [b, 1, w, T] (True = attend); returns [b, w, Hq, d]."""
+    [b, Hkv, T, d] (the whole cache), mask bool [b, 1, w, T] (True = attend); returns [b, w, Hq, d]. The rows
+    kernel's attention where it serves (kernel_attention), else SDPA unit by unit."""
+    if kernel_attention(query):
+        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+        return torch.ops.mars_rows.attention(query, key, value, mask, scale)
     b, hq, w, d = query.shape
     hkv = key.shape[1]
     heads = query.view(b, hkv, hq // hkv, w, d)  # query head h reads key head h // (hq / hkv), as repeat_kv does
@@ -63,6 +72,13 @@ def attention_by_rows(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
         m = mask[i, 0, sel, :e][:, None, None, :]
         out[i, sel] = F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=scaling).reshape(n, hq, d)
     return out
+
+
+def kernel_attention(query: torch.Tensor) -> bool:
+    """Whether the rows kernel computes attention by rows for this query: on a CPU where it serves, bf16 or fp32, heads
+    of a multiple of 16 values."""
+    return (query.device.type == "cpu" and query.dtype in (torch.float32, torch.bfloat16)
+            and query.shape[-1] % 16 == 0 and rows_kernel())
 
 
 def attention_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor, scaling: float

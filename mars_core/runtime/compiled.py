@@ -1,11 +1,14 @@
 """The served forward compiled: torch.compile (inductor) of the model's decoder, one graph for every width, batch and
 cache length, its artifacts kept on disk, its bits checked before it serves.
 
-The runtime's kernels stay ops of their own (linear.linear_op, attention.attention_op): the compiler fuses what lies
-between them (norms, rotary embeddings, activations, residual adds, the cache writes) into a few C++ loops and leaves
-their bits alone. Every size is symbolic and none is specialised, 1 included (backed_size_oblivious), so a row runs
-the same code at every width and in every batch; specialised, width 1 got a graph of its own and every row then
-differed between one-token and wider forwards (docs/speed.md#the-forward-compiled).
+The runtime's kernels stay ops of their own (mars::linear, mars::attention): the compiler fuses what lies between them
+(norms, rotary embeddings, activations, residual adds, the cache writes) into a few C++ loops and leaves their bits
+alone. Where the runtime's linears run the AMX rows kernel (runtime/rows.py), the graph calls that kernel's C++ ops
+instead (mars_rows::routed, mars_rows::attention), so a forward does not return to Python between layers.
+
+Every size is symbolic and none is specialised, 1 included (backed_size_oblivious), so a row runs the same code at
+every width and in every batch; specialised, width 1 got a graph of its own and every row then differed between
+one-token and wider forwards (docs/speed.md#the-forward-compiled).
 
     runtime = compile_runtime(model, prepare(model))   # minutes the first time on 2 cores, seconds once kept
     runtime.compiled                                   # None where it could not compile or failed its check
@@ -19,10 +22,13 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import torch
 
+from .linear import AMX
+from .rows import rows_kernel
 from .runtime import Runtime
 from .timing import cache_root
 
@@ -68,6 +74,45 @@ def _inductor_cache_beside_ours() -> None:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root() / "inductor")
 
 
+def _rows_graph(gm: torch.fx.GraphModule, example_inputs: list, attention: bool) -> Callable:
+    """inductor's compile of dynamo's graph with the runtime's ops swapped for the rows kernel's own (C++, no Python
+    between layers): mars::linear for mars_rows::routed (the packed copy found by the weight, registered beforehand),
+    and where the runtime computes attention by rows, mars::attention for mars_rows::attention."""
+    from torch._inductor.compile_fx import compile_fx
+
+    swap = {torch.ops.mars.linear: torch.ops.mars_rows.routed, torch.ops.mars.linear.default:
+            torch.ops.mars_rows.routed.default}
+    if attention:
+        swap |= {torch.ops.mars.attention: torch.ops.mars_rows.attention, torch.ops.mars.attention.default:
+                 torch.ops.mars_rows.attention.default}
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in swap:
+            node.target = swap[node.target]
+    gm.recompile()
+    return compile_fx(gm, example_inputs)
+
+
+def _backend(runtime: Runtime) -> str | Callable:
+    """inductor, or where the runtime's linears run the rows kernel, inductor over the rows kernel's ops, their
+    packed copies registered with it (kernels/rows.cpp: by the weight's data pointer, dropped once the weight is)."""
+    amx = [e for e in runtime.linears.values() if e.kernel == AMX]
+    if not amx or not rows_kernel():
+        return "inductor"
+    for e in amx:
+        n = e.weight.shape[0]
+        if e.fused is None:
+            torch.ops.mars_rows.register(e.weight, e.packed, n, None, 0, n)
+        else:
+            torch.ops.mars_rows.register(e.weight, e.fused.packed, e.fused.shape[0], e.fused.bias, e.cols.start,
+                                         e.cols.stop)
+    return _ROWS_BACKENDS[runtime.rows]
+
+
+# one backend object per kind: dynamo keeps a graph per code object and backend, so every model of a class compiled
+# with the same kind shares its graphs (as with "inductor")
+_ROWS_BACKENDS = {rows: partial(_rows_graph, attention=rows) for rows in (False, True)}
+
+
 def compile_runtime(model: torch.nn.Module, runtime: Runtime, cache_dir: str | Path | None = None,
                     progress: Progress | None = None) -> Runtime:
     """The runtime with the model's decoder compiled (runtime.compiled), its width check and cost curve taken anew
@@ -85,7 +130,8 @@ def compile_runtime(model: torch.nn.Module, runtime: Runtime, cache_dir: str | P
     if missing:
         return replace(runtime, forward_note=f"uncompiled: {missing}")
     _inductor_cache_beside_ours()
-    compiled = replace(runtime, compiled=torch.compile(model.get_decoder().forward, dynamic=True),
+    compiled = replace(runtime, compiled=torch.compile(model.get_decoder().forward, dynamic=True,
+                                                       backend=_backend(runtime)),
                        width_check=None, cost=None, forward_note="compiled")
     path = folder / f"inductor-{compiled.key(model)}.bin"
     misses, began = _cache_misses(), time.perf_counter()

@@ -11,6 +11,9 @@ benchmarks/linear_kernels.py` prints them by layer shape and width.)
     with LinearKernels(linears, rows=1):   # inside, every F.linear on a packed weight runs the packed kernel
         model(...)
 
+On a CPU with AMX, bf16 weights are packed for the rows kernel instead (runtime/rows.py, kernels/rows.cpp): the weights
+stream from memory once a call, up to 16 rows cost what one costs, and each row's bits are its own at any row count.
+
 Nothing is set on the model: inside LinearKernels, `F.linear` calls whose weight has a packed copy are answered from
 it (routed_linear). With grad enabled (training), on another device or dtype, or once the weight was updated in place
 (its version counter moved, as an optimizer step does), the call computes F.linear as before, so a packed copy is
@@ -29,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .rows import rows_kernel
 from .timing import fastest_seconds
 
 BATCH_HINT = 16  # rows oneDNN packs the weight for (how it was chosen: docs/speed.md#packed-linear-layers)
@@ -37,6 +41,7 @@ PROBE_ROWS = 32  # rows one_row_differs compares alone and together (bf16 rounds
 # AMX: a row among 33 or more can take other bits), so wider inputs run as calls of at most this many rows
 CHUNK_ROWS = 32
 DTYPES = (torch.float32, torch.bfloat16)  # bf16 F.linear runs oneDNN already, but reorders W on every call
+ONEDNN, AMX = "onednn_packed", "amx_rows"  # the packed kernels: oneDNN's, and ours on CPUs with AMX (bf16 only)
 
 
 def packed_dtypes() -> tuple[torch.dtype, ...]:
@@ -63,8 +68,8 @@ class Fused:
     """The packed matrix of sibling layers, and the last output each thread computed with it: the first sibling
     called on an input computes every sibling's columns, the others read theirs (the input is the same object)."""
 
-    def __init__(self, packed: torch.Tensor, bias: torch.Tensor | None, shape: tuple) -> None:
-        self.packed, self.bias, self.shape = packed, bias, shape
+    def __init__(self, packed: torch.Tensor, bias: torch.Tensor | None, shape: tuple, kernel: str = ONEDNN) -> None:
+        self.packed, self.bias, self.shape, self.kernel = packed, bias, shape, kernel
         self.pair = False  # a lone row is fed as two (decided for its shape once every weight is probed)
         self.last = threading.local()  # per thread: (input, output) of the last call
 
@@ -72,7 +77,7 @@ class Fused:
         """x through the fused matrix (computed once per input and thread), columns `cols` of it."""
         last = getattr(self.last, "pair", None)
         if last is None or last[0] is not x:
-            last = (x, packed_rows(x, self.packed, self.bias, self.pair))
+            last = (x, packed_rows(x, self.packed, self.bias, self.pair, self.kernel, self.shape[0]))
             self.last.pair = last
         return last[1][..., cols].contiguous()
 
@@ -87,6 +92,7 @@ class Packed:
     pair: bool = False  # a lone row is fed beside a copy of itself (one_row_differs on this CPU)
     fused: Fused | None = None  # the matrix of it and its siblings, which answers it
     cols: slice | None = None  # its columns there
+    kernel: str = ONEDNN  # the kernel it was packed for (ONEDNN or AMX)
 
 
 PackedLinears = dict[int, Packed]  # by id() of the weight
@@ -98,10 +104,16 @@ def version(w: torch.Tensor) -> int:
     return -1 if w.is_inference() else w._version
 
 
-def pack_linears(model: nn.Module) -> PackedLinears:
+def linear_kernel(dtype: torch.dtype, amx: bool = True) -> str:
+    """The kernel a packed weight of this dtype runs: AMX's rows kernel for bf16 where it serves (and `amx` allows
+    it), oneDNN's otherwise."""
+    return AMX if amx and dtype == torch.bfloat16 and rows_kernel() else ONEDNN
+
+
+def pack_linears(model: nn.Module, amx: bool = True) -> PackedLinears:
     """Packed copies of every CPU nn.Linear weight of a packed dtype (a tied lm_head included), sibling layers that
-    read the same input as one matrix (FUSED); {} where packing does not apply (packing_pays) or this torch build
-    lacks the oneDNN ops."""
+    read the same input as one matrix (FUSED), each for the kernel linear_kernel picks (amx=False: oneDNN's); {}
+    where packing does not apply (packing_pays) or this torch build lacks the oneDNN ops."""
     if not packing_pays(model):
         return {}
     dtypes, found, pairs = packed_dtypes(), {}, {}  # found: id(weight) -> (weight, copy or fused, columns, shape)
@@ -112,17 +124,19 @@ def pack_linears(model: nn.Module) -> PackedLinears:
                     layers = [module._modules.get(n) for n in names]
                     if all(_packable(lin, dtypes) for lin in layers) and len(
                             {(lin.in_features, lin.bias is None) for lin in layers}) == 1:
-                        found.update(_fused(layers, pairs))
+                        found.update(_fused(layers, pairs, amx))
                 w = getattr(module, "weight", None)
                 if _packable(module, dtypes) and id(w) not in found:
-                    copy = _reorder(w)
-                    found[id(w)] = (w, copy, None, _probe(pairs, copy, w))
+                    kernel = linear_kernel(w.dtype, amx)
+                    copy = _reorder(w, kernel)
+                    found[id(w)] = (w, copy, None, _probe(pairs, copy, w, kernel))
     except (AttributeError, RuntimeError):  # a torch build without these oneDNN ops
         return {}
     for fused in {id(f): f for _, f, cols, _ in found.values() if cols is not None}.values():
         fused.pair = pairs[fused.shape]
-    return {key: Packed(w, None, version(w), pairs[shape], what, cols) if cols is not None
-            else Packed(w, what, version(w), pairs[shape]) for key, (w, what, cols, shape) in found.items()}
+    return {key: Packed(w, None, version(w), pairs[shape], what, cols, what.kernel) if cols is not None
+            else Packed(w, what, version(w), pairs[shape], kernel=shape[-1]) for key, (w, what, cols, shape) in
+            found.items()}
 
 
 def _packable(module: nn.Module | None, dtypes: tuple[torch.dtype, ...]) -> bool:
@@ -130,26 +144,31 @@ def _packable(module: nn.Module | None, dtypes: tuple[torch.dtype, ...]) -> bool
     return type(module) is nn.Linear and module.weight.device.type == "cpu" and module.weight.dtype in dtypes
 
 
-def _reorder(w: torch.Tensor) -> torch.Tensor:
+def _reorder(w: torch.Tensor, kernel: str = ONEDNN) -> torch.Tensor:
+    """w's packed copy for `kernel`."""
+    if kernel == AMX:
+        return torch.ops.mars_rows.pack(w.detach())
     return torch.ops.mkldnn._reorder_linear_weight(w.detach(), BATCH_HINT)
 
 
-def _probe(pairs: dict, copy: torch.Tensor, w: torch.Tensor) -> tuple:
-    """The weight's shape key, probed for the one-row difference unless a weight of that shape showed it already:
-    the kernel oneDNN picks depends on the shape alone, but whether its one-row bits differ shows on some weights
-    only, so each weight is probed until one of its shape does (docs/speed.md#one-row-fed-as-two)."""
-    key = (*w.shape, w.dtype)
+def _probe(pairs: dict, copy: torch.Tensor, w: torch.Tensor, kernel: str = ONEDNN) -> tuple:
+    """The weight's shape key (its output features first, its kernel last), probed for oneDNN's one-row difference
+    unless a weight of that shape showed it already: the kernel oneDNN picks depends on the shape alone, but whether
+    its one-row bits differ shows on some weights only, so each weight is probed until one of its shape does
+    (docs/speed.md#one-row-fed-as-two). The AMX kernel computes a row alike at every row count: never probed."""
+    key = (*w.shape, w.dtype, kernel)
     if not pairs.get(key):
-        pairs[key] = one_row_differs(copy, w.shape[1], w.dtype)
+        pairs[key] = kernel == ONEDNN and one_row_differs(copy, w.shape[1], w.dtype)
     return key
 
 
-def _fused(layers: list[nn.Linear], pairs: dict) -> dict:
+def _fused(layers: list[nn.Linear], pairs: dict, amx: bool = True) -> dict:
     """Sibling layers as one packed matrix: each layer found as its columns of it."""
     weight = torch.cat([lin.weight.detach() for lin in layers])
     bias = None if layers[0].bias is None else torch.cat([lin.bias.detach() for lin in layers])
-    copy = _reorder(weight)
-    fused = Fused(copy, bias, _probe(pairs, copy, weight))
+    kernel = linear_kernel(weight.dtype, amx)
+    copy = _reorder(weight, kernel)
+    fused = Fused(copy, bias, _probe(pairs, copy, weight, kernel), kernel)
     bounds = [0, *accumulate(lin.out_features for lin in layers)]
     return {id(lin.weight): (lin.weight, fused, slice(a, b), fused.shape)
             for lin, a, b in zip(layers, bounds, bounds[1:])}
@@ -172,14 +191,18 @@ def packed_linear(x: torch.Tensor, entry: Packed, bias: torch.Tensor | None) -> 
     """y = x W^T + b from the packed W (a fused matrix's columns where the layer has siblings, its bias there)."""
     if entry.fused is not None:
         return entry.fused.columns(x, entry.cols)
-    return packed_rows(x, entry.packed, bias, entry.pair)
+    return packed_rows(x, entry.packed, bias, entry.pair, entry.kernel, entry.weight.shape[0])
 
 
-def packed_rows(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, pair: bool) -> torch.Tensor:
-    """x W^T + b over a packed W in calls of at most CHUNK_ROWS rows, so a row's bits do not depend on how many rows
-    share its forward (docs/speed.md#one-decoder). Where this CPU's kernel for one row differs from its kernel for two
-    (pair), a lone row is fed beside a copy of itself; two rows cost about 10% more than one in that layer
+def packed_rows(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, pair: bool, kernel: str = ONEDNN,
+                out: int = 0) -> torch.Tensor:
+    """x W^T + b over a W packed for `kernel` (`out` columns). AMX's rows kernel takes any number of rows alike.
+    oneDNN's runs calls of at most CHUNK_ROWS rows, so a row's bits do not depend on how many rows share its forward
+    (docs/speed.md#one-decoder); where this CPU's oneDNN kernel for one row differs from its kernel for two (pair), a
+    lone row is fed beside a copy of itself; two rows cost about 10% more than one in that layer
     (docs/speed.md#one-row-fed-as-two)."""
+    if kernel == AMX:
+        return torch.ops.mars_rows.linear(x, packed, out, bias)
     rows = x.numel() // x.shape[-1]
     if rows > CHUNK_ROWS:
         flat = x.reshape(rows, -1)

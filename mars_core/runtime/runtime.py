@@ -24,8 +24,9 @@ from typing import Any
 import torch
 
 from ..machine import machine_info
+from .attention import kernel_attention
 from .curve import CostCurve
-from .linear import CHUNK_ROWS, LinearKernels, PackedLinears
+from .linear import AMX, CHUNK_ROWS, ONEDNN, LinearKernels, PackedLinears
 from .slots import KEY_ROUND
 
 
@@ -84,13 +85,25 @@ class Runtime:
     def record(self, model: torch.nn.Module) -> dict[str, Any]:
         """Where and how a measurement under this runtime runs: the machine record and the kernels chosen."""
         paired = any(entry.pair for entry in self.linears.values())  # a lone row fed as two: other bits, other speed
-        return {**machine_info(model.device, model.dtype), "linear": "onednn_packed" if self.linears else "torch",
+        kernels = {entry.kernel for entry in self.linears.values()}
+        linear = (AMX if AMX in kernels else ONEDNN) if kernels else "torch"  # AMX: a model's bf16 layers
+        return {**machine_info(model.device, model.dtype), "linear": linear,
                 "packed_from_rows": self.packed_from if self.linears else 0,
-                **({"one_row": "fed as two"} if paired else {}), "rows_per_call": CHUNK_ROWS if self.linears else 0,
+                **({"one_row": "fed as two"} if paired else {}),
+                "rows_per_call": CHUNK_ROWS if ONEDNN in kernels else 0,
                 **({"fused": "siblings as one matrix"} if any(e.fused for e in self.linears.values()) else {}),
-                "attention": "rows" if self.rows else "sdpa", "cache": "slots",
+                "attention": self._attention(model), "cache": "slots",
                 "forward": "inductor" if self.compiled is not None else "eager",
                 "keys": "whole cache" if self.static else f"slot rounded to {KEY_ROUND}"}
+
+    def _attention(self, model: torch.nn.Module) -> str:
+        """How attention runs: by rows in the rows kernel (rows_kernel) or SDPA unit by unit (rows), or SDPA."""
+        if not self.rows:
+            return "sdpa"
+        config = model.config
+        head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        query = torch.empty(0, head, device=model.device, dtype=model.dtype)  # what the kernel is asked about
+        return "rows_kernel" if kernel_attention(query) else "rows"
 
     def key(self, model: torch.nn.Module) -> str:
         """What a measurement under this runtime depends on: the machine, the kernels, the dtype, the model's shape."""

@@ -112,3 +112,46 @@ def test_without_a_compiler_it_serves_uncompiled_and_says_why(tokenizer, monkeyp
     out = compile_runtime(model, runtime, tmp_path)
     assert out.compiled is None and out.forward_note.startswith("uncompiled: no C++ compiler"), out.forward_note
     assert generate(model, tokenizer, PROMPTS[0], max_new_tokens=4, runtime=out).token_ids
+
+
+@pytest.mark.skipif(not __import__("mars_core.runtime.rows", fromlist=["rows_kernel"]).rows_kernel(),
+                    reason="no AMX rows kernel on this machine")
+def test_with_the_rows_kernel_the_graph_calls_its_ops_and_keeps_the_guarantees(tokenizer, tmp_path, monkeypatch):
+    """A bf16 model on a CPU with AMX: the graph calls the rows kernel's own ops (no Python between layers), the
+    packed copies found by weight, and verified = one-token = alone still holds; a weight changed in place after
+    packing is never answered from its stale copy."""
+    import torch._dynamo
+
+    from mars_core.runtime import compiled as compiled_module
+
+    graphs = []
+    rows_graph = compiled_module._rows_graph
+
+    def seen(gm, example_inputs, attention):
+        out = rows_graph(gm, example_inputs, attention)
+        graphs.append({str(n.target) for n in gm.graph.nodes if n.op == "call_function"})
+        return out
+
+    monkeypatch.setattr(compiled_module, "_ROWS_BACKENDS", {r: (lambda g, i, r=r: seen(g, i, r)) for r in (0, 1)})
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = tiny_llama(len(tokenizer), attn_implementation=ATTENTION).to(torch.bfloat16)
+    eager = prepare(model, cache_dir=tmp_path, measure_cost=False)
+    runtime = compile_runtime(model, eager, tmp_path)
+    assert runtime.record(model)["linear"] == "amx_rows" and runtime.record(model)["attention"] == "rows_kernel"
+    assert runtime.width_check.identical, runtime.width_check
+    kw = dict(max_new_tokens=16, runtime=runtime)
+    ar = generate(model, tokenizer, PROMPTS, strategy="ar", **kw)
+    verified = generate(model, tokenizer, PROMPTS, strategy="verified", block_size=4, **kw)
+    alone = [generate(model, tokenizer, p, strategy="ar", **kw).token_ids[0] for p in PROMPTS]
+    assert verified.token_ids == ar.token_ids == alone
+    ops = set().union(*graphs)
+    assert {"mars_rows.routed", "mars_rows.attention"} <= {op.removesuffix(".default") for op in ops}, sorted(ops)
+    assert not any(op.startswith("mars.") for op in ops), ops
+    with torch.no_grad():  # an update in place: the packed copy is stale, torch's F.linear answers from the weight
+        for p in model.parameters():
+            p.mul_(0.5) if p.dim() == 2 else None
+    assert generate(model, tokenizer, PROMPTS[0], strategy="ar", **kw).token_ids == generate(
+        model, tokenizer, PROMPTS[0], strategy="ar", max_new_tokens=16, runtime=prepare(model, cache_dir=tmp_path,
+                                                                                          measure_cost=False,
+                                                                                          check=False)).token_ids

@@ -121,3 +121,18 @@ def test_a_compiled_forward_serves_once_compiled_in_the_background(monkeypatch):
     frames = list(race_loop.run_race(PROMPT, 4, 16, controls, race_state.RaceSession(), keep=keep))
     assert keep["verified"].ids == keep["ar"].ids and keep["exact"]
     assert any("forward compiled" in str(part) for part in frames[-1])  # the stats' small print
+
+
+def test_the_small_print_says_when_linear_layers_run_on_our_amx_kernel(monkeypatch):
+    """forward_note adds the kernel where a served runtime's linears were packed for it, and nothing elsewhere."""
+    import torch
+
+    from mars_core.runtime import Runtime
+    from mars_core.runtime.linear import AMX, ONEDNN, Packed
+
+    weight = torch.zeros(2, 2)
+    for kernel, said in ((AMX, True), (ONEDNN, False)):
+        runtime = Runtime(linears={id(weight): Packed(weight, weight, 0, kernel=kernel)}, forward_note="compiled (x)")
+        monkeypatch.setitem(models.RUNTIMES, "kernel-note", runtime)
+        note = models.forward_note("kernel-note")
+        assert note.startswith("compiled (x)") and ("AMX kernel" in note) == said, note

@@ -1,0 +1,298 @@
+// y = x W^T + b in bf16 on a CPU with AMX, for the few rows a decoding forward feeds.
+//
+// W is packed once into panels of 32 output columns, its k dimension in pairs (the layout the tile multiply reads):
+// panel p holds W[32p .. 32p+31, :] as [K/2][32][2]. A call streams every panel from memory once; the rows of x go
+// through the tile unit 16 at a time, so up to 16 rows cost what one row costs (the weights' read). Each output is
+// one chain of tile multiply-adds over k in the same order whatever the number of rows, and the tile unit computes
+// a row from that row alone: a row's bits do not depend on how many rows, or which, share the call (width and batch
+// invariance, checked by runtime/invariance.py).
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+namespace {
+constexpr int64_t PANEL = 32;  // output columns a panel holds (two tiles of 16 fp32)
+constexpr int64_t BLOCK = 16;  // rows of x a tile holds
+constexpr int64_t DEPTH = 32;  // k a tile multiply consumes (16 pairs of bf16)
+
+struct TileConfig {  // the palette-1 layout _tile_loadconfig reads
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+bool amx_ready() {  // Linux gives a thread the tile state only once the process asked for it
+  static const bool ok = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+  return ok;
+}
+
+// Panels [p0, p1) for every block of 16 rows. Tiles: 0, 1 the sums (16 rows x 16 fp32 columns each), 2 a block of x
+// (16 rows x 32 bf16), 3, 4 the panel's two halves (16 pairs x 16 columns).
+void panels(const char* w, const char* x, int64_t blocks, int64_t depth, float* scratch, int64_t p0, int64_t p1,
+            const std::function<void(int64_t, int64_t, const float*)>& emit) {
+  TileConfig cfg;
+  for (int t = 0; t < 5; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
+  _tile_loadconfig(&cfg);
+  const int64_t ldx = depth * DEPTH * 2, panel_bytes = depth * (DEPTH / 2) * PANEL * 4;
+  for (int64_t p = p0; p < p1; ++p)
+    for (int64_t b = 0; b < blocks; ++b) {
+      _tile_zero(0);
+      _tile_zero(1);
+      const char* wp = w + p * panel_bytes;
+      for (int64_t k = 0; k < depth; ++k) {
+        _tile_loadd(2, x + b * BLOCK * ldx + k * DEPTH * 2, ldx);
+        _tile_loadd(3, wp + k * 16 * PANEL * 4, PANEL * 4);
+        _tile_loadd(4, wp + k * 16 * PANEL * 4 + 64, PANEL * 4);
+        _tile_dpbf16ps(0, 2, 3);
+        _tile_dpbf16ps(1, 2, 4);
+      }
+      _tile_stored(0, scratch, PANEL * 4);
+      _tile_stored(1, scratch + 16, PANEL * 4);
+      emit(p, b, scratch);
+    }
+  _tile_release();
+}
+}  // namespace
+
+bool available() { return amx_ready(); }
+
+// W [N, K] bf16 -> panels [ceil(N/32)][ceil(K/32) * 16][32][2], zero-padded
+at::Tensor pack(const at::Tensor& w) {
+  TORCH_CHECK(w.dim() == 2 && w.scalar_type() == at::kBFloat16, "mars_rows.pack: a 2-D bf16 weight");
+  auto src = w.contiguous();
+  const int64_t N = w.size(0), K = w.size(1), pairs = (K + DEPTH - 1) / DEPTH * (DEPTH / 2);
+  auto out = at::zeros({(N + PANEL - 1) / PANEL, pairs, PANEL, 2}, w.options());
+  const uint16_t* s = reinterpret_cast<const uint16_t*>(src.data_ptr());
+  uint16_t* d = reinterpret_cast<uint16_t*>(out.data_ptr());
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) d[(((n / PANEL) * pairs + k / 2) * PANEL + n % PANEL) * 2 + k % 2] = s[n * K + k];
+  return out;
+}
+
+// x [..., K] bf16 through packed W (n output columns) and bias [n] (bf16 or none): [..., n] bf16, each sum rounded
+// to bf16 once (round to nearest even, as torch rounds), the bias added in fp32 first
+at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, int64_t n, const std::optional<at::Tensor>& bias) {
+  const int64_t K = x.size(-1), pairs = packed.size(1), panel_count = packed.size(0);
+  TORCH_CHECK(amx_ready(), "mars_rows.linear: no AMX tile state on this CPU");
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16 && packed.scalar_type() == at::kBFloat16 && packed.is_contiguous() &&
+                  (K + DEPTH - 1) / DEPTH * (DEPTH / 2) == pairs && n <= panel_count * PANEL,
+              "mars_rows.linear: x and the packed weight do not match");
+  const int64_t M = x.numel() / K, blocks = (M + BLOCK - 1) / BLOCK, width = pairs * 2;
+  auto xs = x.reshape({M, K}).contiguous();
+  auto padded = at::empty({blocks * BLOCK, width}, x.options());  // whole blocks of rows, whole tiles of k
+  const char* src = static_cast<const char*>(xs.data_ptr());
+  char* dst = static_cast<char*>(padded.data_ptr());
+  for (int64_t m = 0; m < blocks * BLOCK; ++m) {
+    char* row = dst + m * width * 2;
+    if (m < M) std::memcpy(row, src + m * K * 2, K * 2);
+    std::memset(row + (m < M ? K * 2 : 0), 0, (m < M ? width - K : width) * 2);
+  }
+  std::vector<float> b(n, 0.f);
+  if (bias.has_value()) {
+    auto bf = bias->to(at::kFloat).contiguous();
+    std::memcpy(b.data(), bf.data_ptr<float>(), n * 4);
+  }
+  auto sizes = x.sizes().vec();
+  sizes.back() = n;
+  auto y = at::empty(sizes, x.options());
+  c10::BFloat16* out = y.data_ptr<c10::BFloat16>();
+  const char* w = static_cast<const char*>(packed.data_ptr());
+  at::parallel_for(0, panel_count, 1, [&](int64_t p0, int64_t p1) {
+    alignas(64) float scratch[BLOCK * PANEL];
+    panels(w, dst, blocks, pairs * 2 / DEPTH, scratch, p0, p1, [&](int64_t p, int64_t blk, const float* sums) {
+      const int64_t c0 = p * PANEL, cols = std::min(PANEL, n - c0);
+      for (int64_t r = 0; r < BLOCK && blk * BLOCK + r < M; ++r) {
+        c10::BFloat16* o = out + (blk * BLOCK + r) * n + c0;
+        for (int64_t c = 0; c < cols; ++c) o[c] = c10::BFloat16(sums[r * PANEL + c] + b[c0 + c]);
+      }
+    });
+  });
+  return y;
+}
+
+namespace {
+// 16 values as fp32 (bf16 is fp32's upper half: exact)
+inline __m512 load16(const float* x) { return _mm512_loadu_ps(x); }
+inline __m512 load16(const c10::BFloat16* x) {
+  const __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
+}
+
+// q . k over d (a multiple of 16): one chain of fused multiply-adds over d in order, then one fixed sum of the lanes
+template <typename T>
+inline float dot(const __m512* q, const T* k, int64_t d) {
+  __m512 acc = _mm512_mul_ps(q[0], load16(k));
+  for (int64_t j = 1; j < d / 16; ++j) acc = _mm512_fmadd_ps(q[j], load16(k + 16 * j), acc);
+  return _mm512_reduce_add_ps(acc);
+}
+
+// e^x for softmax's shifted scores (x <= 0): x = n ln2 + r with |r| <= ln2 / 2, e^r by its Taylor polynomial to r^6
+// (relative error under 2e-7), 2^n from the exponent bits. Plain float arithmetic, so the compiler vectorises the loops
+// that call it, and a lane computes what the scalar code computes (no library call that differs between the two).
+inline float exp_shifted(float x) {
+  x = std::max(x, -87.f);  // 2^n stays a normal float
+  const float n = std::floor(x * 1.44269504f + 0.5f);
+  const float r = (x - n * 0.693145751953125f) - n * 1.42860677e-6f;
+  float p = 1.f / 720;
+  p = p * r + 1.f / 120;
+  p = p * r + 1.f / 24;
+  p = p * r + 1.f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.f;
+  p = p * r + 1.f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  return p * scale;
+}
+
+template <typename T>
+void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask, float scale,
+            at::Tensor& out) {
+  const int64_t b = q.size(0), hq = q.size(1), w = q.size(2), d = q.size(3), hkv = k.size(1), slots = k.size(2);
+  const int64_t group = hq / hkv, vecs = d / 16;  // query heads that read one key head; vectors of a head
+  const T *qp = q.data_ptr<T>(), *kp = k.data_ptr<T>(), *vp = v.data_ptr<T>();
+  const bool* mp = mask.data_ptr<bool>();
+  T* op = out.data_ptr<T>();
+  at::parallel_for(0, b * w * hkv, 1, [&](int64_t i0, int64_t i1) {  // a unit: one row's query heads of a key head
+    std::vector<__m512> qv(group * vecs), acc(group * vecs);
+    std::vector<float> score(group * slots), total(group), tail(16);
+    std::vector<int64_t> seen(slots);
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t s = i / (w * hkv), r = i / hkv % w, kh = i % hkv;
+      const T *keys = kp + (s * hkv + kh) * slots * d, *values = vp + (s * hkv + kh) * slots * d;
+      const bool* visible = mp + (s * w + r) * slots;
+      int64_t n = 0;  // the slots this row sees, in slot order
+      for (int64_t t = 0; t < slots; ++t)
+        if (visible[t]) seen[n++] = t;
+      for (int64_t g = 0; g < group; ++g)
+        for (int64_t j = 0; j < vecs; ++j) qv[g * vecs + j] = load16(qp + ((s * hq + kh * group + g) * w + r) * d + 16 * j);
+      for (int64_t e = 0; e < n; ++e)
+        for (int64_t g = 0; g < group; ++g) score[g * slots + e] = dot(&qv[g * vecs], keys + seen[e] * d, d) * scale;
+      for (int64_t g = 0; g < group; ++g) {
+        float* x = score.data() + g * slots;
+        const float top = n ? *std::max_element(x, x + n) : 0.f;
+        for (int64_t e = 0; e < n; ++e) x[e] = exp_shifted(x[e] - top);
+        float sum = 0.f;
+        for (int64_t e = 0; e < n; ++e) sum += x[e];
+        total[g] = sum;
+      }
+      for (auto& a : acc) a = _mm512_setzero_ps();
+      for (int64_t e = 0; e < n; ++e)
+        for (int64_t j = 0; j < vecs; ++j) {
+          const __m512 row = load16(values + seen[e] * d + 16 * j);
+          for (int64_t g = 0; g < group; ++g)
+            acc[g * vecs + j] = _mm512_fmadd_ps(_mm512_set1_ps(score[g * slots + e]), row, acc[g * vecs + j]);
+        }
+      for (int64_t g = 0; g < group; ++g) {
+        T* o = op + ((s * w + r) * hq + kh * group + g) * d;
+        const float inv = total[g] > 0.f ? 1.f / total[g] : 0.f;
+        for (int64_t j = 0; j < vecs; ++j) {
+          _mm512_storeu_ps(tail.data(), _mm512_mul_ps(acc[g * vecs + j], _mm512_set1_ps(inv)));
+          for (int64_t l = 0; l < 16; ++l) o[16 * j + l] = static_cast<T>(tail[l]);
+        }
+      }
+    }
+  });
+}
+}  // namespace
+
+// softmax(q k^T * scale, where mask) v, each row of each head on its own, its keys in slot order: q [b, Hq, w, d],
+// k and v [b, Hkv, T, d] (query head h reads key head h / (Hq / Hkv)), mask bool [b, 1, w, T] (True = attend);
+// returns [b, w, Hq, d]. A row's bits depend on its own query and the keys it sees, nothing else.
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                     double scale) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.sizes() == k.sizes() && q.size(0) == k.size(0) &&
+                  q.size(3) == k.size(3) && q.size(1) % k.size(1) == 0 && q.scalar_type() == k.scalar_type() &&
+                  v.scalar_type() == k.scalar_type() && mask.scalar_type() == at::kBool,
+              "mars_rows.attention: q, k, v and mask do not match");
+  TORCH_CHECK(q.size(3) % 16 == 0, "mars_rows.attention: a head's size must be a multiple of 16");
+  auto qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
+  auto mc = mask.expand({q.size(0), 1, q.size(2), k.size(2)}).contiguous();
+  auto out = at::empty({q.size(0), q.size(2), q.size(1), q.size(3)}, q.options());
+  if (q.scalar_type() == at::kBFloat16)
+    attend<c10::BFloat16>(qc, kc, vc, mc, static_cast<float>(scale), out);
+  else if (q.scalar_type() == at::kFloat)
+    attend<float>(qc, kc, vc, mc, static_cast<float>(scale), out);
+  else
+    TORCH_CHECK(false, "mars_rows.attention: bf16 or fp32 only");
+  return out;
+}
+
+// The packed copies a compiled graph's linear layers are answered from, by the weight's data pointer: the graph hands
+// each call the model's weight (runtime/compiled.py), and routed() finds its copy here without a trip through Python.
+namespace {
+struct Entry {
+  c10::weak_intrusive_ptr<c10::StorageImpl> storage;  // the model's weight (an entry whose weight is gone is dropped)
+  int64_t version;                                     // the weight's version when packed (-1: an inference tensor)
+  at::Tensor packed;                                   // the packed matrix (fused siblings: their columns side by side)
+  std::optional<at::Tensor> bias;                      // a fused matrix's bias (a lone layer's comes with the call)
+  int64_t n, col0, col1;                               // the matrix's columns, and this weight's among them
+};
+std::mutex registry_mutex;
+std::unordered_map<const void*, Entry> registry;
+struct Product {  // the last fused product a thread computed: its siblings' calls read their columns from it
+  at::Tensor x, y;
+  const void* packed = nullptr;
+};
+thread_local Product last;
+
+int64_t version_of(const at::Tensor& w) { return w.is_inference() ? -1 : static_cast<int64_t>(w._version()); }
+}  // namespace
+
+void register_weight(const at::Tensor& weight, const at::Tensor& packed, int64_t n, const std::optional<at::Tensor>& bias,
+                     int64_t col0, int64_t col1) {
+  std::lock_guard<std::mutex> hold(registry_mutex);
+  for (auto it = registry.begin(); it != registry.end();) it = it->second.storage.expired() ? registry.erase(it) : ++it;
+  registry.insert_or_assign(weight.data_ptr(), Entry{weight.storage().getWeakStorageImpl(), version_of(weight), packed,
+                                                     bias, n, col0, col1});
+}
+
+// F.linear(x, weight, bias), answered from weight's registered packed copy where one serves (no grad, bf16, the same
+// weight unchanged since it was packed), else by torch's F.linear
+at::Tensor routed(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+  std::optional<Entry> entry;
+  {
+    std::lock_guard<std::mutex> hold(registry_mutex);
+    auto it = registry.find(weight.data_ptr());
+    if (it != registry.end()) entry = it->second;
+  }
+  const bool serves = entry && !at::GradMode::is_enabled() && x.scalar_type() == at::kBFloat16 &&
+                      weight.scalar_type() == at::kBFloat16 && x.device().is_cpu() &&
+                      entry->storage.lock().get() == weight.storage().unsafeGetStorageImpl() &&
+                      entry->version == version_of(weight);
+  if (!serves) return at::linear(x, weight, bias);
+  if (entry->col0 == 0 && entry->col1 == entry->n) return linear(x, entry->packed, entry->n, bias);
+  if (last.packed != entry->packed.data_ptr() || !last.x.is_same(x))
+    last = Product{x, linear(x, entry->packed, entry->n, entry->bias), entry->packed.data_ptr()};
+  return last.y.narrow(-1, entry->col0, entry->col1 - entry->col0).contiguous();
+}
+
+TORCH_LIBRARY(mars_rows, m) {
+  m.def("available() -> bool", available);
+  m.def("pack(Tensor w) -> Tensor");
+  m.def("linear(Tensor x, Tensor packed, int n, Tensor? bias) -> Tensor");
+  m.def("attention(Tensor q, Tensor k, Tensor v, Tensor mask, float scale) -> Tensor");
+  m.def("register(Tensor weight, Tensor packed, int n, Tensor? bias, int col0, int col1) -> ()");
+  m.def("routed(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
+}
+TORCH_LIBRARY_IMPL(mars_rows, CPU, m) {
+  m.impl("pack", pack);
+  m.impl("linear", linear);
+  m.impl("attention", attention);
+  m.impl("register", register_weight);
+  m.impl("routed", routed);
+}

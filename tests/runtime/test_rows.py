@@ -1,0 +1,123 @@
+"""The AMX rows kernel (runtime/rows.py, kernels/rows.cpp): F.linear's numbers, each row's bits its own whatever rows
+travel with it, and a clear reason wherever it does not serve."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mars_core.runtime import rows
+
+
+@pytest.fixture
+def fresh_state(monkeypatch):
+    """rows' verdict taken anew (it is kept per process)."""
+    monkeypatch.setattr(rows, "_STATE", {})
+
+
+def test_a_cpu_without_amx_is_told_so(fresh_state, monkeypatch):
+    monkeypatch.setattr(rows, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16"})
+    assert rows.why_not() == "no AMX on this CPU" and not rows.rows_kernel()
+
+
+def test_it_can_be_turned_off(fresh_state, monkeypatch):
+    monkeypatch.setattr(rows, "cpu_flags", lambda: {"amx_bf16", "amx_tile"})
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
+    monkeypatch.setattr(rows.shutil, "which", lambda name: "/usr/bin/c++")
+    monkeypatch.setenv("MARS_ROWS_KERNEL", "0")
+    assert rows.why_not() == "turned off (MARS_ROWS_KERNEL=0)"
+
+
+def test_a_failed_build_says_why(fresh_state, monkeypatch, tmp_path):
+    import torch.utils.cpp_extension as ext
+
+    monkeypatch.setattr(rows, "cpu_flags", lambda: {"amx_bf16", "amx_tile"})
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
+    monkeypatch.setattr(rows.shutil, "which", lambda name: "/usr/bin/c++")
+    monkeypatch.setenv("MARS_CACHE", str(tmp_path))
+
+    def fail(**kwargs):
+        raise RuntimeError("Error building extension 'mars_rows'\nmore")
+
+    monkeypatch.setattr(ext, "load", fail)
+    assert rows.why_not() == "building it failed (RuntimeError: Error building extension 'mars_rows')"
+
+
+amx = pytest.mark.skipif(not rows.rows_kernel(), reason=f"no rows kernel here: {rows.why_not()}")
+
+
+@amx
+@pytest.mark.parametrize("n,k,bias", [(40, 96, True), (1000, 577, False), (192, 576, True), (33, 31, False)])
+def test_it_computes_f_linear(n, k, bias):
+    """Shapes that fill no panel (40, 33 columns) or tile (577, 31 inputs) whole, with and without a bias, a 3-D
+    input that is not contiguous: F.linear's numbers up to bf16's rounding."""
+    g = torch.Generator().manual_seed(0)
+    w = (torch.randn(n, k, generator=g) * 0.05).bfloat16()
+    b = torch.randn(n, generator=g).bfloat16() if bias else None
+    x = torch.randn(3, 7, k, generator=g).bfloat16().transpose(0, 1)
+    got = torch.ops.mars_rows.linear(x, torch.ops.mars_rows.pack(w), n, b)
+    exact = F.linear(x.float(), w.float(), None if b is None else b.float())
+    assert got.shape == (7, 3, n) and got.dtype == torch.bfloat16
+    assert (got.float() - exact).abs().max() <= (F.linear(x, w, b).float() - exact).abs().max() * 1.5 + 1e-6
+
+
+@amx
+def test_a_row_gets_its_own_bits_beside_any_rows():
+    """Row r fed alone, among 1..40 rows (more than two blocks of 16) and among other rows in another order: the
+    same bits."""
+    g = torch.Generator().manual_seed(1)
+    w = (torch.randn(576, 1536, generator=g) * 0.05).bfloat16()
+    packed = torch.ops.mars_rows.pack(w)
+    x = torch.randn(40, 1536, generator=g).bfloat16()
+    alone = torch.cat([torch.ops.mars_rows.linear(x[r : r + 1], packed, 576, None) for r in range(40)])
+    for m in range(2, 41):
+        assert torch.equal(torch.ops.mars_rows.linear(x[:m], packed, 576, None), alone[:m]), m
+    order = torch.randperm(40, generator=g)
+    assert torch.equal(torch.ops.mars_rows.linear(x[order], packed, 576, None), alone[order])
+
+
+@amx
+def test_mismatched_inputs_are_refused():
+    w = torch.randn(64, 64).bfloat16()
+    packed = torch.ops.mars_rows.pack(w)
+    with pytest.raises(RuntimeError, match="do not match"):
+        torch.ops.mars_rows.linear(torch.randn(2, 96).bfloat16(), packed, 64, None)
+    with pytest.raises(RuntimeError, match="do not match"):
+        torch.ops.mars_rows.linear(torch.randn(2, 64), packed, 64, None)
+
+
+@amx
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_its_attention_is_sdpa_row_by_row(dtype):
+    """The kernel's attention (9 query heads over 3 key heads, as the embedded model): SDPA's numbers up to rounding,
+    and each row's bits the same alone, among the others and in a batch of one."""
+    g = torch.Generator().manual_seed(2)
+    b, w, slots = 2, 6, 100
+    q = torch.randn(b, 9, w, 64, generator=g).to(dtype)
+    k, v = (torch.randn(b, 3, slots, 64, generator=g).to(dtype) for _ in range(2))
+    mask = torch.rand(b, 1, w, slots, generator=g) < 0.6
+    mask[..., 0] = True
+    got = torch.ops.mars_rows.attention(q, k, v, mask, 0.125)
+    exact = F.scaled_dot_product_attention(q.float(), k.float().repeat_interleave(3, 1),
+                                           v.float().repeat_interleave(3, 1), attn_mask=mask, scale=0.125)
+    assert got.shape == (b, w, 9, 64)
+    torch.testing.assert_close(got.float(), exact.transpose(1, 2), atol=1e-2 if dtype == torch.bfloat16 else 1e-5,
+                               rtol=1e-2 if dtype == torch.bfloat16 else 1e-5)
+    rows = torch.cat([torch.ops.mars_rows.attention(q[:, :, r : r + 1], k, v, mask[:, :, r : r + 1], 0.125)
+                      for r in range(w)], 1)
+    alone = torch.cat([torch.ops.mars_rows.attention(q[i : i + 1], k[i : i + 1], v[i : i + 1], mask[i : i + 1], 0.125)
+                       for i in range(b)])
+    assert torch.equal(rows, got) and torch.equal(alone, got)
+
+
+def test_a_build_to_come_is_known_before_it_starts(fresh_state, monkeypatch, tmp_path):
+    """must_build(): true only where the CPU has AMX and no build is kept (the app tells of that step)."""
+    monkeypatch.setenv("MARS_CACHE", str(tmp_path))
+    monkeypatch.setattr(rows, "cpu_flags", lambda: {"avx2"})
+    assert not rows.must_build()
+    monkeypatch.setattr(rows, "cpu_flags", lambda: {"amx_bf16", "amx_tile"})
+    assert rows.must_build()
+    rows._folder().mkdir(parents=True)
+    (rows._folder() / "mars_rows_x.so").write_bytes(b"")
+    assert not rows.must_build()
