@@ -25,6 +25,7 @@ __all__ = ["CostCurve", "forward_cost", "interpolate", "measure_cost", "spot_sec
 
 BATCH_SIZES = (1, 4, 16)  # measured batch sizes; others are interpolated (or extrapolated linearly)
 WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # measured tokens per sample
+FORMAT = "v2"  # in a kept curve's name: v2 prices widths past the budget by batch 1's tokens (older: timed anew)
 TOKEN_BUDGET = 32  # widths with batch * width above this are extrapolated, not timed (seconds, not minutes)
 ROUNDS = 5  # timed rounds per width; the fastest is kept
 SPOT_WIDTHS = (1, 4)  # batch-1 widths a kept curve is checked against at load
@@ -55,8 +56,21 @@ def measure_cost(model: torch.nn.Module, runtime: Runtime, *, batch_sizes: tuple
         # kernel read 45 ms after a run of wide oneDNN forwards, 35 alone, while two rows read 37).
         for j in reversed(range(len(measured) - 1)):
             measured[j] = min(measured[j], measured[j + 1])
-        rows.append(tuple(interpolate(w, tuple(timed), measured) for w in widths))
+        one = rows[0] if batch_sizes[0] == 1 and b > 1 else None  # batch 1's curve, by tokens a forward
+        rows.append(tuple(_past_budget(w, b, timed, measured, one, widths) for w in widths))
     return CostCurve(tuple(batch_sizes), tuple(widths), tuple(rows), runtime.record(model))
+
+
+def _past_budget(w: int, b: int, timed: list[int], measured: list[float], one: tuple[float, ...] | None,
+                 widths: tuple[int, ...]) -> float:
+    """Seconds of a batch-b forward of w tokens a sample: interpolated between the widths timed; past the widest one
+    timed, that one plus what batch 1 pays for as many more tokens (b*w against b*w_last). Extended from its own two
+    narrowest points alone, a large batch's row read flat where they came out equal, and priced every width as free."""
+    last = timed[-1]
+    if w <= last or one is None:
+        return interpolate(w, tuple(timed), measured)
+    tokens = lambda n: interpolate(n, tuple(widths), list(one))  # noqa: E731 - batch 1's cost at n tokens
+    return measured[-1] + max(0.0, tokens(b * w) - tokens(b * last))
 
 
 def _timed_forward(model: torch.nn.Module, runtime: Runtime, cache, ids: torch.Tensor, context: int,
@@ -98,7 +112,7 @@ def forward_cost(model: torch.nn.Module, runtime: Runtime, cache_dir: str | Path
     inflates the timings, the narrow ones most, which misleads the plan, so a curve that reads STALE times slower is
     timed again."""
     key = runtime.key(model)
-    path = Path(cache_dir) / f"{key}.json" if cache_dir is not None else None
+    path = Path(cache_dir) / f"{key}-{FORMAT}.json" if cache_dir is not None else None
     if not refresh and key in _UNKEPT:
         return _UNKEPT[key]
     curve = None if refresh else read_kept(path, CostCurve.from_dict)  # a damaged file is measured again

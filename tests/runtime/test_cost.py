@@ -105,7 +105,7 @@ def test_a_kept_curve_slower_than_the_machine_now_is_timed_again(model, tmp_path
     calls = []
     monkeypatch.setattr(cost, "measure_cost", lambda m, rt: calls.append(m) or fresh)
     monkeypatch.setattr(cost, "_UNKEPT", {})
-    (tmp_path / f"{PLAIN.key(model)}.json").write_text(inflated.to_json())
+    (tmp_path / f"{PLAIN.key(model)}-{cost.FORMAT}.json").write_text(inflated.to_json())
 
     monkeypatch.setattr(cost, "machine_busy", lambda: True)  # busy now: a timing now would be inflated too
     monkeypatch.setattr(cost, "spot_seconds", lambda m, rt: pytest.fail("timed on a busy machine"))
@@ -155,3 +155,20 @@ def test_each_runtime_gets_its_own_curve():
     if linears:
         keys.add(Runtime(linears=linears).key(model))
     assert len(keys) == 2 + bool(linears)
+
+
+def test_widths_past_the_budget_are_priced_by_what_batch_1_pays_for_the_tokens(model, monkeypatch):
+    """A large batch times only its narrowest widths (the token budget); where those read equal, the row once stayed
+    flat and priced every wider forward as free. Past the widest width timed, a batch pays what batch 1 pays for as
+    many more tokens."""
+    def forward(m, rt, c, ids, ctx, **kw):
+        b, w = ids.shape
+        return 0.010 + 0.001 * w if b == 1 else 0.059  # batch 4: its two timed widths read equal (noise)
+
+    monkeypatch.setattr(cost, "_timed_forward", forward)
+    curve = measure_cost(model, PLAIN, batch_sizes=(1, 4), widths=(1, 2, 4, 8), rounds=1, budget=8)
+    one, four = curve.seconds
+    assert one == pytest.approx((0.011, 0.012, 0.014, 0.018))
+    assert four[:2] == (0.059, 0.059)  # timed: 4 x 2 tokens is the budget
+    # 4 x 4 = 16 tokens against 4 x 2 = 8: batch 1 pays 0.008 s more for 16 tokens than for 8 (extended past its 8)
+    assert four[2] == pytest.approx(0.059 + 0.008) and four[3] == pytest.approx(0.059 + 0.024)
