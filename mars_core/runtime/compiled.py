@@ -28,7 +28,6 @@ from pathlib import Path
 import torch
 
 from .linear import AMX
-from .rows import rows_kernel
 from .runtime import Runtime
 from .timing import cache_root
 
@@ -95,8 +94,8 @@ def _rows_graph(gm: torch.fx.GraphModule, example_inputs: list, attention: bool)
 def _backend(runtime: Runtime) -> str | Callable:
     """inductor, or where the runtime's linears run the rows kernel, inductor over the rows kernel's ops, their
     packed copies registered with it (kernels/rows.cpp: by the weight's data pointer, dropped once the weight is)."""
-    amx = [e for e in runtime.linears.values() if e.kernel == AMX]
-    if not amx or not rows_kernel():
+    amx = [e for e in runtime.linears.values() if e.kernel == AMX]  # packed for it only where it serves
+    if not amx:
         return "inductor"
     for e in amx:
         n = e.weight.shape[0]

@@ -2,7 +2,7 @@
 rows cost what one row costs up to 16, each row's bits its own. Built once per machine into the cache folder with
 torch's C++ extension builder, loaded in every process after (docs/speed.md#the-amx-rows-kernel).
 
-    if rows_kernel() is None:            # built (or loaded) here; None where it cannot be: why_not() says why
+    if rows_kernel():                    # built (or loaded) here on first call; where not, why_not() says why
         y = torch.ops.mars_rows.linear(x, torch.ops.mars_rows.pack(w), w.shape[0], None)
 """
 
@@ -22,6 +22,7 @@ from .timing import cache_root
 
 SOURCE = Path(__file__).with_name("kernels") / "rows.cpp"
 FLAGS = ("-O3", "-march=native", "-fopenmp")  # native: built on the machine that runs it, kept by its CPU's flags
+AMX_FLAGS = {"amx_bf16", "amx_tile"}  # /proc/cpuinfo flags the kernel needs
 _LOCK = threading.Lock()
 _STATE: dict[str, str | float | None] = {}  # "why": None once loaded, else why not; "seconds": to build or load it
 
@@ -51,7 +52,7 @@ def note() -> str:
 def must_build() -> bool:
     """Whether the first why_not() here builds the kernel (this CPU has AMX and no build is kept): a step worth
     telling a waiting user about."""
-    return "why" not in _STATE and {"amx_bf16", "amx_tile"} <= cpu_flags() and not any(_folder().glob("*.so"))
+    return "why" not in _STATE and AMX_FLAGS <= cpu_flags() and not any(_folder().glob("*.so"))
 
 
 def rows_kernel() -> bool:
@@ -60,8 +61,7 @@ def rows_kernel() -> bool:
 
 
 def _build() -> str | None:
-    flags = cpu_flags()
-    if not {"amx_bf16", "amx_tile"} <= flags:
+    if not AMX_FLAGS <= cpu_flags():
         return "no AMX on this CPU"
     if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
         return "no bf16 kernels in this torch build"
