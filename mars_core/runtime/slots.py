@@ -47,9 +47,15 @@ class RowSlots(StaticCache):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs
                ) -> tuple[torch.Tensor, torch.Tensor]:
         layer = self.layers[layer_idx]
-        at = self.index[:, None, :, None].expand(-1, key_states.shape[1], -1, key_states.shape[-1])
-        layer.keys.scatter_(2, at, key_states.to(layer.keys.dtype))
-        layer.values.scatter_(2, at, value_states.to(layer.values.dtype))
+        # keys[i, h, index[i, c]] = key_states[i, h, c], as one indexed write into the flattened cache (index_put_ of
+        # rows [b*H*T, d]), which a compiled graph does in place: a scatter_ there became a copy of the whole cache and
+        # a copy back, per layer and forward
+        b, heads, _, d = key_states.shape
+        row = (torch.arange(b, device=key_states.device)[:, None, None] * heads
+               + torch.arange(heads, device=key_states.device)[None, :, None]) * layer.keys.shape[2] + self.index[:, None]
+        row = row.reshape(-1)
+        layer.keys.view(-1, d)[row] = key_states.reshape(-1, d).to(layer.keys.dtype)
+        layer.values.view(-1, d)[row] = value_states.reshape(-1, d).to(layer.values.dtype)
         return layer.keys, layer.values
 
 
