@@ -42,20 +42,18 @@ def cache_slots(tokens: int, widest: int) -> int:
 class RowSlots(StaticCache):
     """A StaticCache written at the slots `index` [b, W] names, one row of slots per sample (set before a forward)."""
 
-    index: torch.Tensor
+    index: torch.Tensor  # [b, W] the slot each fed column is written to
+    rows: torch.Tensor  # [b * H * W] the same, as rows of a layer's cache flattened to [b * H * T, d]
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs
                ) -> tuple[torch.Tensor, torch.Tensor]:
         layer = self.layers[layer_idx]
-        # keys[i, h, index[i, c]] = key_states[i, h, c], as one indexed write into the flattened cache (index_put_ of
-        # rows [b*H*T, d]), which a compiled graph does in place: a scatter_ there became a copy of the whole cache and
-        # a copy back, per layer and forward
-        b, heads, _, d = key_states.shape
-        row = (torch.arange(b, device=key_states.device)[:, None, None] * heads
-               + torch.arange(heads, device=key_states.device)[None, :, None]) * layer.keys.shape[2] + self.index[:, None]
-        row = row.reshape(-1)
-        layer.keys.view(-1, d)[row] = key_states.reshape(-1, d).to(layer.keys.dtype)
-        layer.values.view(-1, d)[row] = value_states.reshape(-1, d).to(layer.values.dtype)
+        # keys[i, h, index[i, c]] = key_states[i, h, c]: one indexed write of rows into the flattened cache (index_put_,
+        # rows from place()), which a compiled graph does in place; a scatter_ there became a copy of the whole cache
+        # and a copy back, per layer and forward
+        d = key_states.shape[-1]
+        layer.keys.view(-1, d)[self.rows] = key_states.reshape(-1, d).to(layer.keys.dtype)
+        layer.values.view(-1, d)[self.rows] = value_states.reshape(-1, d).to(layer.values.dtype)
         return layer.keys, layer.values
 
 
@@ -83,6 +81,10 @@ class SlotCache:
         with torch.inference_mode():  # whoever borrows it next, the same kind of tensors (a compiled graph guards it)
             self.kv = RowSlots(config=config, max_cache_len=slots)
             self.kv.early_initialization(batch, heads, head_dim, model.dtype, model.device)
+        for layer in self.kv.layers:  # the model's heads and head size: constants of a compiled graph, not symbols
+            for t in (layer.keys, layer.values):
+                torch._dynamo.mark_static(t, 1)
+                torch._dynamo.mark_static(t, 3)
         self.slots = slots
         self.at = torch.zeros(batch, dtype=torch.long, device=model.device)  # tokens kept per sample
         self.graphs: dict[Any, Any] = {}  # captured forwards over this cache, by what they feed (runtime/graphs.py)
@@ -96,8 +98,12 @@ class SlotCache:
         after them. Returns the slots [b, W] (also what RowSlots writes at)."""
         fed = fed.long()
         order = torch.where(fed.bool(), fed.cumsum(1) - 1, fed.sum(1, keepdim=True) + (1 - fed).cumsum(1) - 1)
-        self.kv.index = self.at[:, None] + order
-        return self.kv.index
+        index = self.at[:, None] + order
+        b, width = index.shape
+        heads = self.kv.layers[0].keys.shape[1]
+        sample_head = torch.arange(b * heads, device=index.device).view(b, heads, 1)  # row (i, h, t): (i H + h) T + t
+        self.kv.index, self.kv.rows = index, (sample_head * self.slots + index[:, None]).reshape(b * heads * width)
+        return index
 
     def mask(self, seen: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         """[b, W, T] boolean (True = attend): every row sees its sample's kept slots, and the fed columns `seen`
