@@ -40,10 +40,10 @@ def cache_slots(tokens: int, widest: int) -> int:
 
 
 class RowSlots(StaticCache):
-    """A StaticCache written at the slots `index` [b, W] names, one row of slots per sample (set before a forward)."""
+    """A StaticCache written at `rows` (set before a forward by SlotCache.place): fed column c of sample i, head h
+    goes to slot index[i, c], row (i * H + h) * T + index[i, c] of a layer's cache seen as [b * H * T, d]."""
 
-    index: torch.Tensor  # [b, W] the slot each fed column is written to
-    rows: torch.Tensor  # [b * H * W] the same, as rows of a layer's cache flattened to [b * H * T, d]
+    rows: torch.Tensor  # [b * H * W], in the order of a layer's key_states [b, H, W, d]
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs
                ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -95,14 +95,14 @@ class SlotCache:
 
     def place(self, fed: torch.Tensor) -> torch.Tensor:
         """Where the next forward writes: fed columns ([b, W] bool) from slot at[i] on in column order, the others
-        after them. Returns the slots [b, W] (also what RowSlots writes at)."""
+        after them. Returns the slots [b, W] (RowSlots writes at their rows)."""
         fed = fed.long()
         order = torch.where(fed.bool(), fed.cumsum(1) - 1, fed.sum(1, keepdim=True) + (1 - fed).cumsum(1) - 1)
         index = self.at[:, None] + order
         b, width = index.shape
         heads = self.kv.layers[0].keys.shape[1]
         sample_head = torch.arange(b * heads, device=index.device).view(b, heads, 1)  # row (i, h, t): (i H + h) T + t
-        self.kv.index, self.kv.rows = index, (sample_head * self.slots + index[:, None]).reshape(b * heads * width)
+        self.kv.rows = (sample_head * self.slots + index[:, None]).reshape(b * heads * width)
         return index
 
     def mask(self, seen: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
