@@ -5,9 +5,10 @@ from mars_core.runtime import prepared
 
 from tiny import tiny_llama, tiny_qwen2, tiny_tokenizer
 
-# The files that take longest (per-test durations summed: `python -m pytest -n 2 --dist loadfile --durations=0` on a
-# 2-core VM) run first: xdist hands files out in collection order (pyproject: --no-loadscope-reorder), so the two
-# workers end together; its default order, most tests first, left these few-test heavy files for last.
+# The files that take longest (the 60 slowest tests' durations summed by file: `python -m pytest -n 2 --dist loadfile
+# --durations=60` on a 2-core VM) run first: xdist hands files out in collection order (pyproject:
+# --no-loadscope-reorder), so the two workers end together; its default order, most tests first, left these few-test
+# heavy files for last.
 SLOWEST_FIRST = (
     "tests/test_default_model.py",
     "tests/studio/test_browser.py",
