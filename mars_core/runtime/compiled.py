@@ -73,12 +73,21 @@ def _inductor_cache_beside_ours() -> None:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root() / "inductor")
 
 
-def _rows_graph(gm: torch.fx.GraphModule, example_inputs: list, attention: bool) -> Callable:
-    """inductor's compile of dynamo's graph with the runtime's ops swapped for the rows kernel's own (C++, no Python
-    between layers): mars::linear for mars_rows::routed (the packed copy found by the weight, registered beforehand),
-    and where the runtime computes attention by rows, mars::attention for mars_rows::attention."""
+def _inductor_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+    """inductor's compile of dynamo's graph, its own C++ loops (norms, rotary, activations, cache writes) run by one
+    thread: a decoding forward's loops are a few rows each, and an OpenMP region a loop (about 180 a forward) cost
+    more to open and join than the work they split. The runtime's kernels keep every thread."""
+    from torch._inductor import config
     from torch._inductor.compile_fx import compile_fx
 
+    with config.patch({"cpp.threads": 1}):
+        return compile_fx(gm, example_inputs)
+
+
+def _rows_graph(gm: torch.fx.GraphModule, example_inputs: list, attention: bool) -> Callable:
+    """_inductor_graph with the runtime's ops swapped for the rows kernel's own (C++, no Python between layers):
+    mars::linear for mars_rows::routed (the packed copy found by the weight, registered beforehand), and where the
+    runtime computes attention by rows, mars::attention for mars_rows::attention."""
     swap = {torch.ops.mars.linear: torch.ops.mars_rows.routed, torch.ops.mars.linear.default:
             torch.ops.mars_rows.routed.default}
     if attention:
@@ -88,15 +97,15 @@ def _rows_graph(gm: torch.fx.GraphModule, example_inputs: list, attention: bool)
         if node.op == "call_function" and node.target in swap:
             node.target = swap[node.target]
     gm.recompile()
-    return compile_fx(gm, example_inputs)
+    return _inductor_graph(gm, example_inputs)
 
 
-def _backend(runtime: Runtime) -> str | Callable:
-    """inductor, or where the runtime's linears run the rows kernel, inductor over the rows kernel's ops, their
+def _backend(runtime: Runtime) -> Callable:
+    """_inductor_graph, or where the runtime's linears run the rows kernel, inductor over the rows kernel's ops, their
     packed copies registered with it (kernels/rows.cpp: by the weight's data pointer, dropped once the weight is)."""
     amx = [e for e in runtime.linears.values() if e.kernel == AMX]  # packed for it only where it serves
     if not amx:
-        return "inductor"
+        return _inductor_graph
     for e in amx:
         n = e.weight.shape[0]
         if e.fused is None:
@@ -108,7 +117,7 @@ def _backend(runtime: Runtime) -> str | Callable:
 
 
 # one backend object per kind: dynamo keeps a graph per code object and backend, so every model of a class compiled
-# with the same kind shares its graphs (as with "inductor")
+# with the same kind shares its graphs (as with _inductor_graph)
 _ROWS_BACKENDS = {rows: partial(_rows_graph, attention=rows) for rows in (False, True)}
 
 

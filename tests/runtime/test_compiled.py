@@ -157,10 +157,11 @@ def test_with_the_rows_kernel_the_graph_calls_its_ops_and_keeps_the_guarantees(t
                                                                                           check=False)).token_ids
 
 
-def test_the_compiled_forward_writes_the_cache_where_it_lies(tokenizer, tmp_path):
+def test_the_compiled_forward_writes_the_cache_where_it_lies_in_loops_of_one_thread(tokenizer, tmp_path):
     """A layer's keys and values are written in place: the graph's code allocates no buffer shaped like a layer's
     cache [b, heads, slots, d] (a scatter_ there had become a copy of the whole cache and a copy back, per layer and
-    forward). Sizes read in the code: s* a backed symbol (batch, slots), u* the fed width."""
+    forward). Sizes read in the code: s* a backed symbol (batch, slots), u* the fed width. And inductor's own loops
+    open no OpenMP region (one a loop, about 180 a forward, cost more than the few rows they split)."""
     import re
 
     import torch._dynamo
@@ -170,10 +171,17 @@ def test_the_compiled_forward_writes_the_cache_where_it_lies(tokenizer, tmp_path
     torch._dynamo.reset()
     model = tiny_llama(len(tokenizer), attn_implementation=ATTENTION)
     runtime = prepare(model, cache_dir=tmp_path, measure_cost=False, check=False)
-    with inductor_config.patch(fx_graph_cache=False):  # compiled here, so its code is written out here
-        served, code = run_and_get_code(lambda: compile_runtime(model, runtime, tmp_path))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # as served: with one thread inductor would open no region anyway
+    try:
+        with inductor_config.patch(fx_graph_cache=False):  # compiled here, so its code is written out here
+            served, code = run_and_get_code(lambda: compile_runtime(model, runtime, tmp_path))
+    finally:
+        torch.set_num_threads(threads)
+        torch._dynamo.reset()  # its graph guards two threads
     config = model.config
     heads, d = config.num_key_value_heads, config.hidden_size // config.num_attention_heads
     allocations = re.findall(r"empty_strided_cpu\(\(([^)]*)\)", "\n".join(code))
     assert served.compiled is not None and allocations, served.forward_note
     assert not [a for a in allocations if re.fullmatch(rf"s\d+, {heads}, s\d+, {d}", a.strip())], allocations
+    assert "cpp_fused" in "\n".join(code) and "omp parallel" not in "\n".join(code)

@@ -131,32 +131,44 @@ inline __m512 load16(const c10::BFloat16* x) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
 }
 
-// q . k over d (a multiple of 16): one chain of fused multiply-adds over d in order, then one fixed sum of the lanes
+// q . k over d (a multiple of 16) for 16 keys at once: per key one chain of fused multiply-adds over d in order,
+// then its 16 lanes summed by the tree _mm512_reduce_add_ps uses (lanes i and i+8, then i+4, i+2, i+1), done for the
+// 16 keys together (two shuffles and an add a step rather than a reduction a key). keys[e] points at key e's d values.
 template <typename T>
-inline float dot(const __m512* q, const T* k, int64_t d) {
-  __m512 acc = _mm512_mul_ps(q[0], load16(k));
-  for (int64_t j = 1; j < d / 16; ++j) acc = _mm512_fmadd_ps(q[j], load16(k + 16 * j), acc);
-  return _mm512_reduce_add_ps(acc);
+inline __m512 dots16(const __m512* q, const T* const* keys, int64_t d) {
+  __m512 v[16];
+  for (int e = 0; e < 16; ++e) {
+    __m512 acc = _mm512_mul_ps(q[0], load16(keys[e]));
+    for (int64_t j = 1; j < d / 16; ++j) acc = _mm512_fmadd_ps(q[j], load16(keys[e] + 16 * j), acc);
+    v[e] = acc;
+  }
+  __m512 t[8], u[4], w[2];
+  for (int i = 0; i < 8; ++i)  // lanes i + i+8: [key 2i, key 2i+1], 8 lanes each
+    t[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+                         _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+  for (int i = 0; i < 4; ++i)  // + i+4: one 128-bit block a key, keys 4i .. 4i+3
+    u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], 0x88),
+                         _mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], 0xDD));
+  for (int i = 0; i < 2; ++i)  // + i+2: block b holds keys 8i+b and 8i+4+b, two lanes each
+    w[i] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * i], u[2 * i + 1], 0x44), _mm512_shuffle_ps(u[2 * i], u[2 * i + 1], 0xEE));
+  // + i+1: lane 4b + c holds key b + 4c; put key k in lane k
+  const __m512 sums = _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x88), _mm512_shuffle_ps(w[0], w[1], 0xDD));
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_ps(order, sums);
 }
 
-// e^x for softmax's shifted scores (x <= 0): x = n ln2 + r with |r| <= ln2 / 2, e^r by its Taylor polynomial to r^6
-// (relative error under 2e-7), 2^n from the exponent bits. Plain float arithmetic, so the compiler vectorises the loops
-// that call it, and a lane computes what the scalar code computes (no library call that differs between the two).
-inline float exp_shifted(float x) {
-  x = std::max(x, -87.f);  // 2^n stays a normal float
-  const float n = std::floor(x * 1.44269504f + 0.5f);
-  const float r = (x - n * 0.693145751953125f) - n * 1.42860677e-6f;
-  float p = 1.f / 720;
-  p = p * r + 1.f / 120;
-  p = p * r + 1.f / 24;
-  p = p * r + 1.f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.f;
-  p = p * r + 1.f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, 4);
-  return p * scale;
+// e^x for 16 of softmax's shifted scores (x <= 0): x = n ln2 + r with |r| <= ln2 / 2, e^r by its Taylor polynomial to
+// r^6 (relative error under 2e-7), 2^n from the exponent bits. Every score goes through these same lanes' steps.
+inline __m512 exp_shifted16(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.f));  // 2^n stays a normal float
+  const __m512 n = _mm512_roundscale_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504f), _mm512_set1_ps(0.5f)),
+                                        _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  const __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f),
+                                    _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x));
+  __m512 p = _mm512_set1_ps(1.f / 720);
+  for (const float c : {1.f / 120, 1.f / 24, 1.f / 6, 0.5f, 1.f, 1.f}) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+  const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
 }
 
 template <typename T>
@@ -164,45 +176,53 @@ void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const
             at::Tensor& out) {
   const int64_t b = q.size(0), hq = q.size(1), w = q.size(2), d = q.size(3), hkv = k.size(1), slots = k.size(2);
   const int64_t group = hq / hkv, vecs = d / 16;  // query heads that read one key head; vectors of a head
+  const int64_t padded = (slots + 15) / 16 * 16;  // scores in whole vectors of 16 (the tail's lanes unused)
   const T *qp = q.data_ptr<T>(), *kp = k.data_ptr<T>(), *vp = v.data_ptr<T>();
   const bool* mp = mask.data_ptr<bool>();
   T* op = out.data_ptr<T>();
   at::parallel_for(0, b * w * hkv, 1, [&](int64_t i0, int64_t i1) {  // a unit: one row's query heads of a key head
-    std::vector<__m512> qv(group * vecs), acc(group * vecs);
-    std::vector<float> score(group * slots), total(group), tail(16);
-    std::vector<int64_t> seen(slots);
+    std::vector<__m512> qv(group * vecs);
+    std::vector<float> score(group * padded), tail(16);
+    std::vector<const T*> rows(padded);  // the keys this row sees, in slot order (the tail: the first key again)
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t s = i / (w * hkv), r = i / hkv % w, kh = i % hkv;
       const T *keys = kp + (s * hkv + kh) * slots * d, *values = vp + (s * hkv + kh) * slots * d;
       const bool* visible = mp + (s * w + r) * slots;
-      int64_t n = 0;  // the slots this row sees, in slot order
+      int64_t n = 0;  // the slots this row sees
       for (int64_t t = 0; t < slots; ++t)
-        if (visible[t]) seen[n++] = t;
+        if (visible[t]) rows[n++] = keys + t * d;
+      const int64_t whole = (n + 15) / 16 * 16;
+      for (int64_t e = n; e < whole; ++e) rows[e] = keys;
       for (int64_t g = 0; g < group; ++g)
         for (int64_t j = 0; j < vecs; ++j) qv[g * vecs + j] = load16(qp + ((s * hq + kh * group + g) * w + r) * d + 16 * j);
-      for (int64_t e = 0; e < n; ++e)
-        for (int64_t g = 0; g < group; ++g) score[g * slots + e] = dot(&qv[g * vecs], keys + seen[e] * d, d) * scale;
       for (int64_t g = 0; g < group; ++g) {
-        float* x = score.data() + g * slots;
-        const float top = n ? *std::max_element(x, x + n) : 0.f;
-        for (int64_t e = 0; e < n; ++e) x[e] = exp_shifted(x[e] - top);
+        float* x = score.data() + g * padded;
+        for (int64_t e = 0; e < whole; e += 16)
+          _mm512_storeu_ps(x + e, _mm512_mul_ps(dots16(&qv[g * vecs], rows.data() + e, d), _mm512_set1_ps(scale)));
+        __m512 most = _mm512_set1_ps(-std::numeric_limits<float>::infinity());  // the largest seen score (0 if none)
+        for (int64_t e = 0; e < n; e += 16)
+          most = _mm512_mask_max_ps(most, static_cast<__mmask16>(n - e >= 16 ? 0xFFFF : (1u << (n - e)) - 1), most,
+                                    _mm512_loadu_ps(x + e));
+        const float top = n ? _mm512_reduce_max_ps(most) : 0.f;
+        for (int64_t e = 0; e < whole; e += 16)
+          _mm512_storeu_ps(x + e, exp_shifted16(_mm512_sub_ps(_mm512_loadu_ps(x + e), _mm512_set1_ps(top))));
         float sum = 0.f;
         for (int64_t e = 0; e < n; ++e) sum += x[e];
-        total[g] = sum;
-      }
-      for (auto& a : acc) a = _mm512_setzero_ps();
-      for (int64_t e = 0; e < n; ++e)
-        for (int64_t j = 0; j < vecs; ++j) {
-          const __m512 row = load16(values + seen[e] * d + 16 * j);
-          for (int64_t g = 0; g < group; ++g)
-            acc[g * vecs + j] = _mm512_fmadd_ps(_mm512_set1_ps(score[g * slots + e]), row, acc[g * vecs + j]);
-        }
-      for (int64_t g = 0; g < group; ++g) {
+        const float inv = sum > 0.f ? 1.f / sum : 0.f;
         T* o = op + ((s * w + r) * hq + kh * group + g) * d;
-        const float inv = total[g] > 0.f ? 1.f / total[g] : 0.f;
-        for (int64_t j = 0; j < vecs; ++j) {
-          _mm512_storeu_ps(tail.data(), _mm512_mul_ps(acc[g * vecs + j], _mm512_set1_ps(inv)));
-          for (int64_t l = 0; l < 16; ++l) o[16 * j + l] = static_cast<T>(tail[l]);
+        for (int64_t j0 = 0; j0 < vecs; j0 += 4) {  // four vectors of the head at once, each one chain over the seen
+          int64_t at[4];                                // values in slot order (a head of fewer: the last one again)
+          for (int u = 0; u < 4; ++u) at[u] = 16 * std::min(j0 + u, vecs - 1);
+          __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+          for (int64_t e = 0; e < n; ++e) {
+            const T* row = values + (rows[e] - keys);
+            const __m512 weight = _mm512_set1_ps(x[e]);
+            for (int u = 0; u < 4; ++u) acc[u] = _mm512_fmadd_ps(weight, load16(row + at[u]), acc[u]);
+          }
+          for (int64_t u = 0; u < std::min<int64_t>(4, vecs - j0); ++u) {
+            _mm512_storeu_ps(tail.data(), _mm512_mul_ps(acc[u], _mm512_set1_ps(inv)));
+            for (int64_t l = 0; l < 16; ++l) o[16 * (j0 + u) + l] = static_cast<T>(tail[l]);
+          }
         }
       }
     }
