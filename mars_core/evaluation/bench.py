@@ -182,17 +182,25 @@ def forward_seconds(model, tokenizer, prompts: list[str], new_tokens: int, conte
         return median_seconds(lambda: run(new, context), repeats, model.device)
 
 
-def weight_stream(model, tokenizer, prompts: list[str], runtimes: dict[str, Runtime]) -> dict:
+def weight_stream(model, tokenizer, prompts: list[str], runtimes: dict[str, Runtime], rounds: int = 5) -> dict:
     """The weight stream beside the forward: the bytes of the weights a forward reads (every parameter, the tied
-    embedding once), the median time to read as many bytes once (a sum over a buffer of that size, in fp32: a
-    read at memory speed), and a one-token forward (batch 1, 128 tokens of context) under each runtime, in ms."""
+    embedding once), the time to read as many bytes once (a sum over a buffer of that size, in fp32: a read at
+    memory speed) and a one-token forward (batch 1, 128 tokens of context) under each runtime, in ms. Taken in
+    `rounds` rounds, each a read then every runtime's forward, a ratio a round: a shared VM's memory speed moves
+    between minutes, so a ratio compares times taken seconds apart; the medians are recorded."""
     size = sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
     buffer = torch.ones(size // 4, device=model.device)
-    read = median_seconds(lambda: buffer.sum(), 9, model.device)
-    out = {"weight_bytes": size, "weight_read_ms": round(read * 1e3, 2)}
-    for name, runtime in runtimes.items():
-        ms = forward_seconds(model, tokenizer, prompts[:1], 1, runtime=runtime) * 1e3
-        out[f"forward_1_ms_{name}"], out[f"forward_1_over_read_{name}"] = round(ms, 2), round(ms / read / 1e3, 2)
+    reads, forwards = [], {name: [] for name in runtimes}
+    for _ in range(rounds):
+        reads.append(median_seconds(lambda: buffer.sum(), 9, model.device) * 1e3)
+        for name, runtime in runtimes.items():
+            forwards[name].append(forward_seconds(model, tokenizer, prompts[:1], 1, runtime=runtime) * 1e3)
+    out = {"weight_bytes": size, "weight_read_ms": round(statistics.median(reads), 2), "rounds": rounds}
+    for name, ms in forwards.items():
+        ratios = [f / r for f, r in zip(ms, reads)]
+        out[f"forward_1_ms_{name}"] = round(statistics.median(ms), 2)
+        out[f"forward_1_over_read_{name}"] = round(statistics.median(ratios), 2)
+        out[f"forward_1_over_read_rounds_{name}"] = [round(x, 2) for x in ratios]
     return out
 
 

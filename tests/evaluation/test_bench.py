@@ -80,6 +80,23 @@ def test_bench_interleaves_repeats_across_configurations(model, tokenizer, monke
     assert rounds[0] == rounds[1][::-1] == rounds[2]  # turns go forward and back
 
 
+def test_the_weight_stream_pairs_each_read_with_the_forwards_taken_beside_it(model, tokenizer, monkeypatch):
+    """Each round times a read, then every runtime's forward; a ratio is a round's forward over that round's read
+    (a VM's memory speed moves between minutes), and the record keeps the median ratio and the rounds'."""
+    import mars_core.evaluation.bench as bench_module
+    from mars_core.runtime import Runtime
+
+    times = iter([0.010, 0.020, 0.030, 0.020, 0.025, 0.060])  # per round: the read, then the one forward
+    monkeypatch.setattr(bench_module, "median_seconds", lambda f, n, device: next(times))
+    monkeypatch.setattr(bench_module, "forward_seconds", lambda *a, **k: next(times))
+    out = bench_module.weight_stream(model, tokenizer, PROMPTS, {"eager": Runtime()}, rounds=3)
+    assert out["forward_1_over_read_rounds_eager"] == [2.0, 0.67, 2.4]  # a round's pair, not the medians'
+    assert out["forward_1_over_read_eager"] == 2.0 and out["rounds"] == 3  # the medians' ratio would be 0.8
+    assert out["weight_read_ms"] == 25.0 and out["forward_1_ms_eager"] == 20.0
+    weights = {id(p): p for p in model.parameters()}.values()
+    assert out["weight_bytes"] == sum(p.numel() * p.element_size() for p in weights)
+
+
 def test_interleaved_takes_every_job_on_a_category_before_the_next():
     """Jobs alternate category by category (a few prompts each), serpentine; a job batched across categories
     ("all" only) takes its turn with the others that have an "all" part."""
