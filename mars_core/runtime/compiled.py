@@ -75,8 +75,9 @@ def _inductor_cache_beside_ours() -> None:
 
 def _inductor_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     """inductor's compile of dynamo's graph, its own C++ loops (norms, rotary, activations, cache writes) run by one
-    thread: a decoding forward's loops are a few rows each, and an OpenMP region a loop (about 180 a forward) cost
-    more to open and join than the work they split. The runtime's kernels keep every thread."""
+    thread: a decoding forward's loops are a few rows each, and an OpenMP region a loop (several a layer) cost more
+    to open and join than the work they split (docs/speed.md#loops-of-one-thread-and-attention-16-keys-at-a-time).
+    The runtime's kernels keep every thread."""
     from torch._inductor import config
     from torch._inductor.compile_fx import compile_fx
 

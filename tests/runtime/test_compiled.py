@@ -161,7 +161,7 @@ def test_the_compiled_forward_writes_the_cache_where_it_lies_in_loops_of_one_thr
     """A layer's keys and values are written in place: the graph's code allocates no buffer shaped like a layer's
     cache [b, heads, slots, d] (a scatter_ there had become a copy of the whole cache and a copy back, per layer and
     forward). Sizes read in the code: s* a backed symbol (batch, slots), u* the fed width. And inductor's own loops
-    open no OpenMP region (one a loop, about 180 a forward, cost more than the few rows they split)."""
+    open no OpenMP region (one a loop, several a layer, cost more than the few rows they split)."""
     import re
 
     import torch._dynamo
