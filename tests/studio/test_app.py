@@ -283,6 +283,21 @@ def test_stop_ends_both_runs_before_their_next_forward():
     assert session.mars is None
 
 
+def test_a_lane_that_finished_before_stop_reads_done_the_others_stopped():
+    """Stop pressed after the MARS τ lane finished its answer (a low τ: several tokens a forward) but before AR did:
+    the race is stopped, AR's footer says so, and the τ lane's says done (it was not cut short)."""
+    session = race_state.RaceSession()
+    running = race.race(PROMPT, 0.05, 4, 0.0, 16, False, session)
+    out = next(running)
+    while final([out])["mars"].get("tokens", 0) < 16:
+        out = next(running)
+    assert final([out])["ar"]["tokens"] < 16, "AR finished as early: nothing to tell apart"
+    race.stop(session)
+    last = [out, *running][-1]
+    assert final([last])["status"] == "stopped"
+    assert "done · 16 tokens" in part(last, "mars") and "stopped · " in part(last, "ar")
+
+
 def test_a_cancelled_race_gives_back_its_load_slot():
     session = race_state.RaceSession()
     running = race.race(PROMPT, 0.9, 4, 0.0, 500, False, session)
