@@ -180,7 +180,8 @@ def test_the_compiled_forward_writes_the_cache_where_it_lies_in_loops_of_one_thr
         torch.set_num_threads(threads)
         torch._dynamo.reset()  # its graph guards two threads
     config = model.config
-    heads, d = config.num_key_value_heads, config.hidden_size // config.num_attention_heads
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads  # as SlotCache sizes it
+    d = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     allocations = re.findall(r"empty_strided_cpu\(\(([^)]*)\)", "\n".join(code))
     assert served.compiled is not None and allocations, served.forward_note
     assert not [a for a in allocations if re.fullmatch(rf"s\d+, {heads}, s\d+, {d}", a.strip())], allocations
