@@ -52,17 +52,17 @@ def trace(runs: dict[str, Run | None], status: str, message: str = "") -> dict:
 
 
 def frame(runs: dict[str, Run], session: RaceSession, block_size: int, status: str, *, done: bool = False,
-          exact: bool = False, charts: bool = True, message: str = "", ended: frozenset[str] = frozenset()) -> tuple:
+          exact: bool = False, charts: bool = True, message: str = "") -> tuple:
     """One update of every output: the three lanes, the three charts (or gr.skip(): left as they are), stats, the
-    message line (cleared) and the trace. A lane in `ended` finished its answer before any Stop: its footer says
-    "done" whatever the race's status."""
+    message line (cleared) and the trace. A lane whose answer ended by itself says "done" under its text whatever
+    the race's status (a Stop after it cut nothing)."""
     ar, mars = runs["ar"], runs["mars"]
     tau = mars.thresholds[-1] if mars.thresholds else session.threshold_in_force()
     panes = []
     for key in LANES:
         run = runs[key]
         depart = departure(ar.ids, run.ids, done) if key != "ar" else None
-        footer = f"{'done' if key in ended else status} · {sum(run.counts)} tokens in {len(run.counts)} forwards"
+        footer = f"{'done' if run.answered else status} · {sum(run.counts)} tokens in {len(run.counts)} forwards"
         panes.append(pane_html(run, footer, depart, key, exact, tau if key == "mars" else None))
     figures = ((plotly_data(forwards_figure(runs, block_size)), plotly_data(time_figure(runs)),
                 plotly_data(acceptance_figure(runs["verified"]))) if charts else (gr.skip(),) * 3)
@@ -160,7 +160,7 @@ def run_race(prompt: str, block: int, new: int, controls: dict[str, DecodeContro
     if keep is not None:
         model = models.get_model(models.CONFIG.model)[0]
         keep.update(runs, dtype=str(model.dtype).removeprefix("torch."), exact=exact)
-    throttle, turns, ended = Throttle(), Turns(), set()  # ended: lanes that finished their answer before a Stop
+    throttle, turns = Throttle(), Turns()
     with models.TRACKER:
         while not all(r.finished for r in runs.values()):
             for key in turns.order(list(runs)):
@@ -168,12 +168,10 @@ def run_race(prompt: str, block: int, new: int, controls: dict[str, DecodeContro
                     if key == "mars":
                         controls["mars"].threshold = session.threshold_in_force()
                     runs[key].advance(turns.timed())
-                    if runs[key].finished and not any(c.stopped for c in controls.values()):
-                        ended.add(key)
             stopped = any(c.stopped for c in controls.values())
             finished = all(r.finished for r in runs.values())
             status = "stopped" if stopped else ("done" if finished else "running")
             if throttle.due(sum(len(r.ids) for r in runs.values()), finished):
                 yield frame(runs, session, block, status, done=finished and not stopped, exact=exact,
-                            charts=throttle.charts, ended=frozenset(ended))
+                            charts=throttle.charts)
                 turns.framed()

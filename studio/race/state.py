@@ -57,6 +57,7 @@ class Run(Lane):
     looked_up: int = 0  # verified: forwards whose drafts came from prompt lookup
     checks: list[tuple[int, int]] = field(default_factory=list)  # verified: (drafts checked, matched) per forward
     text: str = ""
+    answered: bool = False  # its answer ended by itself (a stop token, the token budget), not cut by Stop
 
     def advance(self, timed: bool = True) -> None:
         """Run one forward (timing only this call, when `timed`: lanes.Turns) and record what it committed."""
@@ -72,7 +73,7 @@ class Run(Lane):
         note = self.count_drafts(event) if event.drafts else ""
         if ids:
             self.chunks.append((event.forward, self.pieces(ids, text), conf, note))
-        self.finished = event.done[0]
+        self.finished = self.answered = event.done[0]  # Stop ends the stream without a done event
 
     def count_drafts(self, event: StreamEvent) -> str:
         """Add a verified forward's drafts to the lane's counts; the tokens' hover note on them ("" if none fed)."""

@@ -75,7 +75,8 @@ def stop(session: RaceSession) -> None:
 # ----------------------------------------------------------------------------- the recorded example
 
 
-LANE_STATE = [f.name for f in dataclasses.fields(Run) if f.name not in ("name", "events", "tokenizer")]
+# a replay's footers carry the recording's label, not a live lane's "done" (answered)
+LANE_STATE = [f.name for f in dataclasses.fields(Run) if f.name not in ("name", "events", "tokenizer", "answered")]
 
 
 def record_example(path: Path = EXAMPLE_FILE) -> Path:
