@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from mars_core.load import load
 from mars_core.runtime import Runtime, prepare, rows
-from mars_core.runtime.linear import AMX
+from mars_core.runtime.linear import ROWS
 from mars_core.serving import LoadTracker
 
 log = logging.getLogger("mars_studio")
@@ -132,7 +132,7 @@ PREPARING: dict[str, Preparation] = {}  # by name, from the first request to loa
 CONVERT = "converting the GGUF file into a model folder (once: cached under MARS_CACHE)"
 MERGE = "merging the MARS adapter into the weights (once: cached)"
 LOAD = "loading the weights"
-BUILD = "building the AMX rows kernel for this CPU (once: cached under MARS_CACHE)"
+BUILD = "building our rows kernel for this CPU (once: cached under MARS_CACHE)"
 PREPARE = ("packing this machine's kernels, checking width invariance and timing forwards by width "
            "(once per machine: cached)")
 # Stages a module above this one adds before a model loads: name -> [(what it does, the call)] (studio.engine adds
@@ -285,13 +285,16 @@ def compile_in_background(key: str) -> None:
     threading.Thread(target=work, name=f"compile-{key}", daemon=True).start()
 
 
+_FLAVOR_NAMES = {"amx": "AMX", "avx512_bf16": "AVX512-BF16"}  # rows.flavor() in a page's words
+
+
 def forward_note(name: str | None) -> str:
     """What runs a served model's forward, for the small print: "compiled …", "compiling (…)" or "uncompiled…", and
-    where its linear layers run on our AMX kernel, that."""
+    where its linear layers run on our rows kernel (AMX or AVX512-BF16), that."""
     key = name or "default"
     runtime = RUNTIMES.get(key)
-    amx = runtime is not None and any(e.kernel == AMX for e in runtime.linears.values())
-    kernel = "; linear layers on our AMX kernel" if amx else ""
+    ours = runtime is not None and any(e.kernel == ROWS for e in runtime.linears.values())
+    kernel = f"; linear layers on our {_FLAVOR_NAMES.get(rows.flavor(), '')} kernel" if ours else ""
     if key in COMPILING:
         stage, began, _ = COMPILING[key]
         return f"uncompiled while its compiled forward is {stage}, {time.monotonic() - began:.0f} s in{kernel}"

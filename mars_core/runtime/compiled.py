@@ -3,8 +3,9 @@ cache length, its artifacts kept on disk, its bits checked before it serves.
 
 The runtime's kernels stay ops of their own (mars::linear, mars::attention): the compiler fuses what lies between them
 (norms, rotary embeddings, activations, residual adds, the cache writes) into a few C++ loops and leaves their bits
-alone. Where the runtime's linears run the AMX rows kernel (runtime/rows.py), the graph calls that kernel's C++ ops
-instead (mars_rows::routed, mars_rows::attention), so a forward does not return to Python between layers.
+alone. Where the runtime's linears run the rows kernel (runtime/rows.py: AMX or AVX512-BF16), the graph calls that
+kernel's C++ ops instead (mars_rows::routed, mars_rows::attention), so a forward does not return to Python between
+layers.
 
 Every size is symbolic and none is specialised, 1 included (backed_size_oblivious), so a row runs the same code at
 every width and in every batch; specialised, width 1 got a graph of its own and every row then differed between
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from .linear import AMX
+from .linear import ROWS
 from .runtime import Runtime
 from .timing import cache_root
 
@@ -104,10 +105,10 @@ def _rows_graph(gm: torch.fx.GraphModule, example_inputs: list, attention: bool)
 def _backend(runtime: Runtime) -> Callable:
     """_inductor_graph, or where the runtime's linears run the rows kernel, inductor over the rows kernel's ops, their
     packed copies registered with it (kernels/rows.cpp: by the weight's data pointer, dropped once the weight is)."""
-    amx = [e for e in runtime.linears.values() if e.kernel == AMX]  # packed for it only where it serves
-    if not amx:
+    ours = [e for e in runtime.linears.values() if e.kernel == ROWS]  # packed for it only where it serves
+    if not ours:
         return _inductor_graph
-    for e in amx:
+    for e in ours:
         n = e.weight.shape[0]
         if e.fused is None:
             torch.ops.mars_rows.register(e.weight, e.packed, n, None, 0, n)

@@ -11,8 +11,9 @@ benchmarks/linear_kernels.py` prints them by layer shape and width.)
     with LinearKernels(linears, rows=1):   # inside, every F.linear on a packed weight runs the packed kernel
         model(...)
 
-On a CPU with AMX, bf16 weights are packed for the rows kernel instead (runtime/rows.py, kernels/rows.cpp): the weights
-stream from memory once a call, up to 16 rows cost what one costs, and each row's bits are its own at any row count.
+On a CPU with AMX or AVX512-BF16, bf16 weights are packed for the rows kernel instead (runtime/rows.py,
+kernels/rows.cpp): the weights stream from memory once a call, up to 16 rows (AMX) or 8 (AVX512-BF16) cost what one
+costs, and each row's bits are its own at any row count.
 
 Nothing is set on the model: inside LinearKernels, `F.linear` calls whose weight has a packed copy are answered from
 it (routed_linear). With grad enabled (training), on another device or dtype, or once the weight was updated in place
@@ -41,7 +42,8 @@ PROBE_ROWS = 32  # rows one_row_differs compares alone and together (bf16 rounds
 # AMX: a row among 33 or more can take other bits), so wider inputs run as calls of at most this many rows
 CHUNK_ROWS = 32
 DTYPES = (torch.float32, torch.bfloat16)  # bf16 F.linear runs oneDNN already, but reorders W on every call
-ONEDNN, AMX = "onednn_packed", "amx_rows"  # the packed kernels: oneDNN's, and ours on CPUs with AMX (bf16 only)
+# the packed kernels: oneDNN's, and ours (the rows kernel) on CPUs with AMX or AVX512-BF16 (bf16 only)
+ONEDNN, ROWS = "onednn_packed", "rows"
 
 
 def packed_dtypes() -> tuple[torch.dtype, ...]:
@@ -92,7 +94,7 @@ class Packed:
     pair: bool = False  # a lone row is fed beside a copy of itself (one_row_differs on this CPU)
     fused: Fused | None = None  # the matrix of it and its siblings, which answers it
     cols: slice | None = None  # its columns there
-    kernel: str = ONEDNN  # the kernel it was packed for (ONEDNN or AMX)
+    kernel: str = ONEDNN  # the kernel it was packed for (ONEDNN or ROWS)
 
 
 PackedLinears = dict[int, Packed]  # by id() of the weight
@@ -104,15 +106,15 @@ def version(w: torch.Tensor) -> int:
     return -1 if w.is_inference() else w._version
 
 
-def linear_kernel(dtype: torch.dtype, amx: bool = True) -> str:
-    """The kernel a packed weight of this dtype runs: AMX's rows kernel for bf16 where it serves (and `amx` allows
+def linear_kernel(dtype: torch.dtype, ours: bool = True) -> str:
+    """The kernel a packed weight of this dtype runs: the rows kernel for bf16 where it serves (and `ours` allows
     it), oneDNN's otherwise."""
-    return AMX if amx and dtype == torch.bfloat16 and rows_kernel() else ONEDNN
+    return ROWS if ours and dtype == torch.bfloat16 and rows_kernel() else ONEDNN
 
 
-def pack_linears(model: nn.Module, amx: bool = True) -> PackedLinears:
+def pack_linears(model: nn.Module, ours: bool = True) -> PackedLinears:
     """Packed copies of every CPU nn.Linear weight of a packed dtype (a tied lm_head included), sibling layers that
-    read the same input as one matrix (FUSED), each for the kernel linear_kernel picks (amx=False: oneDNN's); {}
+    read the same input as one matrix (FUSED), each for the kernel linear_kernel picks (ours=False: oneDNN's); {}
     where packing does not apply (packing_pays) or this torch build lacks the oneDNN ops."""
     if not packing_pays(model):
         return {}
@@ -124,10 +126,10 @@ def pack_linears(model: nn.Module, amx: bool = True) -> PackedLinears:
                     layers = [module._modules.get(n) for n in names]
                     if all(_packable(lin, dtypes) for lin in layers) and len(
                             {(lin.in_features, lin.bias is None) for lin in layers}) == 1:
-                        found.update(_fused(layers, pairs, amx))
+                        found.update(_fused(layers, pairs, ours))
                 w = getattr(module, "weight", None)
                 if _packable(module, dtypes) and id(w) not in found:
-                    kernel = linear_kernel(w.dtype, amx)
+                    kernel = linear_kernel(w.dtype, ours)
                     copy = _reorder(w, kernel)
                     found[id(w)] = (w, copy, None, _probe(pairs, copy, w, kernel))
     except (AttributeError, RuntimeError):  # a torch build without these oneDNN ops
@@ -146,7 +148,7 @@ def _packable(module: nn.Module | None, dtypes: tuple[torch.dtype, ...]) -> bool
 
 def _reorder(w: torch.Tensor, kernel: str = ONEDNN) -> torch.Tensor:
     """w's packed copy for `kernel`."""
-    if kernel == AMX:
+    if kernel == ROWS:
         return torch.ops.mars_rows.pack(w.detach())
     return torch.ops.mkldnn._reorder_linear_weight(w.detach(), BATCH_HINT)
 
@@ -155,18 +157,18 @@ def _probe(pairs: dict, copy: torch.Tensor, w: torch.Tensor, kernel: str = ONEDN
     """The weight's shape key (its output features first, its kernel last), probed for oneDNN's one-row difference
     unless a weight of that shape showed it already: the kernel oneDNN picks depends on the shape alone, but whether
     its one-row bits differ shows on some weights only, so each weight is probed until one of its shape does
-    (docs/speed.md#one-row-fed-as-two). The AMX kernel computes a row alike at every row count: never probed."""
+    (docs/speed.md#one-row-fed-as-two). The rows kernel computes a row alike at every row count: never probed."""
     key = (*w.shape, w.dtype, kernel)
     if not pairs.get(key):
         pairs[key] = kernel == ONEDNN and one_row_differs(copy, w.shape[1], w.dtype)
     return key
 
 
-def _fused(layers: list[nn.Linear], pairs: dict, amx: bool = True) -> dict:
+def _fused(layers: list[nn.Linear], pairs: dict, ours: bool = True) -> dict:
     """Sibling layers as one packed matrix: each layer found as its columns of it."""
     weight = torch.cat([lin.weight.detach() for lin in layers])
     bias = None if layers[0].bias is None else torch.cat([lin.bias.detach() for lin in layers])
-    kernel = linear_kernel(weight.dtype, amx)
+    kernel = linear_kernel(weight.dtype, ours)
     copy = _reorder(weight, kernel)
     fused = Fused(copy, bias, _probe(pairs, copy, weight, kernel), kernel)
     bounds = [0, *accumulate(lin.out_features for lin in layers)]
@@ -196,12 +198,12 @@ def packed_linear(x: torch.Tensor, entry: Packed, bias: torch.Tensor | None) -> 
 
 def packed_rows(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, pair: bool, kernel: str = ONEDNN,
                 out: int = 0) -> torch.Tensor:
-    """x W^T + b over a W packed for `kernel` (`out` columns). AMX's rows kernel takes any number of rows alike.
+    """x W^T + b over a W packed for `kernel` (`out` columns). The rows kernel takes any number of rows alike.
     oneDNN's runs calls of at most CHUNK_ROWS rows, so a row's bits do not depend on how many rows share its forward
     (docs/speed.md#one-decoder); where this CPU's oneDNN kernel for one row differs from its kernel for two (pair), a
     lone row is fed beside a copy of itself; two rows cost about 10% more than one in that layer
     (docs/speed.md#one-row-fed-as-two)."""
-    if kernel == AMX:
+    if kernel == ROWS:
         return torch.ops.mars_rows.linear(x, packed, out, bias)
     rows = x.numel() // x.shape[-1]
     if rows > CHUNK_ROWS:
@@ -282,11 +284,12 @@ class LinearKernels:
         _ACTIVE.reset(self._tokens.pop())
 
 
-ROWS = (1, 2, 3, 4, 6, 8)  # row counts fewest_packed_rows times both kernels at
+ROW_COUNTS = (1, 2, 3, 4, 6, 8)  # row counts fewest_packed_rows times both kernels at
 
 
 @torch.inference_mode()
-def kernel_seconds(linears: PackedLinears, rows: tuple[int, ...] = ROWS, rounds: int = 5) -> dict[str, list[float]]:
+def kernel_seconds(linears: PackedLinears, rows: tuple[int, ...] = ROW_COUNTS, rounds: int = 5
+                   ) -> dict[str, list[float]]:
     """Seconds of one pass over every packed layer, each fed r rows as a forward feeds them (so the weights stream
     from memory as they do there), with torch's F.linear and with the packed weight, by r in rows."""
     entries = list(linears.values())
@@ -297,7 +300,7 @@ def kernel_seconds(linears: PackedLinears, rows: tuple[int, ...] = ROWS, rounds:
             for name, run in kernels.items()}
 
 
-def fewest_packed_rows(linears: PackedLinears, rows: tuple[int, ...] = ROWS, rounds: int = 5) -> int:
+def fewest_packed_rows(linears: PackedLinears, rows: tuple[int, ...] = ROW_COUNTS, rounds: int = 5) -> int:
     """The fewest rows R from which the packed kernel is at least as fast as torch's at every count timed: the
     fastest choice by rows, when one kernel for every width is not asked for (what it picks by machine:
     docs/speed.md#packed-linear-layers)."""

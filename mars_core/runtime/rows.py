@@ -1,6 +1,7 @@
-"""The AMX rows kernel (kernels/rows.cpp): bf16 linear layers whose weights stream from memory once a call and whose
-rows cost what one row costs up to 16, each row's bits its own. Built once per machine into the cache folder with
-torch's C++ extension builder, loaded in every process after (docs/speed.md#the-amx-rows-kernel).
+"""The rows kernel (kernels/rows.cpp): bf16 linear layers whose weights stream from memory once a call and whose
+rows cost what one row costs up to 16 (AMX tiles) or 8 (AVX512-BF16's vdpbf16ps), each row's bits its own, and
+attention by rows. Built once per machine into the cache folder with torch's C++ extension builder, loaded in every
+process after (docs/speed.md#the-amx-rows-kernel, #the-rows-kernel-without-amx).
 
     if rows_kernel():                    # built (or loaded) here on first call; where not, why_not() says why
         y = torch.ops.mars_rows.linear(x, torch.ops.mars_rows.pack(w), w.shape[0], None)
@@ -22,7 +23,8 @@ from .timing import cache_root
 
 SOURCE = Path(__file__).with_name("kernels") / "rows.cpp"
 FLAGS = ("-O3", "-march=native", "-fopenmp")  # native: built on the machine that runs it, kept by its CPU's flags
-AMX_FLAGS = {"amx_bf16", "amx_tile"}  # /proc/cpuinfo flags the kernel needs
+# /proc/cpuinfo flags of the kernel's two bf16 dot products: AMX's tiles, or AVX512-BF16 (AVX-512 vectors)
+FLAVORS = {"amx": {"amx_bf16", "amx_tile"}, "avx512_bf16": {"avx512_bf16", "avx512f"}}
 _LOCK = threading.Lock()
 _STATE: dict[str, str | float | None] = {}  # "why": None once loaded, else why not; "seconds": to build or load it
 
@@ -43,16 +45,24 @@ def why_not() -> str | None:
         return _STATE["why"]
 
 
+def flavor() -> str | None:
+    """Which bf16 dot product this CPU gives the kernel: "amx" (tiles, preferred) or "avx512_bf16"; None: neither."""
+    flags = cpu_flags()
+    return next((name for name, needs in FLAVORS.items() if needs <= flags), None)
+
+
 def note() -> str:
-    """What serves, in words for a record: the rows kernel and the seconds it took to build or load, or why not."""
+    """What serves, in words for a record: the rows kernel, its flavor and the seconds it took to build or load, or
+    why not."""
     why = why_not()
-    return f"serving (built or loaded in {_STATE['seconds']:.0f} s)" if why is None else f"not serving: {why}"
+    return (f"serving, {flavor()} (built or loaded in {_STATE['seconds']:.0f} s)" if why is None
+            else f"not serving: {why}")
 
 
 def must_build() -> bool:
-    """Whether the first why_not() here builds the kernel (this CPU has AMX and no build is kept): a step worth
+    """Whether the first why_not() here builds the kernel (this CPU can run it and no build is kept): a step worth
     telling a waiting user about."""
-    return "why" not in _STATE and AMX_FLAGS <= cpu_flags() and not any(_folder().glob("*.so"))
+    return "why" not in _STATE and flavor() is not None and not any(_folder().glob("*.so"))
 
 
 def rows_kernel() -> bool:
@@ -61,8 +71,8 @@ def rows_kernel() -> bool:
 
 
 def _build() -> str | None:
-    if not AMX_FLAGS <= cpu_flags():
-        return "no AMX on this CPU"
+    if flavor() is None:
+        return "no AMX or AVX512-BF16 on this CPU"
     if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
         return "no bf16 kernels in this torch build"
     if not any(shutil.which(c) for c in ("c++", "g++", "clang++")):
@@ -76,6 +86,8 @@ def _build() -> str | None:
     try:
         load(name=f"mars_rows_{folder.name.removeprefix('rows-')}", sources=[str(SOURCE)], extra_cflags=list(FLAGS),
              extra_ldflags=["-fopenmp"], build_directory=str(folder), is_python_module=False, verbose=False)
+        if torch.ops.mars_rows.flavor() != flavor():  # built without the instructions the CPU says it has
+            return f"the compiler built it for {torch.ops.mars_rows.flavor()}, not {flavor()}"
         if not torch.ops.mars_rows.available():
             return "the OS gave no AMX tile state"
     except Exception as err:  # noqa: BLE001 - a failed build leaves oneDNN's kernel serving

@@ -26,7 +26,8 @@ import torch
 from ..machine import machine_info
 from .attention import kernel_attention
 from .curve import CostCurve
-from .linear import AMX, CHUNK_ROWS, ONEDNN, LinearKernels, PackedLinears
+from .linear import CHUNK_ROWS, ONEDNN, ROWS, LinearKernels, PackedLinears
+from .rows import flavor
 from .slots import KEY_ROUND
 
 
@@ -86,7 +87,8 @@ class Runtime:
         """Where and how a measurement under this runtime runs: the machine record and the kernels chosen."""
         paired = any(entry.pair for entry in self.linears.values())  # a lone row fed as two: other bits, other speed
         kernels = {entry.kernel for entry in self.linears.values()}
-        linear = (AMX if AMX in kernels else ONEDNN) if kernels else "torch"  # AMX: a model's bf16 layers
+        # the rows kernel (a model's bf16 layers) by its flavor: amx_rows or avx512_bf16_rows
+        linear = (f"{flavor()}_rows" if ROWS in kernels else ONEDNN) if kernels else "torch"
         return {**machine_info(model.device, model.dtype), "linear": linear,
                 "packed_from_rows": self.packed_from if self.linears else 0,
                 **({"one_row": "fed as two"} if paired else {}),

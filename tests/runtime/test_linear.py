@@ -1,4 +1,4 @@
-"""Packed linear layers held by the runtime (oneDNN's kernel, and AMX's rows kernel where this CPU has it): the same
+"""Packed linear layers held by the runtime (oneDNN's kernel, and the rows kernel where this CPU has it): the same
 numbers as F.linear, the packed kernel really runs inside the runtime (and nowhere else: nothing is set on the model),
 each row gets the same bits at every row count, and training, weight updates and adapter merges never see a stale
 packed copy."""
@@ -16,8 +16,8 @@ import torch.nn.functional as F
 from mars_core.load import merge_adapter
 from mars_core.runtime import Runtime, linear, timing
 from mars_core.runtime.linear import (
-    AMX,
     ONEDNN,
+    ROWS,
     LinearKernels,
     fewest_packed_rows,
     kernel_seconds,
@@ -37,8 +37,9 @@ def matrices(runtime: Runtime) -> set[int]:
     return {id(e.fused) if e.fused else id(e) for e in runtime.linears.values()}
 
 
-OPS = {ONEDNN: "mkldnn::_linear_pointwise", AMX: "mars_rows::linear"}
-BF16_KERNELS = [False, *([True] if rows_kernel() else [])]  # amx= for pack_linears: oneDNN, and AMX where it serves
+OPS = {ONEDNN: "mkldnn::_linear_pointwise", ROWS: "mars_rows::linear"}
+# ours= for pack_linears: oneDNN, and the rows kernel where it serves
+BF16_KERNELS = [False, *([True] if rows_kernel() else [])]
 
 
 def packed_ops(fn, kernel: str = ONEDNN) -> int:
@@ -48,16 +49,16 @@ def packed_ops(fn, kernel: str = ONEDNN) -> int:
     return sum(e.count for e in prof.key_averages() if e.key == OPS[kernel])
 
 
-@pytest.mark.parametrize("dtype,tol,amx", [(torch.float32, 1e-5, True), *((torch.bfloat16, 2e-2, amx)
-                                                                            for amx in BF16_KERNELS)])
-def test_packed_layer_computes_f_linear(dtype, tol, amx):
+@pytest.mark.parametrize("dtype,tol,ours", [(torch.float32, 1e-5, True), *((torch.bfloat16, 2e-2, ours)
+                                                                             for ours in BF16_KERNELS)])
+def test_packed_layer_computes_f_linear(dtype, tol, ours):
     torch.manual_seed(0)
-    layer = torch.nn.Linear(96, 40).to(dtype)  # 40 outputs: a part-filled panel of the AMX kernel; 96 = 3 tiles
+    layer = torch.nn.Linear(96, 40).to(dtype)  # 40 outputs: a part-filled panel of the rows kernel; 96 = 3 tiles
     x = torch.randn(3, 7, 96, dtype=dtype).transpose(0, 1)  # 3D and not contiguous, as attention hands it on
     want = F.linear(x, layer.weight, layer.bias)
     packs = dtype in packed_dtypes()  # bf16 needs oneDNN's bf16 kernels: not on an AVX2-only CPU
-    linears = pack_linears(layer, amx=amx)
-    kernel = AMX if amx and dtype == torch.bfloat16 else ONEDNN  # fp32 is oneDNN's on every CPU
+    linears = pack_linears(layer, ours=ours)
+    kernel = ROWS if ours and dtype == torch.bfloat16 else ONEDNN  # fp32 is oneDNN's on every CPU
     assert len(linears) == packs and all(e.kernel == kernel for e in linears.values())
     with torch.inference_mode():
         assert packed_ops(lambda: layer(x), kernel) == 0  # outside the runtime the layer is as it was
@@ -68,8 +69,8 @@ def test_packed_layer_computes_f_linear(dtype, tol, amx):
     torch.testing.assert_close(got.float(), want.float(), atol=tol, rtol=tol)
 
 
-@pytest.mark.parametrize("dtype,amx", [(torch.float32, False), *((torch.bfloat16, amx) for amx in BF16_KERNELS)])
-def test_a_row_gets_the_same_bits_at_every_row_count(dtype, amx):
+@pytest.mark.parametrize("dtype,ours", [(torch.float32, False), *((torch.bfloat16, ours) for ours in BF16_KERNELS)])
+def test_a_row_gets_the_same_bits_at_every_row_count(dtype, ours):
     """Width invariance of the packed kernel: row r of a 1..33-row input equals row r fed alone, bit for bit, at
     the embedded model's layer shapes (q, k/v, up, down, head)."""
     if dtype not in packed_dtypes():
@@ -78,7 +79,7 @@ def test_a_row_gets_the_same_bits_at_every_row_count(dtype, amx):
     for n, k in ((576, 576), (192, 576), (1536, 576), (576, 1536), (4096, 576)):
         layer = torch.nn.Linear(k, n, bias=False).to(dtype)
         x = torch.randn(33, k).to(dtype)
-        with torch.inference_mode(), LinearKernels(pack_linears(layer, amx=amx)):
+        with torch.inference_mode(), LinearKernels(pack_linears(layer, ours=ours)):
             alone = torch.cat([layer(x[r : r + 1]) for r in range(33)])
             assert all(torch.equal(layer(x[:m]), alone[:m]) for m in range(2, 34)), (n, k)
 
@@ -90,7 +91,7 @@ def test_a_lone_row_is_fed_as_two_where_the_cpu_computes_it_apart(dtype):
     torch.manual_seed(0)
     layer = torch.nn.Linear(1536, 576, bias=False).to(dtype)
     x = torch.randn(2, 1536).to(dtype)
-    (entry,) = pack_linears(layer, amx=False).values()
+    (entry,) = pack_linears(layer, ours=False).values()
     assert entry.pair == linear.one_row_differs(entry.packed, 1536, dtype)
     paired, alone = dataclasses.replace(entry, pair=True), dataclasses.replace(entry, pair=False)
     pointwise = torch.ops.mkldnn._linear_pointwise

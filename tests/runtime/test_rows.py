@@ -1,5 +1,5 @@
-"""The AMX rows kernel (runtime/rows.py, kernels/rows.cpp): F.linear's numbers, each row's bits its own whatever rows
-travel with it, and a clear reason wherever it does not serve."""
+"""The rows kernel (runtime/rows.py, kernels/rows.cpp; AMX or AVX512-BF16, whichever this CPU has): F.linear's
+numbers, each row's bits its own whatever rows travel with it, and a clear reason wherever it does not serve."""
 
 from __future__ import annotations
 
@@ -16,9 +16,16 @@ def fresh_state(monkeypatch):
     monkeypatch.setattr(rows, "_STATE", {})
 
 
-def test_a_cpu_without_amx_is_told_so(fresh_state, monkeypatch):
-    monkeypatch.setattr(rows, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16"})
-    assert rows.why_not() == "no AMX on this CPU" and not rows.rows_kernel()
+def test_a_cpu_without_amx_or_avx512_bf16_is_told_so(fresh_state, monkeypatch):
+    monkeypatch.setattr(rows, "cpu_flags", lambda: {"avx2", "avx512f"})
+    assert rows.why_not() == "no AMX or AVX512-BF16 on this CPU" and not rows.rows_kernel()
+
+
+@pytest.mark.parametrize("flags,flavor", [({"amx_bf16", "amx_tile", "avx512f", "avx512_bf16"}, "amx"),
+                                          ({"avx512f", "avx512_bf16"}, "avx512_bf16"), ({"avx2", "avx512f"}, None)])
+def test_the_flavor_is_amx_where_the_cpu_has_it_else_avx512_bf16(monkeypatch, flags, flavor):
+    monkeypatch.setattr(rows, "cpu_flags", lambda: flags)
+    assert rows.flavor() == flavor
 
 
 def test_it_can_be_turned_off(fresh_state, monkeypatch):
@@ -44,10 +51,10 @@ def test_a_failed_build_says_why(fresh_state, monkeypatch, tmp_path):
     assert rows.why_not() == "building it failed (RuntimeError: Error building extension 'mars_rows')"
 
 
-amx = pytest.mark.skipif(not rows.rows_kernel(), reason=f"no rows kernel here: {rows.why_not()}")
+serves = pytest.mark.skipif(not rows.rows_kernel(), reason=f"no rows kernel here: {rows.why_not()}")
 
 
-@amx
+@serves
 @pytest.mark.parametrize("n,k,bias", [(40, 96, True), (1000, 577, False), (192, 576, True), (33, 31, False)])
 def test_it_computes_f_linear(n, k, bias):
     """Shapes that fill no panel (40, 33 columns) or tile (577, 31 inputs) whole, with and without a bias, a 3-D
@@ -62,10 +69,11 @@ def test_it_computes_f_linear(n, k, bias):
     assert (got.float() - exact).abs().max() <= (F.linear(x, w, b).float() - exact).abs().max() * 1.5 + 1e-6
 
 
-@amx
+@serves
 def test_a_row_gets_its_own_bits_beside_any_rows():
-    """Row r fed alone, among 1..40 rows (more than two blocks of 16) and among other rows in another order: the
-    same bits."""
+    """Row r fed alone, among 1..40 rows (more than two blocks of 16 rows for AMX, five groups of 8 for AVX512-BF16)
+    and among other rows in another order: the same bits, and the build the one this CPU calls for."""
+    assert torch.ops.mars_rows.flavor() == rows.flavor()
     g = torch.Generator().manual_seed(1)
     w = (torch.randn(576, 1536, generator=g) * 0.05).bfloat16()
     packed = torch.ops.mars_rows.pack(w)
@@ -77,7 +85,7 @@ def test_a_row_gets_its_own_bits_beside_any_rows():
     assert torch.equal(torch.ops.mars_rows.linear(x[order], packed, 576, None), alone[order])
 
 
-@amx
+@serves
 def test_mismatched_inputs_are_refused():
     w = torch.randn(64, 64).bfloat16()
     packed = torch.ops.mars_rows.pack(w)
@@ -87,7 +95,7 @@ def test_mismatched_inputs_are_refused():
         torch.ops.mars_rows.linear(torch.randn(2, 64), packed, 64, None)
 
 
-@amx
+@serves
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_its_attention_is_sdpa_row_by_row(dtype):
     """The kernel's attention (9 query heads over 3 key heads, as the embedded model): SDPA's numbers up to rounding,
@@ -112,10 +120,12 @@ def test_its_attention_is_sdpa_row_by_row(dtype):
 
 
 def test_a_build_to_come_is_known_before_it_starts(fresh_state, monkeypatch, tmp_path):
-    """must_build(): true only where the CPU has AMX and no build is kept (the app tells of that step)."""
+    """must_build(): true only where the CPU can run it and no build is kept (the app tells of that step)."""
     monkeypatch.setenv("MARS_CACHE", str(tmp_path))
     monkeypatch.setattr(rows, "cpu_flags", lambda: {"avx2"})
     assert not rows.must_build()
+    monkeypatch.setattr(rows, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
+    assert rows.must_build()
     monkeypatch.setattr(rows, "cpu_flags", lambda: {"amx_bf16", "amx_tile"})
     assert rows.must_build()
     rows._folder().mkdir(parents=True)

@@ -123,16 +123,19 @@ def test_a_compiled_forward_serves_once_compiled_in_the_background(monkeypatch):
     assert any("forward compiled" in str(part) for part in frames[-1])  # the stats' small print
 
 
-def test_the_small_print_says_when_linear_layers_run_on_our_amx_kernel(monkeypatch):
-    """forward_note adds the kernel where a served runtime's linears were packed for it, and nothing elsewhere."""
+@pytest.mark.parametrize("flavor,name", [("amx", "AMX"), ("avx512_bf16", "AVX512-BF16")])
+def test_the_small_print_says_when_linear_layers_run_on_our_rows_kernel(monkeypatch, flavor, name):
+    """forward_note adds the kernel, by the instructions it runs on, where a served runtime's linears were packed for
+    it, and nothing elsewhere."""
     import torch
 
     from mars_core.runtime import Runtime
-    from mars_core.runtime.linear import AMX, ONEDNN, Packed
+    from mars_core.runtime.linear import ONEDNN, ROWS, Packed
 
+    monkeypatch.setattr(models.rows, "flavor", lambda: flavor)
     weight = torch.zeros(2, 2)
-    for kernel, said in ((AMX, True), (ONEDNN, False)):
+    for kernel, said in ((ROWS, True), (ONEDNN, False)):
         runtime = Runtime(linears={id(weight): Packed(weight, weight, 0, kernel=kernel)}, forward_note="compiled (x)")
         monkeypatch.setitem(models.RUNTIMES, "kernel-note", runtime)
         note = models.forward_note("kernel-note")
-        assert note.startswith("compiled (x)") and ("AMX kernel" in note) == said, note
+        assert note.startswith("compiled (x)") and (f"our {name} kernel" in note) == said, note

@@ -1,11 +1,12 @@
-// y = x W^T + b in bf16 on a CPU with AMX, for the few rows a decoding forward feeds.
+// y = x W^T + b in bf16 on a CPU with AMX or AVX512-BF16, for the few rows a decoding forward feeds.
 //
-// W is packed once into panels of 32 output columns, its k dimension in pairs (the layout the tile multiply reads):
-// panel p holds W[32p .. 32p+31, :] as [K/2][32][2]. A call streams every panel from memory once; the rows of x go
-// through the tile unit 16 at a time, so up to 16 rows cost what one row costs (the weights' read). Each output is
-// one chain of tile multiply-adds over k in the same order whatever the number of rows, and the tile unit computes
-// a row from that row alone: a row's bits do not depend on how many rows, or which, share the call (width and batch
-// invariance, checked by runtime/invariance.py).
+// W is packed once into panels of 32 output columns, its k dimension in pairs (the layout both bf16 dot products
+// read): panel p holds W[32p .. 32p+31, :] as [K/2][32][2]. A call streams every panel from memory once. With AMX the
+// rows of x go through the tile unit 16 at a time; with AVX512-BF16 (vdpbf16ps) 8 at a time, a pair of x broadcast
+// against a pair of each of 16 columns. Either way up to that many rows cost what one row costs (the weights' read),
+// each output is one chain of multiply-adds over k in the same order whatever the number of rows, and a row is
+// computed from that row alone: a row's bits do not depend on how many rows, or which, share the call (width and
+// batch invariance, checked by runtime/invariance.py). A machine runs one of the two, so their bits never meet.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
@@ -15,6 +16,8 @@
 #include <cstdint>
 #include <cstring>
 #include <algorithm>
+#include <array>
+#include <utility>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -23,10 +26,17 @@
 #include <unordered_map>
 #include <vector>
 
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#define MARS_AMX 1
+#endif
+
 namespace {
 constexpr int64_t PANEL = 32;  // output columns a panel holds (two tiles of 16 fp32)
 constexpr int64_t BLOCK = 16;  // rows of x a tile holds
 constexpr int64_t DEPTH = 32;  // k a tile multiply consumes (16 pairs of bf16)
+constexpr int VROWS = 8;       // rows of x the vector path keeps in registers (2 accumulators a row; 12 or 14 no faster)
+
+#ifdef MARS_AMX
 
 struct TileConfig {  // the palette-1 layout _tile_loadconfig reads
   uint8_t palette = 1, start_row = 0, reserved[14] = {};
@@ -65,9 +75,63 @@ void panels(const char* w, const char* x, int64_t blocks, int64_t depth, float* 
     }
   _tile_release();
 }
+#elif defined(__AVX512BF16__)
+// R rows of x (bf16 pairs as 32-bit words, ldx words apart) through one panel: sums [R][32] fp32. Each sum is one
+// chain of vdpbf16ps over the pairs in order, whatever R is.
+template <int R>
+void vector_panel(const char* wp, const int32_t* x, int64_t ldx, int64_t pairs, float* sums) {
+  __m512 acc[2 * R];
+  for (int i = 0; i < 2 * R; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < pairs; ++j) {
+    const __m512bh w0 = (__m512bh)_mm512_loadu_si512(wp + j * PANEL * 4);
+    const __m512bh w1 = (__m512bh)_mm512_loadu_si512(wp + j * PANEL * 4 + 64);
+    for (int r = 0; r < R; ++r) {
+      const __m512bh xr = (__m512bh)_mm512_set1_epi32(x[r * ldx + j]);
+      acc[2 * r] = _mm512_dpbf16_ps(acc[2 * r], xr, w0);
+      acc[2 * r + 1] = _mm512_dpbf16_ps(acc[2 * r + 1], xr, w1);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    _mm512_storeu_ps(sums + r * PANEL, acc[2 * r]);
+    _mm512_storeu_ps(sums + r * PANEL + 16, acc[2 * r + 1]);
+  }
+}
+
+// vector_panel<1> .. vector_panel<VROWS>, by rows - 1
+using PanelKernel = void (*)(const char*, const int32_t*, int64_t, int64_t, float*);
+template <int... R>
+constexpr std::array<PanelKernel, sizeof...(R)> kernels_for(std::integer_sequence<int, R...>) {
+  return {&vector_panel<R + 1>...};
+}
+constexpr auto KERNELS = kernels_for(std::make_integer_sequence<int, VROWS>{});
+
+// Panels [p0, p1) for every group of up to VROWS rows of x's M rows (width bf16 a row).
+template <typename Emit>
+void panels(const char* w, const char* x, int64_t M, int64_t width, float* scratch, int64_t p0, int64_t p1,
+            const Emit& emit) {
+  const int64_t pairs = width / 2, panel_bytes = pairs * PANEL * 4;
+  const int32_t* xs = reinterpret_cast<const int32_t*>(x);
+  for (int64_t p = p0; p < p1; ++p)
+    for (int64_t m = 0; m < M; m += VROWS) {
+      const char* wp = w + p * panel_bytes;
+      const int32_t* xm = xs + m * pairs;
+      KERNELS[std::min<int64_t>(VROWS, M - m) - 1](wp, xm, pairs, pairs, scratch);
+      emit(p, m, std::min<int64_t>(VROWS, M - m), scratch);
+    }
+}
+#endif
 }  // namespace
 
+#ifdef MARS_AMX
 bool available() { return amx_ready(); }
+std::string flavor() { return "amx"; }
+#elif defined(__AVX512BF16__)
+bool available() { return true; }
+std::string flavor() { return "avx512_bf16"; }
+#else
+bool available() { return false; }
+std::string flavor() { return "none"; }
+#endif
 
 // W [N, K] bf16 -> panels [ceil(N/32)][ceil(K/32) * 16][32][2], zero-padded
 at::Tensor pack(const at::Tensor& w) {
@@ -86,16 +150,21 @@ at::Tensor pack(const at::Tensor& w) {
 // to bf16 once (round to nearest even, as torch rounds), the bias added in fp32 first
 at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, int64_t n, const std::optional<at::Tensor>& bias) {
   const int64_t K = x.size(-1), pairs = packed.size(1), panel_count = packed.size(0);
-  TORCH_CHECK(amx_ready(), "mars_rows.linear: no AMX tile state on this CPU");
+  TORCH_CHECK(available(), "mars_rows.linear: no AMX tile state or AVX512-BF16 on this CPU");
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 && packed.scalar_type() == at::kBFloat16 && packed.is_contiguous() &&
                   (K + DEPTH - 1) / DEPTH * (DEPTH / 2) == pairs && n <= panel_count * PANEL,
               "mars_rows.linear: x and the packed weight do not match");
-  const int64_t M = x.numel() / K, blocks = (M + BLOCK - 1) / BLOCK, width = pairs * 2;
+  const int64_t M = x.numel() / K, width = pairs * 2;
+#ifdef MARS_AMX
+  const int64_t blocks = (M + BLOCK - 1) / BLOCK, padded_rows = blocks * BLOCK;  // whole tiles of rows
+#else
+  const int64_t padded_rows = M;
+#endif
   auto xs = x.reshape({M, K}).contiguous();
-  auto padded = at::empty({blocks * BLOCK, width}, x.options());  // whole blocks of rows, whole tiles of k
+  auto padded = at::empty({padded_rows, width}, x.options());  // whole tiles of k
   const char* src = static_cast<const char*>(xs.data_ptr());
   char* dst = static_cast<char*>(padded.data_ptr());
-  for (int64_t m = 0; m < blocks * BLOCK; ++m) {
+  for (int64_t m = 0; m < padded_rows; ++m) {
     char* row = dst + m * width * 2;
     if (m < M) std::memcpy(row, src + m * K * 2, K * 2);
     std::memset(row + (m < M ? K * 2 : 0), 0, (m < M ? width - K : width) * 2);
@@ -110,15 +179,22 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, int64_t n, cons
   auto y = at::empty(sizes, x.options());
   c10::BFloat16* out = y.data_ptr<c10::BFloat16>();
   const char* w = static_cast<const char*>(packed.data_ptr());
+  // rows [m0, m0 + rows) of one panel's sums to y, each rounded to bf16 once, the bias added in fp32 first
+  auto emit = [&](int64_t p, int64_t m0, int64_t rows, const float* sums) {
+    const int64_t c0 = p * PANEL, cols = std::min(PANEL, n - c0);
+    for (int64_t r = 0; r < rows && m0 + r < M; ++r) {
+      c10::BFloat16* o = out + (m0 + r) * n + c0;
+      for (int64_t c = 0; c < cols; ++c) o[c] = c10::BFloat16(sums[r * PANEL + c] + b[c0 + c]);
+    }
+  };
   at::parallel_for(0, panel_count, 1, [&](int64_t p0, int64_t p1) {
     alignas(64) float scratch[BLOCK * PANEL];
-    panels(w, dst, blocks, pairs * 2 / DEPTH, scratch, p0, p1, [&](int64_t p, int64_t blk, const float* sums) {
-      const int64_t c0 = p * PANEL, cols = std::min(PANEL, n - c0);
-      for (int64_t r = 0; r < BLOCK && blk * BLOCK + r < M; ++r) {
-        c10::BFloat16* o = out + (blk * BLOCK + r) * n + c0;
-        for (int64_t c = 0; c < cols; ++c) o[c] = c10::BFloat16(sums[r * PANEL + c] + b[c0 + c]);
-      }
-    });
+#ifdef MARS_AMX
+    panels(w, dst, blocks, width / DEPTH, scratch, p0, p1,
+           [&](int64_t p, int64_t blk, const float* sums) { emit(p, blk * BLOCK, BLOCK, sums); });
+#elif defined(__AVX512BF16__)
+    panels(w, dst, M, width, scratch, p0, p1, emit);
+#endif
   });
   return y;
 }
@@ -303,6 +379,7 @@ at::Tensor routed(const at::Tensor& x, const at::Tensor& weight, const std::opti
 
 TORCH_LIBRARY(mars_rows, m) {
   m.def("available() -> bool", available);
+  m.def("flavor() -> str", flavor);
   m.def("pack(Tensor w) -> Tensor");
   m.def("linear(Tensor x, Tensor packed, int n, Tensor? bias) -> Tensor");
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor mask, float scale) -> Tensor");
