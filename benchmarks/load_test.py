@@ -118,6 +118,7 @@ def launched_app(model: str | None, *args: str, threads: int | None = None, time
     port = free_port()
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
     env.pop("SPACE_ID", None)
+    env.setdefault("MARS_COMPILE", "0")  # serving measured as before: no background compile taking the cores
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     cmd = [sys.executable, str(ROOT / "app.py"), "--host", "127.0.0.1", "--port", str(port), *args]

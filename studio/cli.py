@@ -9,6 +9,18 @@ import os
 from studio import engine, models
 
 
+def compile_by_default() -> bool:
+    """--compile's default: MARS_COMPILE where set ("1" on, "0" off), else on where no GPU serves (a CPU: the forward
+    compiled once, kept, measured faster there: docs/speed.md#the-forward-compiled) and off on a GPU, whose static
+    decoders run CUDA graphs."""
+    chosen = os.environ.get("MARS_COMPILE")
+    if chosen is not None:
+        return chosen == "1"
+    import torch
+
+    return not torch.cuda.is_available()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The app's flags."""
     parser = argparse.ArgumentParser(description="MARS Studio: race MARS against one-token decoding.")
@@ -33,9 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="decode at a few fixed widths into a KV cache allocated once (CUDA graphs on a GPU; "
                              "docs/speed.md#static-shapes); default: on a GPU, where it measured faster, and not on a "
                              "CPU, where the dynamic decoders are faster")
-    parser.add_argument("--compile", action="store_true", default=os.environ.get("MARS_COMPILE") == "1",
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=compile_by_default(),
                         help="compile the forward in the background once a model is ready (inductor, kept under "
-                             "MARS_CACHE; docs/speed.md#the-forward-compiled); Runs are served uncompiled meanwhile")
+                             "MARS_CACHE; docs/speed.md#the-forward-compiled); Runs are served uncompiled meanwhile. "
+                             "Default: on without a GPU, off on one (env MARS_COMPILE=1 or 0 decides instead)")
     parser.add_argument("--concurrency", type=int, default=int(os.environ.get("MARS_CONCURRENCY", "4")),
                         help="generations served at once (the queue holds the rest)")
     parser.add_argument("--trainings", type=int, default=int(os.environ.get("MARS_TRAININGS", "1")),

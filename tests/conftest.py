@@ -1,9 +1,15 @@
+import os
+
 import pytest
 import torch
 
 from mars_core.runtime import prepared
 
 from tiny import tiny_llama, tiny_qwen2, tiny_tokenizer
+
+# The app launched by the tests (in process, or as `python app.py` by benchmarks/load_test.py) serves uncompiled unless
+# a test asks: a background compile a launch would take both cores for a minute (the default, on a CPU: studio/cli.py)
+os.environ.setdefault("MARS_COMPILE", "0")
 
 # The files that take longest (the 60 slowest tests' durations summed by file: `python -m pytest -n 2 --dist loadfile
 # --durations=60` on a 2-core VM) run first: xdist hands files out in collection order (pyproject:

@@ -675,6 +675,7 @@ def test_space_allows_only_the_fixed_model_list(monkeypatch):
 
 
 def test_main_honours_env_and_flags(monkeypatch):
+    monkeypatch.setattr(models, "CONFIG", models.CONFIG)  # main() sets it: the next tests get it back as it was
     launched = {}
 
     class Demo:
@@ -694,6 +695,18 @@ def test_main_honours_env_and_flags(monkeypatch):
     assert models.CONFIG.model is None and models.CONFIG.ar_model is None and not models.CONFIG.static
     app.main(["--no-preload", "--static-shapes"])
     assert models.CONFIG.static
+    monkeypatch.delenv("MARS_COMPILE", raising=False)  # the default: compiled without a GPU, not with one
+    for cuda in (False, True):
+        monkeypatch.setattr("torch.cuda.is_available", lambda cuda=cuda: cuda)
+        app.main(["--no-preload"])
+        assert models.CONFIG.compile is not cuda
+    app.main(["--no-preload", "--no-compile"])
+    assert not models.CONFIG.compile
+    monkeypatch.setenv("MARS_COMPILE", "0")
+    app.main(["--no-preload"])
+    assert not models.CONFIG.compile
+    app.main(["--no-preload", "--compile"])
+    assert models.CONFIG.compile
     assert launched["css"] == app.CSS and launched["theme"] is app.THEME and "marsTyped" in launched["js"]
 
 
