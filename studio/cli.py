@@ -10,15 +10,18 @@ from studio import engine, models
 
 
 def compile_by_default() -> bool:
-    """--compile's default: MARS_COMPILE where set ("1" on, "0" off), else on where no GPU serves (a CPU: the forward
-    compiled once, kept, measured faster there: docs/speed.md#the-forward-compiled) and off on a GPU, whose static
-    decoders run CUDA graphs."""
+    """--compile's default: MARS_COMPILE where set ("1" on, "0" off), else on a CPU with AMX or AVX512-BF16 and no GPU
+    (bf16 on our rows kernel, where the compiled forward was measured faster: docs/speed.md#the-forward-compiled and
+    #the-rows-kernel-without-amx-avx512-bf16), off elsewhere (a GPU's static decoders run CUDA graphs; an fp32 CPU's
+    compiled forward is not measured yet)."""
     chosen = os.environ.get("MARS_COMPILE")
     if chosen is not None:
         return chosen == "1"
     import torch
 
-    return not torch.cuda.is_available()
+    from mars_core.runtime import rows
+
+    return not torch.cuda.is_available() and rows.flavor() is not None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=compile_by_default(),
                         help="compile the forward in the background once a model is ready (inductor, kept under "
                              "MARS_CACHE; docs/speed.md#the-forward-compiled); Runs are served uncompiled meanwhile. "
-                             "Default: on without a GPU, off on one (env MARS_COMPILE=1 or 0 decides instead)")
+                             "Default: on a CPU with AMX or AVX512-BF16 and no GPU, else off (env MARS_COMPILE=1 or 0 "
+                             "decides instead)")
     parser.add_argument("--concurrency", type=int, default=int(os.environ.get("MARS_CONCURRENCY", "4")),
                         help="generations served at once (the queue holds the rest)")
     parser.add_argument("--trainings", type=int, default=int(os.environ.get("MARS_TRAININGS", "1")),

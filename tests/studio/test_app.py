@@ -695,11 +695,13 @@ def test_main_honours_env_and_flags(monkeypatch):
     assert models.CONFIG.model is None and models.CONFIG.ar_model is None and not models.CONFIG.static
     app.main(["--no-preload", "--static-shapes"])
     assert models.CONFIG.static
-    monkeypatch.delenv("MARS_COMPILE", raising=False)  # the default: compiled without a GPU, not with one
-    for cuda in (False, True):
+    monkeypatch.delenv("MARS_COMPILE", raising=False)  # the default: compiled on a bf16 CPU (AMX or AVX512-BF16)
+    for cuda, flavor, on in ((False, "avx512_bf16", True), (False, "amx", True), (True, "amx", False),
+                             (False, None, False)):
         monkeypatch.setattr("torch.cuda.is_available", lambda cuda=cuda: cuda)
+        monkeypatch.setattr("mars_core.runtime.rows.flavor", lambda flavor=flavor: flavor)
         app.main(["--no-preload"])
-        assert models.CONFIG.compile is not cuda
+        assert models.CONFIG.compile is on, (cuda, flavor)
     app.main(["--no-preload", "--no-compile"])
     assert not models.CONFIG.compile
     monkeypatch.setenv("MARS_COMPILE", "0")
