@@ -6,6 +6,7 @@ every speed figure and every measured cost curve carries this record.
 
 from __future__ import annotations
 
+import functools
 import platform
 import re
 from pathlib import Path
@@ -16,14 +17,16 @@ import torch
 ISA_FLAGS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")  # /proc/cpuinfo flags, fastest kind first
 
 
-def cpu_flags() -> set[str]:
-    """CPU feature flags from /proc/cpuinfo (empty where there is none)."""
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """CPU feature flags from /proc/cpuinfo (empty where there is none), read once a process: the race's small print
+    asks for the rows kernel's flavor every frame."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return set()
+        return frozenset()
     match = re.search(r"^flags\s*:\s*(.*)$", text, re.MULTILINE)
-    return set(match.group(1).split()) if match else set()
+    return frozenset(match.group(1).split()) if match else frozenset()
 
 
 def cpu_name() -> str:

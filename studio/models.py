@@ -285,16 +285,13 @@ def compile_in_background(key: str) -> None:
     threading.Thread(target=work, name=f"compile-{key}", daemon=True).start()
 
 
-_FLAVOR_NAMES = {"amx": "AMX", "avx512_bf16": "AVX512-BF16"}  # rows.flavor() in a page's words
-
-
 def forward_note(name: str | None) -> str:
     """What runs a served model's forward, for the small print: "compiled …", "compiling (…)" or "uncompiled…", and
     where its linear layers run on our rows kernel (AMX or AVX512-BF16), that."""
     key = name or "default"
     runtime = RUNTIMES.get(key)
     ours = runtime is not None and any(e.kernel == ROWS for e in runtime.linears.values())
-    kernel = f"; linear layers on our {_FLAVOR_NAMES.get(rows.flavor(), '')} kernel" if ours else ""
+    kernel = f"; linear layers on our {rows.NAMES.get(rows.flavor(), '')} kernel" if ours else ""
     if key in COMPILING:
         stage, began, _ = COMPILING[key]
         return f"uncompiled while its compiled forward is {stage}, {time.monotonic() - began:.0f} s in{kernel}"

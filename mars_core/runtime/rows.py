@@ -25,6 +25,7 @@ SOURCE = Path(__file__).with_name("kernels") / "rows.cpp"
 FLAGS = ("-O3", "-march=native", "-fopenmp")  # native: built on the machine that runs it, kept by its CPU's flags
 # /proc/cpuinfo flags of the kernel's two bf16 dot products: AMX's tiles, or AVX512-BF16 (AVX-512 vectors)
 FLAVORS = {"amx": {"amx_bf16", "amx_tile"}, "avx512_bf16": {"avx512_bf16", "avx512f"}}
+NAMES = {"amx": "AMX", "avx512_bf16": "AVX512-BF16"}  # each flavor in a page's words
 _LOCK = threading.Lock()
 _STATE: dict[str, str | float | None] = {}  # "why": None once loaded, else why not; "seconds": to build or load it
 
