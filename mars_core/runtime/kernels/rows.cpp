@@ -19,7 +19,6 @@
 #include <array>
 #include <utility>
 #include <cmath>
-#include <functional>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -51,8 +50,9 @@ bool amx_ready() {  // Linux gives a thread the tile state only once the process
 
 // Panels [p0, p1) for every block of 16 rows. Tiles: 0, 1 the sums (16 rows x 16 fp32 columns each), 2 a block of x
 // (16 rows x 32 bf16), 3, 4 the panel's two halves (16 pairs x 16 columns).
+template <typename Emit>
 void panels(const char* w, const char* x, int64_t blocks, int64_t depth, float* scratch, int64_t p0, int64_t p1,
-            const std::function<void(int64_t, int64_t, const float*)>& emit) {
+            const Emit& emit) {
   TileConfig cfg;
   for (int t = 0; t < 5; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
   _tile_loadconfig(&cfg);
