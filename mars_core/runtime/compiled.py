@@ -18,12 +18,13 @@ one-token and wider forwards (docs/speed.md#the-forward-compiled).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from functools import partial
 from pathlib import Path
 
 import torch
@@ -44,10 +45,11 @@ def compiler_missing(device: torch.device) -> str | None:
 
 
 def _cache_misses() -> int:
-    """Graphs compiled so far in this process that no kept artifact answered (AOTAutograd's cache missed)."""
+    """Graphs compiled so far in this process that no kept artifact answered (AOTAutograd's cache missed, or was
+    bypassed: a graph it cannot keep)."""
     from torch._dynamo.utils import counters
 
-    return counters["aot_autograd"]["autograd_cache_miss"]
+    return counters["aot_autograd"]["autograd_cache_miss"] + counters["aot_autograd"]["autograd_cache_bypass"]
 
 
 def _load_artifacts(path: Path) -> bool:
@@ -88,26 +90,69 @@ def _inductor_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
 
 def _rows_graph(gm: torch.fx.GraphModule, example_inputs: list, attention: bool) -> Callable:
     """_inductor_graph with the runtime's ops swapped for the rows kernel's own (C++, no Python between layers):
-    mars::linear for mars_rows::routed (the packed copy found by the weight, registered beforehand), and where the
-    runtime computes attention by rows, mars::attention for mars_rows::attention."""
-    swap = {torch.ops.mars.linear: torch.ops.mars_rows.routed, torch.ops.mars.linear.default:
-            torch.ops.mars_rows.routed.default}
+    sibling layers (mars::linear calls on one input) for one mars_rows::routed_siblings call, which computes them as
+    the one packed matrix they were fused into (runtime/linear.py: FUSED) and whose columns the graph reads as views;
+    a lone mars::linear for mars_rows::routed (the packed copy found by the weight, registered beforehand); and where
+    the runtime computes attention by rows, mars::attention for mars_rows::attention."""
+    linear = {torch.ops.mars.linear, torch.ops.mars.linear.default}
+    swap = {op: torch.ops.mars_rows.routed.default for op in linear}
     if attention:
-        swap |= {torch.ops.mars.attention: torch.ops.mars_rows.attention, torch.ops.mars.attention.default:
+        swap |= {torch.ops.mars.attention: torch.ops.mars_rows.attention.default, torch.ops.mars.attention.default:
                  torch.ops.mars_rows.attention.default}
+    readers: dict[torch.fx.Node, list[torch.fx.Node]] = {}
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in linear:
+            readers.setdefault(node.args[0], []).append(node)
+    for siblings in (nodes for nodes in readers.values() if len(nodes) > 1):
+        _as_siblings(gm.graph, siblings)
     for node in gm.graph.nodes:
         if node.op == "call_function" and node.target in swap:
             node.target = swap[node.target]
+    gm.graph.lint()
     gm.recompile()
     return _inductor_graph(gm, example_inputs)
 
 
-def _backend(runtime: Runtime) -> Callable:
-    """_inductor_graph, or where the runtime's linears run the rows kernel, inductor over the rows kernel's ops, their
-    packed copies registered with it (kernels/rows.cpp: by the weight's data pointer, dropped once the weight is)."""
+def _as_siblings(graph: torch.fx.Graph, nodes: list[torch.fx.Node]) -> None:
+    """mars::linear calls x W_i^T + b_i on one x as one mars_rows::routed_siblings call [..., sum of n_i] and a slice
+    of its columns each (a view: inductor's next loops read it where it lies). Left as they are where a weight or
+    bias is not an input of the graph (one computed in it could come after the first call). Each new node gets the
+    example value dynamo gives its own (a fake tensor; without it the compiled artifacts could not be kept)."""
+    x, weights, biases = nodes[0].args[0], [n.args[1] for n in nodes], [_bias(n) for n in nodes]
+    inputs = [*weights, *(b for b in biases if b is not None)]
+    if not all(isinstance(a, torch.fx.Node) and a.op == "placeholder" for a in inputs) or not all(
+            "example_value" in a.meta for a in (x, *weights)):
+        return
+    with graph.inserting_before(nodes[0]):
+        both = graph.call_function(torch.ops.mars_rows.routed_siblings.default, (x, weights, biases))
+        both.meta["example_value"] = both.target(*_examples(both.args))
+        start = 0
+        for node, weight in zip(nodes, weights):
+            stop = start + weight.meta["example_value"].shape[0]
+            view = graph.call_function(torch.ops.aten.slice.Tensor, (both, -1, start, stop))
+            view.meta["example_value"] = both.meta["example_value"][..., start:stop]
+            node.replace_all_uses_with(view)
+            start = stop
+    for node in nodes:
+        graph.erase_node(node)
+
+
+def _examples(args: tuple) -> tuple:
+    """args with each node replaced by its example value."""
+    return torch.fx.node.map_arg(args, lambda n: n.meta["example_value"])
+
+
+def _bias(node: torch.fx.Node) -> torch.fx.Node | None:
+    """A mars::linear call's bias argument (positional or by name)."""
+    return node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
+
+
+def _backend(runtime: Runtime, model: torch.nn.Module) -> Callable:
+    """The backend for this model's decoder: _inductor_graph, or where the runtime's linears run the rows kernel,
+    inductor over the rows kernel's ops, their packed copies registered with it (kernels/rows.cpp: by the weight's data
+    pointer, dropped once the weight is). One backend object per kind and model make (_make): dynamo keeps a graph per
+    code object and backend, so models of one make share their graphs, and no other make ever runs them."""
     ours = [e for e in runtime.linears.values() if e.kernel == ROWS]  # packed for it only where it serves
-    if not ours:
-        return _inductor_graph
     for e in ours:
         n = e.weight.shape[0]
         if e.fused is None:
@@ -115,12 +160,27 @@ def _backend(runtime: Runtime) -> Callable:
         else:
             torch.ops.mars_rows.register(e.weight, e.fused.packed, e.fused.shape[0], e.fused.bias, e.cols.start,
                                          e.cols.stop)
-    return _ROWS_BACKENDS[runtime.rows]
+    attention = runtime.rows
+    backend = ((lambda gm, inputs: _rows_graph(gm, inputs, attention)) if ours
+               else (lambda gm, inputs: _inductor_graph(gm, inputs)))
+    return _BACKENDS.setdefault((bool(ours), attention, _make(model)), backend)
 
 
-# one backend object per kind: dynamo keeps a graph per code object and backend, so every model of a class compiled
-# with the same kind shares its graphs (as with _inductor_graph)
-_ROWS_BACKENDS = {rows: partial(_rows_graph, attention=rows) for rows in (False, True)}
+_BACKENDS: dict[tuple, Callable] = {}  # by kind and model make
+
+
+def _make(model: torch.nn.Module) -> str:
+    """What a graph traced through the model's decoder takes from the model itself, beyond the weights it reads as
+    inputs: its modules' classes, its parameters' and buffers' names, shapes, dtypes and devices, its config (the
+    checkpoint's name aside) and train or eval mode. The graph's guards on the modules are dropped (checking them
+    took a good share of a forward: docs/speed.md#the-forward-compiled), so this key keeps another make off it."""
+    decoder = model.get_decoder()
+    config = {k: v for k, v in decoder.config.to_dict().items() if k not in ("_name_or_path", "transformers_version",
+                                                                            "architectures", "_commit_hash")}
+    tensors = [(n, tuple(t.shape), str(t.dtype), str(t.device))
+               for n, t in (*decoder.named_parameters(), *decoder.named_buffers())]
+    modules = [(n, type(m).__qualname__, m.training) for n, m in decoder.named_modules()]
+    return hashlib.sha256(json.dumps([config, tensors, modules], sort_keys=True, default=str).encode()).hexdigest()
 
 
 def compile_runtime(model: torch.nn.Module, runtime: Runtime, cache_dir: str | Path | None = None,
@@ -130,7 +190,9 @@ def compile_runtime(model: torch.nn.Module, runtime: Runtime, cache_dir: str | P
     (inductor-<key>.bin: a warm start compiles nothing; artifacts that no longer answer the graph, as after an
     upgrade, or a damaged file are compiled anew, checked anew and replaced); the runtime unchanged, with
     forward_note saying why, where it cannot compile here or the compiled forward's rows differ between widths (then
-    it serves uncompiled: identity comes first)."""
+    it serves uncompiled: identity comes first). It serves the model as compiled: its weights may change in place (a
+    stale packed copy is never used), but a model whose make changed after (_make: modules swapped, another dtype or
+    mode) needs compiling again."""
     from .cost import forward_cost
     from .invariance import fed_rows, width_check
 
@@ -140,8 +202,10 @@ def compile_runtime(model: torch.nn.Module, runtime: Runtime, cache_dir: str | P
     if missing:
         return replace(runtime, forward_note=f"uncompiled: {missing}")
     _inductor_cache_beside_ours()
+    # no guards on the model's modules (their attributes and weights): the backend is the model's make (_backend)
+    guards = {"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe}
     compiled = replace(runtime, compiled=torch.compile(model.get_decoder().forward, dynamic=True,
-                                                       backend=_backend(runtime)),
+                                                       backend=_backend(runtime, model), options=guards),
                        width_check=None, cost=None, forward_note="compiled")
     path = folder / f"inductor-{compiled.key(model)}.bin"
     misses, began = _cache_misses(), time.perf_counter()

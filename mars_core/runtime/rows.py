@@ -103,5 +103,7 @@ def _shapes() -> None:
     """The shapes of the ops a compiled graph calls (runtime/compiled.py traces them on fake tensors)."""
     torch.library.register_fake("mars_rows::routed", lambda x, weight, bias: x.new_empty(*x.shape[:-1],
                                                                                           weight.shape[0]))
+    torch.library.register_fake("mars_rows::routed_siblings", lambda x, weights, biases: x.new_empty(
+        *x.shape[:-1], sum(w.shape[0] for w in weights)))
     torch.library.register_fake("mars_rows::attention", lambda q, k, v, mask, scale: q.new_empty(
         q.shape[0], q.shape[2], q.shape[1], q.shape[3]))

@@ -80,6 +80,31 @@ def test_compiled_artifacts_are_kept_and_a_warm_start_loads_them(compiled):
     assert again.compiled is not None and "kept artifacts" in again.forward_note, again.forward_note
 
 
+def test_models_of_one_make_share_a_graph_and_each_answers_with_its_own_weights(compiled, tokenizer, tmp_path):
+    """The graph keeps no guards on the model's modules (checking them took a good share of a forward): models of one
+    make (compiled._make) share it, each answering with its own weights; a model of another make, here another norm
+    epsilon (a constant of the graph), gets a graph of its own and answers as its uncompiled self."""
+    import torch._dynamo
+
+    model, _, runtime, _ = compiled
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    kw = dict(strategy="ar", max_new_tokens=12)
+
+    def answers(seed: int, **config) -> tuple[list, list]:
+        other = tiny_llama(len(tokenizer), seed=seed, attn_implementation=ATTENTION, **config)
+        eager = prepare(other, cache_dir=tmp_path, measure_cost=False, check=False)
+        served = compile_runtime(other, eager, tmp_path)
+        assert served.compiled is not None, served.forward_note
+        return [generate(other, tokenizer, PROMPTS, runtime=r, **kw).token_ids for r in (served, eager)]
+
+    same_make = answers(seed=1)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs  # the first model's graph served
+    assert same_make[0] == same_make[1] != generate(model, tokenizer, PROMPTS, runtime=runtime, **kw).token_ids
+    other_make = answers(seed=1, rms_norm_eps=0.5)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs + 1
+    assert other_make[0] == other_make[1] != same_make[1]  # the epsilon changes the answer, and it was honoured
+
+
 def test_damaged_artifacts_are_compiled_anew_and_replaced(compiled, tmp_path):
     model, eager, _, folder = compiled
     kept = next(folder.glob("inductor-*.bin"))
@@ -132,7 +157,7 @@ def test_with_the_rows_kernel_the_graph_calls_its_ops_and_keeps_the_guarantees(t
         graphs.append({str(n.target) for n in gm.graph.nodes if n.op == "call_function"})
         return out
 
-    monkeypatch.setattr(compiled_module, "_ROWS_BACKENDS", {r: (lambda g, i, r=r: seen(g, i, r)) for r in (0, 1)})
+    monkeypatch.setattr(compiled_module, "_rows_graph", seen)
     torch._dynamo.reset()
     torch.manual_seed(0)
     model = tiny_llama(len(tokenizer), attn_implementation=ATTENTION).to(torch.bfloat16)
@@ -147,7 +172,8 @@ def test_with_the_rows_kernel_the_graph_calls_its_ops_and_keeps_the_guarantees(t
     alone = [generate(model, tokenizer, p, strategy="ar", **kw).token_ids[0] for p in PROMPTS]
     assert verified.token_ids == ar.token_ids == alone
     ops = set().union(*graphs)
-    assert {"mars_rows.routed", "mars_rows.attention"} <= {op.removesuffix(".default") for op in ops}, sorted(ops)
+    called = {op.removesuffix(".default") for op in ops}  # q/k/v and gate/up as one call each, o and down alone
+    assert {"mars_rows.routed", "mars_rows.routed_siblings", "mars_rows.attention"} <= called, sorted(ops)
     assert not any(op.startswith("mars.") for op in ops), ops
     with torch.no_grad():  # an update in place: the packed copy is stale, torch's F.linear answers from the weight
         for p in model.parameters():

@@ -96,6 +96,28 @@ def test_mismatched_inputs_are_refused():
 
 
 @serves
+def test_siblings_fused_into_one_matrix_are_one_call_else_one_each():
+    """routed_siblings: weights registered as the columns of one packed matrix, asked in that order, are that
+    matrix's one product (with its bias); asked in another order, or some not registered, each is its own routed
+    call. Either way: F.linear of each, side by side."""
+    g = torch.Generator().manual_seed(2)
+    ws = [(torch.randn(n, 64, generator=g) * 0.05).bfloat16() for n in (64, 32, 32)]
+    bs = [torch.randn(w.shape[0], generator=g).bfloat16() for w in ws]
+    packed, bias = torch.ops.mars_rows.pack(torch.cat(ws)), torch.cat(bs)
+    for w, a, b in zip(ws, (0, 64, 96), (64, 96, 128)):
+        torch.ops.mars_rows.register(w, packed, 128, bias, a, b)
+    x = torch.randn(5, 64, generator=g).bfloat16()
+    fused = torch.ops.mars_rows.linear(x, packed, 128, bias)
+    with torch.inference_mode():
+        assert torch.equal(torch.ops.mars_rows.routed_siblings(x, ws, bs), fused)
+        swapped = torch.ops.mars_rows.routed_siblings(x, [ws[1], ws[0]], [bs[1], bs[0]])
+        assert torch.equal(swapped, torch.cat([fused[:, 64:96], fused[:, :64]], -1))
+        lone = (torch.randn(16, 64, generator=g) * 0.05).bfloat16()  # never registered: torch's F.linear
+        mixed = torch.ops.mars_rows.routed_siblings(x, [ws[0], lone], [None, None])
+        assert torch.equal(mixed, torch.cat([fused[:, :64], F.linear(x, lone)], -1))
+
+
+@serves
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_its_attention_is_sdpa_row_by_row(dtype):
     """The kernel's attention (9 query heads over 3 key heads, as the embedded model): SDPA's numbers up to rounding,

@@ -357,9 +357,9 @@ void register_weight(const at::Tensor& weight, const at::Tensor& packed, int64_t
                                                      bias, n, col0, col1});
 }
 
-// F.linear(x, weight, bias), answered from weight's registered packed copy where one serves (no grad, bf16, the same
-// weight unchanged since it was packed), else by torch's F.linear
-at::Tensor routed(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+namespace {
+// weight's registered entry where it answers x W^T (no grad, bf16, the same weight unchanged since it was packed)
+std::optional<Entry> serving(const at::Tensor& x, const at::Tensor& weight) {
   std::optional<Entry> entry;
   {
     std::lock_guard<std::mutex> hold(registry_mutex);
@@ -370,11 +370,38 @@ at::Tensor routed(const at::Tensor& x, const at::Tensor& weight, const std::opti
                       weight.scalar_type() == at::kBFloat16 && x.device().is_cpu() &&
                       entry->storage.lock().get() == weight.storage().unsafeGetStorageImpl() &&
                       entry->version == version_of(weight);
-  if (!serves) return at::linear(x, weight, bias);
+  return serves ? entry : std::nullopt;
+}
+}  // namespace
+
+// F.linear(x, weight, bias), answered from weight's registered packed copy where one serves, else by torch's F.linear
+at::Tensor routed(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+  const auto entry = serving(x, weight);
+  if (!entry) return at::linear(x, weight, bias);
   if (entry->col0 == 0 && entry->col1 == entry->n) return linear(x, entry->packed, entry->n, bias);
   if (last.packed != entry->packed.data_ptr() || !last.x.is_same(x))
     last = Product{x, linear(x, entry->packed, entry->n, entry->bias), entry->packed.data_ptr()};
   return last.y.narrow(-1, entry->col0, entry->col1 - entry->col0).contiguous();
+}
+
+// F.linear(x, weights[i], biases[i]) for every i, side by side ([..., sum of their columns]): one call of the kernel
+// where the weights are, in this order, the columns of one packed matrix (siblings fused by runtime/linear.py), else
+// one routed call each. The compiled graph reads each sibling's columns as a view (no copy, no call of its own).
+at::Tensor routed_siblings(const at::Tensor& x, at::TensorList weights,
+                           const c10::List<std::optional<at::Tensor>>& biases) {
+  TORCH_CHECK(!weights.empty() && weights.size() == biases.size(), "mars_rows.routed_siblings: a bias a weight");
+  std::optional<Entry> first = serving(x, weights[0]);
+  bool whole = first && first->col0 == 0;
+  int64_t col = 0;
+  for (size_t i = 0; whole && i < weights.size(); ++i) {
+    const auto entry = i == 0 ? first : serving(x, weights[i]);
+    whole = entry && entry->packed.data_ptr() == first->packed.data_ptr() && entry->col0 == col;
+    if (whole) col = entry->col1;
+  }
+  if (whole && col == first->n) return linear(x, first->packed, first->n, first->bias);
+  std::vector<at::Tensor> parts;
+  for (size_t i = 0; i < weights.size(); ++i) parts.push_back(routed(x, weights[i], biases.get(i)));
+  return at::cat(parts, -1);
 }
 
 TORCH_LIBRARY(mars_rows, m) {
@@ -385,6 +412,7 @@ TORCH_LIBRARY(mars_rows, m) {
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor mask, float scale) -> Tensor");
   m.def("register(Tensor weight, Tensor packed, int n, Tensor? bias, int col0, int col1) -> ()");
   m.def("routed(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
+  m.def("routed_siblings(Tensor x, Tensor[] weights, Tensor?[] biases) -> Tensor");
 }
 TORCH_LIBRARY_IMPL(mars_rows, CPU, m) {
   m.impl("pack", pack);
@@ -392,4 +420,5 @@ TORCH_LIBRARY_IMPL(mars_rows, CPU, m) {
   m.impl("attention", attention);
   m.impl("register", register_weight);
   m.impl("routed", routed);
+  m.impl("routed_siblings", routed_siblings);
 }
