@@ -81,8 +81,8 @@ def _inductor_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     thread: a decoding forward's loops are a few rows each, and an OpenMP region a loop (several a layer) cost more
     to open and join than the work they split (docs/speed.md#loops-of-one-thread-and-attention-16-keys-at-a-time).
     The runtime's kernels keep every thread. Its code checks no buffer's sizes and strides as it runs (one Python call
-    each, some 500 a forward): dynamo's guards check the inputs', _make the weights', and our ops return contiguous
-    tensors of the shapes their fakes say."""
+    each, hundreds a forward): dynamo's guards check the inputs', _make the weights', and our ops return contiguous
+    tensors of the shapes their fakes say (docs/speed.md#fewer-calls-around-the-kernels-verified-at-303-generate)."""
     from torch._inductor import config
     from torch._inductor.compile_fx import compile_fx
 
@@ -174,8 +174,9 @@ _BACKENDS: dict[tuple, Callable] = {}  # by kind and model make
 def _make(model: torch.nn.Module) -> str:
     """What a graph traced through the model's decoder takes from the model itself, beyond the weights it reads as
     inputs: its modules' classes, its parameters' and buffers' names, shapes, strides, dtypes and devices, its config
-    (the checkpoint's name aside) and train or eval mode. The graph's guards on the modules are dropped (checking
-    them took a good share of a forward: docs/speed.md#the-forward-compiled), so this key keeps another make off it."""
+    (the checkpoint's name aside) and train or eval mode. The graph's guards on the modules are dropped (checking them
+    took a good share of a forward: docs/speed.md#fewer-calls-around-the-kernels-verified-at-303-generate), so this
+    key keeps another make off it."""
     decoder = model.get_decoder()
     config = {k: v for k, v in decoder.config.to_dict().items() if k not in ("_name_or_path", "transformers_version",
                                                                             "architectures", "_commit_hash")}
