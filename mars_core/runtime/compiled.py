@@ -19,6 +19,7 @@ one-token and wider forwards (docs/speed.md#the-forward-compiled).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -123,7 +124,7 @@ def _as_siblings(graph: torch.fx.Graph, nodes: list[torch.fx.Node]) -> None:
     x, weights, biases = nodes[0].args[0], [n.args[1] for n in nodes], [_bias(n) for n in nodes]
     inputs = [*weights, *(b for b in biases if b is not None)]
     if not all(isinstance(a, torch.fx.Node) and a.op == "placeholder" for a in inputs) or not all(
-            "example_value" in a.meta for a in (x, *weights)):
+            "example_value" in a.meta for a in (x, *inputs)):
         return
     with graph.inserting_before(nodes[0]):
         both = graph.call_function(torch.ops.mars_rows.routed_siblings.default, (x, weights, biases))
@@ -140,7 +141,7 @@ def _as_siblings(graph: torch.fx.Graph, nodes: list[torch.fx.Node]) -> None:
 
 
 def _examples(args: tuple) -> tuple:
-    """args with each node replaced by its example value."""
+    """args with each node replaced by its example value (an op called on them runs its fake: the new node's own)."""
     return torch.fx.node.map_arg(args, lambda n: n.meta["example_value"])
 
 
@@ -162,7 +163,7 @@ def _backend(runtime: Runtime, model: torch.nn.Module) -> Callable:
         else:
             torch.ops.mars_rows.register(e.weight, e.fused.packed, e.fused.shape[0], e.fused.bias, e.cols.start,
                                          e.cols.stop)
-    attention = runtime.rows
+    attention = bool(ours) and runtime.rows
     backend = ((lambda gm, inputs: _rows_graph(gm, inputs, attention)) if ours
                else (lambda gm, inputs: _inductor_graph(gm, inputs)))
     return _BACKENDS.setdefault((bool(ours), attention, _make(model)), backend)
@@ -173,17 +174,25 @@ _BACKENDS: dict[tuple, Callable] = {}  # by kind and model make
 
 def _make(model: torch.nn.Module) -> str:
     """What a graph traced through the model's decoder takes from the model itself, beyond the weights it reads as
-    inputs: its modules' classes, its parameters' and buffers' names, shapes, strides, dtypes and devices, its config
-    (the checkpoint's name aside) and train or eval mode. The graph's guards on the modules are dropped (checking them
-    took a good share of a forward: docs/speed.md#fewer-calls-around-the-kernels-verified-at-303-generate), so this
-    key keeps another make off it."""
+    inputs: its modules' classes, hooks and own forwards, its parameters' and buffers' names, shapes, strides, dtypes
+    and devices, its config (the checkpoint's name aside) with its attention, and train or eval mode. The graph's
+    guards on the modules are dropped (checking them took a good share of a forward:
+    docs/speed.md#fewer-calls-around-the-kernels-verified-at-303-generate), so this key keeps another make off it."""
     decoder = model.get_decoder()
     config = {k: v for k, v in decoder.config.to_dict().items() if k not in ("_name_or_path", "transformers_version",
                                                                             "architectures", "_commit_hash")}
+    config["attn"] = getattr(decoder.config, "_attn_implementation", None)  # to_dict() leaves it out
     tensors = [(n, tuple(t.shape), t.stride(), str(t.dtype), str(t.device))
                for n, t in (*decoder.named_parameters(), *decoder.named_buffers())]
-    modules = [(n, type(m).__qualname__, m.training) for n, m in decoder.named_modules()]
-    return hashlib.sha256(json.dumps([config, tensors, modules], sort_keys=True, default=str).encode()).hexdigest()
+    modules = [(n, type(m).__module__, type(m).__qualname__, m.training, "forward" in vars(m),
+                bool(m._forward_hooks or m._forward_pre_hooks)) for n, m in decoder.named_modules()]
+    try:
+        return hashlib.sha256(json.dumps([config, tensors, modules], sort_keys=True, default=str).encode()).hexdigest()
+    except (TypeError, ValueError):  # a config json cannot write: a make of its own
+        return f"alone-{next(_ALONE)}"
+
+
+_ALONE = itertools.count()
 
 
 def compile_runtime(model: torch.nn.Module, runtime: Runtime, cache_dir: str | Path | None = None,

@@ -108,8 +108,10 @@ def test_siblings_fused_into_one_matrix_are_one_call_else_one_each():
         torch.ops.mars_rows.register(w, packed, 128, bias, a, b)
     x = torch.randn(5, 64, generator=g).bfloat16()
     fused = torch.ops.mars_rows.linear(x, packed, 128, bias)
-    with torch.inference_mode():
+    with torch.inference_mode(), torch.profiler.profile() as prof:  # one product: no concatenation of parts
         assert torch.equal(torch.ops.mars_rows.routed_siblings(x, ws, bs), fused)
+    assert not any(e.name == "aten::cat" for e in prof.events()), sorted({e.name for e in prof.events()})
+    with torch.inference_mode():
         swapped = torch.ops.mars_rows.routed_siblings(x, [ws[1], ws[0]], [bs[1], bs[0]])
         assert torch.equal(swapped, torch.cat([fused[:, 64:96], fused[:, :64]], -1))
         lone = (torch.randn(16, 64, generator=g) * 0.05).bfloat16()  # never registered: torch's F.linear
