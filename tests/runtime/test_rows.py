@@ -120,42 +120,6 @@ def test_siblings_fused_into_one_matrix_are_one_call_else_one_each():
 
 
 @serves
-def test_its_own_second_thread_gives_the_same_bits_to_callers_in_any_thread():
-    """MARS_ROWS_PREFETCH's worker (opt-in; set_prefetch here): linear layers and attention split between the caller
-    and the worker, the next call's weights streamed meanwhile, give OpenMP's bits, also with three threads calling
-    at once (each call waits its turn)."""
-    import threading
-
-    ops, g = torch.ops.mars_rows, torch.Generator().manual_seed(3)
-    ws = [(torch.randn(n, 576, generator=g) * 0.05).bfloat16() for n in (960, 576, 3072)]
-    packed = [ops.pack(w) for w in ws]
-    x = torch.randn(5, 576, generator=g).bfloat16()
-    q, k = torch.randn(1, 9, 5, 64, generator=g).bfloat16(), torch.randn(1, 3, 96, 64, generator=g).bfloat16()
-    mask = torch.rand(1, 1, 5, 96, generator=g) > 0.3
-
-    def run() -> list[torch.Tensor]:
-        return [*(ops.linear(x, p, w.shape[0], None) for p, w in zip(packed, ws)), ops.attention(q, k, k, mask, 0.125)]
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)  # the worker serves two threads exactly
-    try:
-        want = run()
-        ops.set_prefetch(True)
-        assert all(torch.equal(a, b) for _ in range(3) for a, b in zip(run(), want))
-        seen: list[bool] = []
-        callers = [threading.Thread(target=lambda: seen.extend(
-            all(torch.equal(a, b) for a, b in zip(run(), want)) for _ in range(20))) for _ in range(3)]
-        for t in callers:
-            t.start()
-        for t in callers:
-            t.join()
-        assert seen == [True] * 60
-    finally:
-        ops.set_prefetch(False)
-        torch.set_num_threads(threads)
-
-
-@serves
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_its_attention_is_sdpa_row_by_row(dtype):
     """The kernel's attention (9 query heads over 3 key heads, as the embedded model): SDPA's numbers up to rounding,

@@ -13,13 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <cstdlib>
-#include <exception>
-#include <functional>
-#include <thread>
 #include <cstring>
 #include <algorithm>
 #include <array>
@@ -128,186 +122,6 @@ void panels(const char* w, const char* x, int64_t M, int64_t width, float* scrat
 #endif
 }  // namespace
 
-
-// The kernel's own second thread, opt-in (MARS_ROWS_PREFETCH=1 and two torch threads; OpenMP's otherwise). A call's
-// work is split in two halves, the caller's and the worker's, as OpenMP splits it for two threads, so every output is
-// computed the same way. Between calls, while the caller runs the step around the kernels (Python, inductor's loops),
-// the worker streams the weights the next call will read toward the caches: the calls of a forward come in the same
-// order every time, so the call after this one is the one that followed it last time. The worker spins a while after
-// its last work, then sleeps. Not on by default: OpenMP's own idle workers spin on the same two cores (torch's other
-// ops still use them) unless OMP_WAIT_POLICY=PASSIVE, which slows every other OpenMP user (docs/speed.md).
-namespace {
-using Range = std::function<void(int64_t, int64_t)>;
-
-class Worker {
- public:
-  // The worker where it serves (asked for, two threads or more), else nullptr; a forked child gets a worker of its own.
-  static Worker* get() {
-    if (!asked() || at::get_num_threads() != 2 || at::in_parallel_region()) return nullptr;
-    static std::mutex make;
-    static Worker* worker = nullptr;
-    std::lock_guard<std::mutex> hold(make);
-    if (worker == nullptr || worker->pid_ != getpid()) worker = new Worker();  // a child's copy has no thread: leaked
-    return worker;
-  }
-  // whether it was asked for: MARS_ROWS_PREFETCH=1, or set() since
-  static bool asked() {
-    int on = asked_.load(std::memory_order_relaxed);
-    if (on < 0) {
-      const char* env = std::getenv("MARS_ROWS_PREFETCH");
-      on = env != nullptr && std::string(env) == "1";
-      asked_.store(on, std::memory_order_relaxed);
-    }
-    return on == 1;
-  }
-  static void set(bool on) { asked_.store(on ? 1 : 0, std::memory_order_relaxed); }
-
-  // f over [0, n): [0, n/2) here, [n/2, n) on the worker; one call at a time (others wait their turn)
-  void run(int64_t n, const Range& f) {
-    std::lock_guard<std::mutex> turn(turn_);
-    pf_end_.store(nullptr, std::memory_order_relaxed);  // the worker drops what it was streaming
-    job_ = &f, lo_ = n / 2, hi_ = n, error_ = nullptr;
-    const uint64_t ticket = posted_.load(std::memory_order_relaxed) + 1;
-    posted_.store(ticket, std::memory_order_release);
-    wake();
-    std::exception_ptr mine;
-    try {
-      f(0, n / 2);
-    } catch (...) {
-      mine = std::current_exception();
-    }
-    while (done_.load(std::memory_order_acquire) != ticket) _mm_pause();
-    if (mine) std::rethrow_exception(mine);
-    if (error_) std::rethrow_exception(error_);
-  }
-
-  // stream `bytes` from `data` toward the caches while idle; `keep` holds them alive meanwhile
-  void stream(c10::Storage keep, const char* data, int64_t bytes) {
-    std::lock_guard<std::mutex> turn(turn_);  // no job runs, so the worker reads no old range after its next step
-    pf_end_.store(nullptr, std::memory_order_seq_cst);
-    while (streaming_.load(std::memory_order_seq_cst)) _mm_pause();
-    held_ = std::move(keep);
-    pf_cur_.store(data, std::memory_order_relaxed);
-    pf_end_.store(data + bytes, std::memory_order_release);
-    wake();
-  }
-
- private:
-  Worker() : pid_(getpid()) { std::thread([this] { loop(); }).detach(); }
-
-  void wake() {
-    std::lock_guard<std::mutex> hold(sleep_);
-    if (sleeping_) sleep_cv_.notify_one();
-  }
-
-  void loop() {
-    uint64_t seen = 0;
-    int64_t idle = 0;
-    for (;;) {
-      const uint64_t ticket = posted_.load(std::memory_order_acquire);
-      if (ticket != seen) {
-        seen = ticket;
-        try {
-          (*job_)(lo_, hi_);
-        } catch (...) {
-          error_ = std::current_exception();
-        }
-        done_.store(seen, std::memory_order_release);
-        idle = 0;
-        continue;
-      }
-      if (step()) {
-        idle = 0;
-        continue;
-      }
-      if (++idle < SPINS) {
-        _mm_pause();
-        continue;
-      }
-      std::unique_lock<std::mutex> hold(sleep_);
-      sleeping_ = true;
-      sleep_cv_.wait(hold, [&] {
-        return posted_.load(std::memory_order_acquire) != seen || pf_end_.load(std::memory_order_acquire) != nullptr;
-      });
-      sleeping_ = false;
-      idle = 0;
-    }
-  }
-
-  // one stretch of the weights being streamed (a line read a cache line); false: nothing to stream
-  bool step() {
-    streaming_.store(true, std::memory_order_seq_cst);
-    const char* end = pf_end_.load(std::memory_order_seq_cst);
-    const char* at = pf_cur_.load(std::memory_order_relaxed);
-    if (end == nullptr || at == nullptr || at >= end) {
-      streaming_.store(false, std::memory_order_release);
-      return false;
-    }
-    const char* stop = std::min(at + STRETCH, end);
-    int32_t sum = 0;
-    for (const char* line = at; line < stop; line += 64) sum += *reinterpret_cast<const volatile int32_t*>(line);
-    sink_ += sum;
-    pf_cur_.store(stop, std::memory_order_relaxed);
-    if (stop >= end) pf_end_.store(nullptr, std::memory_order_relaxed);
-    streaming_.store(false, std::memory_order_release);
-    return true;
-  }
-
-  static inline std::atomic<int> asked_{-1};     // -1: the environment not read yet
-  static constexpr int64_t SPINS = 1 << 20;      // idle spins before sleeping (about a millisecond or two)
-  static constexpr int64_t STRETCH = 4096;       // bytes streamed between looks for a job
-  const pid_t pid_;
-  std::mutex turn_, sleep_;
-  std::condition_variable sleep_cv_;
-  bool sleeping_ = false;
-  std::atomic<uint64_t> posted_{0}, done_{0};
-  const Range* job_ = nullptr;
-  int64_t lo_ = 0, hi_ = 0;
-  std::exception_ptr error_;
-  std::atomic<const char*> pf_cur_{nullptr}, pf_end_{nullptr};
-  std::atomic<bool> streaming_{false};
-  c10::Storage held_;
-  int32_t sink_ = 0;
-};
-
-// f over [0, n) on two threads: the kernel's worker where it serves, else OpenMP's
-void split(int64_t n, const Range& f) {
-  Worker* worker = n > 1 ? Worker::get() : nullptr;
-  if (worker == nullptr) return at::parallel_for(0, n, 1, f);
-  worker->run(n, f);
-}
-
-// the packed matrices in the order this thread's calls read them: each matrix's successor last time
-std::mutex order_mutex;
-std::unordered_map<const void*, std::pair<c10::weak_intrusive_ptr<c10::StorageImpl>, int64_t>> successor;
-thread_local const void* previous = nullptr;
-
-// after a call on `packed`: note it as the successor of this thread's previous call, and stream its own successor
-void read_ahead(const at::Tensor& packed) {
-  Worker* worker = Worker::get();
-  if (worker == nullptr) return;
-  const void* here = packed.data_ptr();
-  std::optional<std::pair<c10::weak_intrusive_ptr<c10::StorageImpl>, int64_t>> next;
-  {
-    std::lock_guard<std::mutex> hold(order_mutex);
-    if (successor.size() > 4096) successor.clear();  // models come and go: forget, and learn the order again
-    if (previous != nullptr)
-      successor.insert_or_assign(previous, std::make_pair(packed.storage().getWeakStorageImpl(), packed.nbytes()));
-    previous = here;
-    auto it = successor.find(here);
-    if (it != successor.end()) next = it->second;
-  }
-  if (!next) return;
-  auto impl = next->first.lock();
-  if (!impl) return;
-  c10::Storage keep(std::move(impl));
-  const char* data = static_cast<const char*>(keep.data());
-  worker->stream(std::move(keep), data, next->second);
-}
-}  // namespace
-
-void set_prefetch(bool on) { Worker::set(on); }
-
 #ifdef MARS_AMX
 bool available() { return amx_ready(); }
 std::string flavor() { return "amx"; }
@@ -373,7 +187,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, int64_t n, cons
       for (int64_t c = 0; c < cols; ++c) o[c] = c10::BFloat16(sums[r * PANEL + c] + b[c0 + c]);
     }
   };
-  split(panel_count, [&](int64_t p0, int64_t p1) {
+  at::parallel_for(0, panel_count, 1, [&](int64_t p0, int64_t p1) {
     alignas(64) float scratch[BLOCK * PANEL];
 #ifdef MARS_AMX
     panels(w, dst, blocks, width / DEPTH, scratch, p0, p1,
@@ -382,7 +196,6 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, int64_t n, cons
     panels(w, dst, M, width, scratch, p0, p1, emit);
 #endif
   });
-  read_ahead(packed);
   return y;
 }
 
@@ -443,7 +256,7 @@ void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const
   const T *qp = q.data_ptr<T>(), *kp = k.data_ptr<T>(), *vp = v.data_ptr<T>();
   const bool* mp = mask.data_ptr<bool>();
   T* op = out.data_ptr<T>();
-  split(b * w * hkv, [&](int64_t i0, int64_t i1) {  // a unit: one row's query heads of a key head
+  at::parallel_for(0, b * w * hkv, 1, [&](int64_t i0, int64_t i1) {  // a unit: one row's query heads of a key head
     std::vector<__m512> qv(group * vecs);
     std::vector<float> score(group * padded), tail(16);
     std::vector<const T*> rows(padded);  // the keys this row sees, in slot order (the tail: the first key again)
@@ -600,7 +413,6 @@ TORCH_LIBRARY(mars_rows, m) {
   m.def("register(Tensor weight, Tensor packed, int n, Tensor? bias, int col0, int col1) -> ()");
   m.def("routed(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
   m.def("routed_siblings(Tensor x, Tensor[] weights, Tensor?[] biases) -> Tensor");
-  m.def("set_prefetch(bool on) -> ()", set_prefetch);
 }
 TORCH_LIBRARY_IMPL(mars_rows, CPU, m) {
   m.impl("pack", pack);
