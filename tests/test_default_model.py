@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import time
@@ -158,8 +159,6 @@ def test_static_shapes_decode_one_token_decodings_answer_in_each_dtype(prepared)
     """A static runtime (fixed widths, every row reading the whole cache): verified decoding gives one-token
     decoding's answer on it token for token, alone and in a batch of prompts of other lengths (rows reading the
     whole cache, not their slot rounded up, may differ from the default runtime's by rounding)."""
-    import dataclasses
-
     from mars_core.generate import generate
 
     model, tok, runtime = prepared
@@ -175,7 +174,9 @@ def test_static_shapes_decode_one_token_decodings_answer_in_each_dtype(prepared)
 
 def test_verified_without_a_runtime_is_one_token_decoding_in_the_dtype_load_picks():
     """The shortest call a user writes, with no runtime=: generate() prepares the model once (prepared()), so
-    verified gives one-token decoding's answer, token for token, in the dtype load() picks on this CPU."""
+    verified gives one-token decoding's answer, token for token, in the dtype load() picks on this CPU. Its trees are
+    sized by the cost curve timed here (under the suite's other worker, any shape), so the drafts are also checked
+    under the same runtime by the fixed rules, whatever the timings: several tokens a forward, the same answer."""
     from mars_core.evaluation.prompts import load_split, split_path
     from mars_core.generate import generate
     from mars_core.runtime import prepared
@@ -184,7 +185,10 @@ def test_verified_without_a_runtime_is_one_token_decoding_in_the_dtype_load_pick
     prompts = [r["prompt"] for s in ("heldout", "never_trained") if split_path(s).is_file() for r in load_split(s, 2)]
     tokens = forwards = 0
     for prompt in prompts or PROMPTS:
-        ver = generate(model, tok, prompt, strategy="verified", max_new_tokens=48)
-        assert ver.token_ids == generate(model, tok, prompt, strategy="ar", max_new_tokens=48).token_ids, prompt
+        want = generate(model, tok, prompt, strategy="ar", max_new_tokens=48).token_ids
+        assert generate(model, tok, prompt, strategy="verified", max_new_tokens=48).token_ids == want, prompt
+        fixed = dataclasses.replace(prepared(model), cost=None)  # the fixed rules: drafts fed while confident
+        ver = generate(model, tok, prompt, strategy="verified", max_new_tokens=48, runtime=fixed)
+        assert ver.token_ids == want, prompt
         tokens, forwards = tokens + ver.generated_tokens, forwards + ver.forwards
     assert prepared(model).invariant and tokens / forwards > 1.3

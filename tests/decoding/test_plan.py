@@ -26,6 +26,9 @@ def brute_force(conf, count, done, seconds, draft_yield, g, sib):
     b, depth = len(conf), len(conf[0])
     checking = seconds[1] / seconds[min(1 + g, len(seconds) - 1)]
     proposals = GROUP_YIELD_WEIGHT * checking * max(1.0, draft_yield)
+    # drafts pay: a forward checking a group's g drafts beside the next group beats 1 + y plain ones; then no plan
+    # is a plain forward (nothing checked, no group fed: it would end the drafts)
+    regime = (1 + draft_yield) * seconds[1] > seconds[min(1 + 2 * g, len(seconds) - 1)]
     plans = []
     for K in range(depth + 1):
         for f in FLOORS:
@@ -56,6 +59,8 @@ def brute_force(conf, count, done, seconds, draft_yield, g, sib):
                         siblings.add(a)
                         gain += (1 + proposals) * s
             width = 1 + widest + len(groups) * g + len(siblings) * (1 + g)
+            if regime and width == 1:  # a plain forward would end the drafts
+                continue
             plans.append((gain / seconds[width], caps, group_fed, sibling_fed))
     return plans
 
@@ -120,3 +125,17 @@ def test_the_search_is_skipped_only_where_no_draft_could_pay(monkeypatch):
         plan.plan_by_cost(torch.tensor(conf), torch.tensor([3]), torch.tensor([False]), steep,
                           draft_yield=torch.tensor(1.0), g=3)
     assert searched == [False, True]
+
+
+def test_a_plain_forward_is_no_option_where_drafts_pay():
+    """A group of 3 masks at 1.6x a token, over the 1.37x where the next forward's price of its proposals alone pays
+    for it, and a forward checking its drafts beside the next group at 2.2x: with 1.5 drafts matched a forward, a
+    step without drafts, or with drafts too weak to check, still feeds G_0 (a plain forward would leave every later
+    forward without drafts). With 1 matched (2 tokens for 2.2x) drafts do not pay, and the plain forward wins."""
+    seconds = torch.tensor([1.0] + [1 + 0.2 * (w - 1) for w in range(1, 40)])
+    done = torch.tensor([False])
+    for y, fed in ((1.5, True), (1.0, False)):
+        for conf, count in (([[0.0, 0.0, 0.0]], [0]), ([[0.05, 0.05, 0.05]], [3])):
+            got_count, group_fed, _ = plan_by_cost(torch.tensor(conf), torch.tensor(count), done, seconds,
+                                                   draft_yield=torch.tensor(y), g=3)
+            assert got_count.tolist() == [0] and group_fed.tolist() == [[fed, False, False, False]], (y, conf)

@@ -66,8 +66,10 @@ def plan_by_cost(conf: torch.Tensor, count: torch.Tensor, done: torch.Tensor, se
     expected to get matched, w = GROUP_YIELD_WEIGHT and t the cost curve at this batch size (K: the longest K_i);
     r = t(1) / t(1 + g) prices those drafts in the forwards that will check them (about 1 at batch 1 on a CPU, 0.5
     at batch 8). K = 0 with no group is a plain one-token forward, so a tree is fed only where it is expected to
-    commit more tokens per second than that. Ties go to the smaller K, then the higher floor. Where no sample has a
-    draft, or no K >= 1 could beat K = 0 even at best (drafts_may_pay), the search is skipped."""
+    commit more tokens per second than that; but where drafts pay on this curve (drafts_pay) the plain forward is no
+    option: it feeds no group, so no later forward would have mask drafts to check. Ties go to the smaller K, then
+    the higher floor. Where no sample has a draft, or no K >= 1 could beat K = 0 even at best (drafts_may_pay), the
+    search is skipped."""
     b, depth = conf.shape
     live = ~done
     host = seconds.tolist()  # one copy: the narrow widths and the bound read floats
@@ -75,14 +77,17 @@ def plan_by_cost(conf: torch.Tensor, count: torch.Tensor, done: torch.Tensor, se
     # a group's proposals are worth at least one matched draft: the running yield moves only in forwards that check
     # drafts, so a low one would otherwise stop every group, and with them every later draft, for good
     proposals = GROUP_YIELD_WEIGHT * t1 / t_group * max(1.0, float(draft_yield))
-    g0 = (1 + proposals) * t1 > t_group  # with K = 0: G_0 where it commits more per second than a plain forward
+    # a plain forward feeds no group, so the next has no mask drafts, nor the one after: priced by the next forward
+    # alone (above), G_0 lost to it wherever a group of masks cost over 1.37x a token, and the drafts stopped for good
+    regime = drafts_pay(host, float(draft_yield), g)
+    g0 = regime or (1 + proposals) * t1 > t_group  # with K = 0: G_0 where it commits more per second than plain
     if not bool(count.any()):  # no drafts anywhere (one host read, far cheaper than the search): G_0 or nothing
         return no_drafts_plan(count, live, g0, depth)
     steps = torch.arange(depth + 1, device=conf.device)
     capped = torch.minimum(count[None, :], steps[:, None])  # [K, b]
     run = torch.cat([torch.zeros_like(conf[:, :1]), conf.cumprod(-1)], 1).cumsum(-1)  # run[i, a] = sum_{l<=a} c_1..c_l
     tokens = ((1 + run.gather(1, capped.T)).T * live).sum(-1)  # [K] expected commits, over live samples
-    k0 = max(1 / t1, (1 + proposals) / t_group)  # the best K = 0 plan's commits per second, per live sample
+    k0 = (1 + proposals) / t_group if regime else max(1 / t1, (1 + proposals) / t_group)  # best K = 0 plan's rate
     if not drafts_may_pay(tokens, capped, live, host, proposals=proposals, k0=k0, g=g, sib=sib):
         return no_drafts_plan(torch.zeros_like(count), live, g0, depth)
     sib = torch.zeros_like(conf) if sib is None else sib
@@ -95,9 +100,20 @@ def plan_by_cost(conf: torch.Tensor, count: torch.Tensor, done: torch.Tensor, se
     width = 1 + (capped * live).amax(-1)[:, None] + fed.any(2).sum(-1) * g + sib_fed.any(2).sum(-1) * (1 + g)
     gain = (tokens[:, None] + proposals * (odds[:, None] * fed).sum((-2, -1))
             + (1 + proposals) * (sib * sib_fed).sum((-2, -1)))
-    best = (gain / seconds[width]).flatten().argmax()  # the first of equals: fewer drafts, fewer branches
+    rate = gain / seconds[width]
+    if regime:  # a plain forward (nothing checked, no group) would end the drafts
+        rate = torch.where(width == 1, -torch.inf, rate)
+    best = rate.flatten().argmax()  # the first of equals: fewer drafts, fewer branches
     k, f = best // len(floors), best % len(floors)
     return capped[k], fed[k, f], sib_fed[k, f]
+
+
+def drafts_pay(seconds: list[float], draft_yield: float, g: int) -> bool:
+    """Whether drafts pay on this curve: a forward checking a group's g drafts beside the next group (1 + 2g tokens)
+    commits 1 + y (y the running drafts matched) in less time than 1 + y plain forwards. Where it does, a plain
+    forward that feeds no group (its drafts priced by the one next forward alone) would stop the drafts for good;
+    where it does not, verified decoding settles into plain forwards (docs/speed.md#restarts-where-drafts-pay)."""
+    return (1 + draft_yield) * seconds[1] > seconds[min(1 + 2 * g, len(seconds) - 1)]
 
 
 def drafts_may_pay(tokens: torch.Tensor, capped: torch.Tensor, live: torch.Tensor, seconds: list[float], *,
