@@ -14,10 +14,12 @@ wall clock: one-token decoding and verified with and without the rule, prompt by
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -31,31 +33,39 @@ from mars_core.runtime.curve import CostCurve  # noqa: E402
 SHIPPED = plan.drafts_pay
 
 
-def restarts(on: bool) -> None:
-    """The plan with (on) or without the rule: drafts_pay as shipped, or never."""
+@contextlib.contextmanager
+def restarts(on: bool) -> Iterator[None]:
+    """The plan with (on) or without the rule (drafts_pay as shipped, or never) inside the block; as shipped after."""
     plan.drafts_pay = SHIPPED if on else (lambda *a, **k: False)
+    try:
+        yield
+    finally:
+        plan.drafts_pay = SHIPPED
 
 
 def priced(model, tokenizer, runtime, prompts: list[str], slope: float, max_new: int) -> dict:
     """Verified decoding on a set curve, with and without the rule: tokens, forwards, and speed over one-token
-    decoding by the curve, t(w)/t(1) = 1 + slope (w - 1) (the prefill not counted: it is the same for both)."""
-    price = lambda w: 1 + slope * (max(w, 1) - 1)  # noqa: E731
+    decoding by the curve, t(w)/t(1) = 1 + slope (w - 1): the tokens after the prefill's first (one-token decoding
+    takes a forward of t(1) for each) over the curve's seconds of the forwards after the prefill."""
+
+    def price(w: int) -> float:
+        return 1 + slope * (max(w, 1) - 1)
+
     curve = CostCurve.from_function(lambda b, w: 0.02 * price(w), batch_sizes=(1, 4, 16))
     rt = dataclasses.replace(runtime, cost=curve)
     out = {}
     for name, on in (("without", False), ("restarts", True)):
-        restarts(on)
         tokens = forwards = 0
         seconds = 0.0
-        for p in prompts:
-            widths: list[int] = []
-            r = generate(model, tokenizer, p, strategy="verified", max_new_tokens=max_new, runtime=rt,
-                         record=lambda f: widths.append(f.ids.shape[1]))
-            tokens, forwards = tokens + r.generated_tokens, forwards + r.forwards
-            seconds += sum(price(w) for w in widths[1:])  # widths[0]: the prefill
+        with restarts(on):
+            for p in prompts:
+                widths: list[int] = []
+                r = generate(model, tokenizer, p, strategy="verified", max_new_tokens=max_new, runtime=rt,
+                             record=lambda f: widths.append(f.ids.shape[1]))
+                tokens, forwards = tokens + r.generated_tokens, forwards + r.forwards
+                seconds += sum(price(w) for w in widths[1:])  # widths[0]: the prefill, which commits one token
         out[name] = {"tokens": tokens, "forwards": forwards, "tokens_per_forward": round(tokens / forwards, 3),
-                     "speed_by_curve": round(tokens / seconds, 3)}
-    restarts(True)
+                     "speed_by_curve": round((tokens - len(prompts)) / seconds, 3)}
     return out
 
 
@@ -72,16 +82,15 @@ def clocked(weights: str, prompts: list[str], max_new: int, passes: int) -> dict
         for i, p in enumerate(prompts):
             ids = {}
             for k in ("ar", "without", "restarts") if (i + n) % 2 == 0 else ("restarts", "without", "ar"):
-                restarts(k != "without")
-                t0 = time.perf_counter()
-                r = generate(engine, tokenizer, p, strategy="ar" if k == "ar" else "verified", max_new_tokens=max_new,
-                             runtime=None if k == "ar" else runtime)
-                total[k]["seconds"] += time.perf_counter() - t0
+                with restarts(k != "without"):
+                    t0 = time.perf_counter()
+                    r = generate(engine, tokenizer, p, strategy="ar" if k == "ar" else "verified",
+                                 max_new_tokens=max_new, runtime=None if k == "ar" else runtime)
+                    total[k]["seconds"] += time.perf_counter() - t0
                 total[k]["tokens"] += r.generated_tokens
                 total[k]["forwards"] += r.forwards
                 ids[k] = r.token_ids
             same += ids["without"] == ids["restarts"]
-    restarts(True)
     engine.close()
     ar = total["ar"]["tokens"] / total["ar"]["seconds"]
     out = {"curve_x_one_token": [round(t / runtime.cost.at(1, [1])[0], 3) for t in runtime.cost.at(1, [1, 4, 7, 8])],

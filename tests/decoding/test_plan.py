@@ -128,10 +128,11 @@ def test_the_search_is_skipped_only_where_no_draft_could_pay(monkeypatch):
 
 
 def test_a_plain_forward_is_no_option_where_drafts_pay():
-    """A group of 3 masks at 1.6x a token, over the 1.37x where the next forward's price of its proposals alone pays
-    for it, and a forward checking its drafts beside the next group at 2.2x: with 1.5 drafts matched a forward, a
-    step without drafts, or with drafts too weak to check, still feeds G_0 (a plain forward would leave every later
-    forward without drafts). With 1 matched (2 tokens for 2.2x) drafts do not pay, and the plain forward wins."""
+    """A group of 3 masks at 1.6x a token, over the 1.5x where the next forward's price of its proposals alone pays
+    for it at 1.5 drafts matched, and a forward checking its drafts beside the next group at 2.2x: with 1.5 matched
+    a forward, a step without drafts, or with drafts too weak to check, still feeds G_0 (a plain forward would leave
+    every later forward without drafts), and a weak draft that the plain forward beat is checked instead. With 1
+    matched (2 tokens for 2.2x) drafts do not pay, and the plain forward wins."""
     seconds = torch.tensor([1.0] + [1 + 0.2 * (w - 1) for w in range(1, 40)])
     done = torch.tensor([False])
     for y, fed in ((1.5, True), (1.0, False)):
@@ -139,3 +140,7 @@ def test_a_plain_forward_is_no_option_where_drafts_pay():
             got_count, group_fed, _ = plan_by_cost(torch.tensor(conf), torch.tensor(count), done, seconds,
                                                    draft_yield=torch.tensor(y), g=3)
             assert got_count.tolist() == [0] and group_fed.tolist() == [[fed, False, False, False]], (y, conf)
+        # one draft at 0.15: 1.15 tokens for 1.2x beats G_0 (0.92 a unit of time) but not a plain forward (1.0)
+        got_count, group_fed, _ = plan_by_cost(torch.tensor([[0.15, 0.0, 0.0]]), torch.tensor([1]), done, seconds,
+                                               draft_yield=torch.tensor(y), g=3)
+        assert got_count.tolist() == [1 if fed else 0] and not group_fed.any(), y

@@ -78,7 +78,8 @@ def plan_by_cost(conf: torch.Tensor, count: torch.Tensor, done: torch.Tensor, se
     # drafts, so a low one would otherwise stop every group, and with them every later draft, for good
     proposals = GROUP_YIELD_WEIGHT * t1 / t_group * max(1.0, float(draft_yield))
     # a plain forward feeds no group, so the next has no mask drafts, nor the one after: priced by the next forward
-    # alone (above), G_0 lost to it wherever a group of masks cost over 1.37x a token, and the drafts stopped for good
+    # alone (above), G_0 lost to it wherever a group of masks cost over 1.37x a token (y <= 1), and the drafts stopped
+    # for good. The floors must hold one <= 1 (K = 0 with G_0), the plan left where a plain forward is none
     regime = drafts_pay(host, float(draft_yield), g)
     g0 = regime or (1 + proposals) * t1 > t_group  # with K = 0: G_0 where it commits more per second than plain
     if not bool(count.any()):  # no drafts anywhere (one host read, far cheaper than the search): G_0 or nothing
