@@ -115,10 +115,10 @@ def main() -> None:
     args = p.parse_args()
     splits = {s: [r["prompt"] for r in load_split(s, args.limit)] for s in args.splits.split(",")}
     model, tokenizer = load(None)
-    runtime = prepare(model)
-    report = {"command": "python " + " ".join(sys.argv), "machine": runtime.record(model), "torch": [],
-              "llamacpp": []}
-    print(machine_line(runtime.record(model)))
+    runtime = prepare(model, measure_cost=False)  # every torch row sets its own curve
+    machine = runtime.record(model)
+    report = {"command": "python " + " ".join(sys.argv), "machine": machine, "torch": [], "llamacpp": []}
+    print(machine_line(machine))
     for slope in (float(s) for s in args.slopes.split(",") if s):
         for split, prompts in splits.items():
             row = {"slope": slope, "x_at_4": round(1 + 3 * slope, 2), "x_at_7": round(1 + 6 * slope, 2),

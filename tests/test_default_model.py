@@ -78,7 +78,6 @@ def test_verified_equals_generate_on_held_out_prompts(default):
     from mars_core import TreeLayout
     from mars_core.evaluation.prompts import load_split, split_path
     from mars_core.generate import encode_prompt, generate
-    from mars_core.runtime import prepared
 
     model, tok, _ = default
     prompts = [r["prompt"] for r in load_split("heldout", 9)] if split_path("heldout").is_file() else PROMPTS
@@ -93,8 +92,8 @@ def test_verified_equals_generate_on_held_out_prompts(default):
     # one by one on every third prompt (lists, repeats, chat), and every sibling fed (each draft's second choice)
     # on the first three: still generate's answers (the tiny models' tests cover the rest of these cases)
     # (by the fixed rules: the tokens per forward below must not hang on a cost curve timed beside other work)
-    fixed = dataclasses.replace(prepared(model), cost=None)
-    alone = [generate(model, tok, p, strategy="verified", max_new_tokens=40, runtime=fixed) for p in prompts[::3]]
+    fixed = TreeLayout(use_cost=False)
+    alone = [generate(model, tok, p, strategy="verified", max_new_tokens=40, layout=fixed) for p in prompts[::3]]
     assert [r.token_ids[0] for r in alone] == want[::3]
     records = []
     wide = generate(model, tok, prompts[:3], strategy="verified", max_new_tokens=40, record=records.append,
@@ -180,6 +179,7 @@ def test_verified_without_a_runtime_is_one_token_decoding_in_the_dtype_load_pick
     verified gives one-token decoding's answer, token for token, in the dtype load() picks on this CPU. Its trees are
     sized by the cost curve timed here (under the suite's other worker, any shape), so the drafts are also checked
     under the same runtime by the fixed rules, whatever the timings: several tokens a forward, the same answer."""
+    from mars_core import TreeLayout
     from mars_core.evaluation.prompts import load_split, split_path
     from mars_core.generate import generate
     from mars_core.runtime import prepared
@@ -190,8 +190,8 @@ def test_verified_without_a_runtime_is_one_token_decoding_in_the_dtype_load_pick
     for prompt in prompts or PROMPTS:
         want = generate(model, tok, prompt, strategy="ar", max_new_tokens=48).token_ids
         assert generate(model, tok, prompt, strategy="verified", max_new_tokens=48).token_ids == want, prompt
-        fixed = dataclasses.replace(prepared(model), cost=None)  # the fixed rules: drafts fed while confident
-        ver = generate(model, tok, prompt, strategy="verified", max_new_tokens=48, runtime=fixed)
+        ver = generate(model, tok, prompt, strategy="verified", max_new_tokens=48,
+                       layout=TreeLayout(use_cost=False))  # the fixed rules: drafts fed while confident
         assert ver.token_ids == want, prompt
         tokens, forwards = tokens + ver.generated_tokens, forwards + ver.forwards
     assert prepared(model).invariant and tokens / forwards > 1.3
