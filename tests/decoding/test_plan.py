@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from mars_core.decoding.verified.plan import FLOORS, GROUP_YIELD_WEIGHT, plan_by_cost
+from mars_core.decoding.verified.plan import FLOORS, GROUP_YIELD_WEIGHT, YIELD_PRIOR, plan_by_cost, update_yield
 
 
 def exactly(c: list[float], k: int, j: int) -> float:
@@ -144,3 +144,34 @@ def test_a_plain_forward_is_no_option_where_drafts_pay():
         got_count, group_fed, _ = plan_by_cost(torch.tensor([[0.15, 0.0, 0.0]]), torch.tensor([1]), done, seconds,
                                                draft_yield=torch.tensor(y), g=3)
         assert got_count.tolist() == [1 if fed else 0] and not group_fed.any(), y
+
+
+def test_the_running_yield_returns_toward_its_prior_where_nothing_is_checked():
+    """A forward that checked drafts moves y by their mean; one that checked none (nothing fed, or no sample fed
+    any) moves a y below the prior up toward it, never past it, and leaves a higher one as it is."""
+    m, some, none = torch.tensor([3.0, 1.0]), torch.tensor([True, True]), torch.tensor([False, False])
+    assert update_yield(torch.tensor(0.5), m, some).item() == pytest.approx(0.7 * 0.5 + 0.3 * 2.0)
+    y = torch.tensor(0.2)
+    for checked in (None, none) * 8:
+        up = update_yield(y, m, checked)
+        assert y.item() < up.item() <= YIELD_PRIOR
+        y = up
+    assert y.item() > 0.95
+    assert update_yield(torch.tensor(2.5), m, None).item() == 2.5
+
+
+def test_a_decode_whose_drafts_missed_tries_them_again():
+    """On a curve where drafts pay from 0.9 matched a forward (t(7) = 1.9 t(1)) and a group after a plain forward
+    alone does not (t(4) = 1.45 t(1)), a decode whose running yield fell to 0.3 feeds plain forwards, then G_0 again
+    within a few: with y moved only where drafts were checked, it would feed plain forwards for good."""
+    seconds = torch.tensor([1.0] + [1 + 0.15 * (w - 1) for w in range(1, 40)])
+    conf, count, done = torch.zeros(1, 3), torch.tensor([0]), torch.tensor([False])
+    y, plain = torch.tensor(0.3), 0
+    while True:
+        _, group_fed, _ = plan_by_cost(conf, count, done, seconds, draft_yield=y, g=3)
+        if group_fed.any():
+            break
+        plain += 1
+        assert plain <= 10, y
+        y = update_yield(y, torch.zeros(1), None)
+    assert 1 <= plain <= 10

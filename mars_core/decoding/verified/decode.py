@@ -25,7 +25,7 @@ from ..spec import DecodeSpec, Step
 from .chain import Chain, Choice, mask_chain, next_chain, next_tree, track_lookup
 from .config import VerifiedConfig
 from .pace import Pace
-from .plan import FLOORS, group_odds, seconds_by_width, sibling_odds
+from .plan import FLOORS, YIELD_PRIOR, group_odds, seconds_by_width, sibling_odds
 from .record import Forward
 from .tree import Tree, leading, read_logits, tree_inputs
 from .verify import DecodeState, Verdict, checked_path, commit_verdict, settle, track_yield, verify
@@ -48,7 +48,7 @@ def prefill(prompts: list[list[int]], spec: DecodeSpec, threshold: float, depth:
     pending, lengths = right_pad(prompts, spec.pad_id, dev)
     pending_valid = torch.arange(pending.shape[1], device=dev) < lengths[:, None]
     state = DecodeState(prompts=prompts, answer=Committed.empty(b, spec, depth + 1, dev), length=lengths,
-                        draft_yield=torch.tensor(1.0, device=dev), lookup_hits=torch.zeros(b, device=dev),
+                        draft_yield=torch.tensor(YIELD_PRIOR, device=dev), lookup_hits=torch.zeros(b, device=dev),
                         lookup_tries=torch.zeros(b, device=dev))
     tree = Tree(pending, pending_valid, drafts=pending[:, :0], fed=pending_valid[:, :0], q=None,
                 from_lookup=torch.zeros(b, dtype=torch.bool, device=dev),

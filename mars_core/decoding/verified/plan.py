@@ -17,6 +17,7 @@ from ...runtime.curve import CostCurve
 
 FLOORS = (2.0, 0.5, 0.35, 0.2, 0.1, 0.05, 0.0)  # group floors plan_by_cost tries, narrowest first (2.0: no group)
 YIELD_WEIGHT = 0.3  # weight of the newest forward in the running mean of drafts matched
+YIELD_PRIOR = 1.0  # where the running mean starts, and where it returns in forwards that check no drafts
 # What a fed group is worth now, per draft it is expected to get matched next forward: those drafts are checked
 # next forward at that forward's width cost, and that forward's plan counts their commits again, so counting them
 # whole here counts them twice. Half measured best (docs/speed.md#packed-linear-layers, and on llama.cpp
@@ -74,8 +75,8 @@ def plan_by_cost(conf: torch.Tensor, count: torch.Tensor, done: torch.Tensor, se
     live = ~done
     host = seconds.tolist()  # one copy: the narrow widths and the bound read floats
     t1, t_group = host[1], host[min(1 + g, len(host) - 1)]  # a group's drafts: 1 + g wide
-    # a group's proposals are worth at least one matched draft: the running yield moves only in forwards that check
-    # drafts, so a low one would otherwise stop every group, and with them every later draft, for good
+    # a group's proposals are worth at least one matched draft: a low running yield would otherwise stop every group,
+    # and with them every draft, until forwards without drafts moved it back toward its prior (update_yield)
     proposals = GROUP_YIELD_WEIGHT * t1 / t_group * max(1.0, float(draft_yield))
     # a plain forward feeds no group, so the next has no mask drafts, nor the one after: priced by the next forward
     # alone (above), G_0 lost to it wherever a group of masks cost over 1.37x a token (y <= 1), and the drafts stopped
@@ -151,9 +152,15 @@ def no_drafts_plan(count: torch.Tensor, live: torch.Tensor, g0: bool, depth: int
     return count, group_fed, torch.zeros((len(count), depth), dtype=torch.bool, device=count.device)
 
 
-def update_yield(draft_yield: torch.Tensor, m: torch.Tensor, checked: torch.Tensor) -> torch.Tensor:
-    """The running mean of drafts matched per sample, moved by the forwards that checked drafts (checked [b]):
-    y <- (1 - YIELD_WEIGHT) y + YIELD_WEIGHT mean(m over checked samples); unchanged where none checked (no sync)."""
+def update_yield(draft_yield: torch.Tensor, m: torch.Tensor, checked: torch.Tensor | None) -> torch.Tensor:
+    """The running mean of drafts matched per sample, moved by the forwards that checked drafts (checked [b]; None:
+    nothing fed to check): y <- (1 - YIELD_WEIGHT) y + YIELD_WEIGHT mean(m over checked samples). Where none checked,
+    a y below YIELD_PRIOR moves toward it alike: a low y makes drafts look as if they did not pay (drafts_pay), the plan
+    then feeds no drafts, and a y that moved only where drafts were checked would never rise again: the decode would
+    stay one-token decoding for good after a few misses (no sync either way)."""
+    recovered = torch.maximum(draft_yield, (1 - YIELD_WEIGHT) * draft_yield + YIELD_WEIGHT * YIELD_PRIOR)
+    if checked is None:
+        return recovered
     n = checked.sum()
     mean = (m * checked).sum() / n.clamp_min(1)
-    return torch.where(n > 0, (1 - YIELD_WEIGHT) * draft_yield + YIELD_WEIGHT * mean, draft_yield)
+    return torch.where(n > 0, (1 - YIELD_WEIGHT) * draft_yield + YIELD_WEIGHT * mean, recovered)

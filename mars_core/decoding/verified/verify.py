@@ -106,10 +106,9 @@ def commit_verdict(state: DecodeState, verdict: Verdict, spec: DecodeSpec) -> to
 
 
 def track_yield(state: DecodeState, tree: Tree, m: torch.Tensor) -> None:
-    """Move the running mean of drafts matched per sample by the forwards that checked drafts (no host sync)."""
-    if tree.fed.shape[1] == 0:  # nothing checked: the mean stays
-        return
-    state.draft_yield = update_yield(state.draft_yield, m, tree.fed.any(1))
+    """Move the running mean of drafts matched per sample by the forwards that checked drafts, back toward its prior
+    in those that checked none (plan.update_yield; no host sync)."""
+    state.draft_yield = update_yield(state.draft_yield, m, tree.fed.any(1) if tree.fed.shape[1] else None)
 
 
 def settle(cache, state: DecodeState, tree: Tree, verdict: Verdict) -> None:
