@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import shlex
 import sys
 import time
 from collections.abc import Iterator
@@ -117,7 +118,7 @@ def main() -> None:
     model, tokenizer = load(None)
     runtime = prepare(model, measure_cost=False)  # every torch row sets its own curve
     machine = runtime.record(model)
-    report = {"command": "python " + " ".join(sys.argv), "machine": machine, "torch": [], "llamacpp": []}
+    report = {"command": "python " + shlex.join(sys.argv), "machine": machine, "torch": [], "llamacpp": []}
     print(machine_line(machine))
     for slope in (float(s) for s in args.slopes.split(",") if s):
         for split, prompts in splits.items():

@@ -158,6 +158,7 @@ def test_the_running_yield_returns_toward_its_prior_where_nothing_is_checked():
         y = up
     assert y.item() > 0.95
     assert update_yield(torch.tensor(2.5), m, None).item() == 2.5
+    assert update_yield(torch.tensor(2.5), m, none).item() == 2.5
 
 
 def test_a_decode_whose_drafts_missed_tries_them_again():
@@ -175,3 +176,18 @@ def test_a_decode_whose_drafts_missed_tries_them_again():
         assert plain <= 10, y
         y = update_yield(y, torch.zeros(1), None)
     assert 1 <= plain <= 10
+
+
+def test_a_forward_that_fed_no_drafts_moves_the_yield_toward_its_prior():
+    """track_yield, the decoder's call: a forward with no drafts fed (a plain one, or G_0 alone) moves a low y up;
+    one whose drafts were checked moves it by their matches."""
+    from types import SimpleNamespace
+
+    from mars_core.decoding.verified.verify import track_yield
+
+    state = SimpleNamespace(draft_yield=torch.tensor(0.3))
+    track_yield(state, SimpleNamespace(fed=torch.zeros(2, 0, dtype=torch.bool)), torch.zeros(2, dtype=torch.long))
+    assert state.draft_yield.item() == pytest.approx(0.7 * 0.3 + 0.3 * YIELD_PRIOR)
+    before = state.draft_yield.item()
+    track_yield(state, SimpleNamespace(fed=torch.ones(2, 3, dtype=torch.bool)), torch.tensor([0, 0]))
+    assert state.draft_yield.item() == pytest.approx(0.7 * before)

@@ -17,7 +17,7 @@ from ...runtime.curve import CostCurve
 
 FLOORS = (2.0, 0.5, 0.35, 0.2, 0.1, 0.05, 0.0)  # group floors plan_by_cost tries, narrowest first (2.0: no group)
 YIELD_WEIGHT = 0.3  # weight of the newest forward in the running mean of drafts matched
-YIELD_PRIOR = 1.0  # where the running mean starts, and where it returns in forwards that check no drafts
+YIELD_PRIOR = 1.0  # where the running mean starts, and where it returns from below in forwards checking no drafts
 # What a fed group is worth now, per draft it is expected to get matched next forward: those drafts are checked
 # next forward at that forward's width cost, and that forward's plan counts their commits again, so counting them
 # whole here counts them twice. Half measured best (docs/speed.md#packed-linear-layers, and on llama.cpp
@@ -114,7 +114,9 @@ def drafts_pay(seconds: list[float], draft_yield: float, g: int) -> bool:
     """Whether drafts pay on this curve: a forward checking a group's g drafts beside the next group (1 + 2g tokens)
     commits 1 + y (y the running drafts matched) in less time than 1 + y plain forwards. Where it does, a plain
     forward that feeds no group (its drafts priced by the one next forward alone) would stop the drafts for good;
-    where it does not, verified decoding settles into plain forwards (docs/speed.md#restarts-where-drafts-pay)."""
+    where it does not, verified decoding feeds plain forwards until y, moving back toward its prior in them
+    (update_yield), makes drafts pay again, or for good where they pay at no y <= 1
+    (docs/speed.md#restarts-where-drafts-pay)."""
     return (1 + draft_yield) * seconds[1] > seconds[min(1 + 2 * g, len(seconds) - 1)]
 
 

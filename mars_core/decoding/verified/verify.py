@@ -32,7 +32,7 @@ class DecodeState:
     prompts: list[list[int]]  # the prompts (host lists): lookup searches them, then the answer
     answer: Committed  # the answer so far (out: [b, max_new_tokens + D + 1])
     length: torch.Tensor  # [b] n, tokens committed in the sequence (prompt and answer, pending ones included)
-    draft_yield: torch.Tensor  # [] drafts matched per sample and forward when there were drafts (running mean)
+    draft_yield: torch.Tensor  # [] drafts matched per sample and forward (running mean; plan.update_yield)
     lookup_hits: torch.Tensor  # [b] prompt-lookup drafts matched so far
     lookup_tries: torch.Tensor  # [b] prompt-lookup drafts reached so far (matched, or the first miss of a chain)
 
