@@ -75,13 +75,14 @@ def plan_by_cost(conf: torch.Tensor, count: torch.Tensor, done: torch.Tensor, se
     live = ~done
     host = seconds.tolist()  # one copy: the narrow widths and the bound read floats
     t1, t_group = host[1], host[min(1 + g, len(host) - 1)]  # a group's drafts: 1 + g wide
+    y = float(draft_yield)  # one host read (a sync on a GPU), for the proposals' worth and drafts_pay
     # a group's proposals are worth at least one matched draft: a low running yield would otherwise stop every group,
     # and with them every draft, until forwards without drafts moved it back toward its prior (update_yield)
-    proposals = GROUP_YIELD_WEIGHT * t1 / t_group * max(1.0, float(draft_yield))
+    proposals = GROUP_YIELD_WEIGHT * t1 / t_group * max(1.0, y)
     # a plain forward feeds no group, so the next has no mask drafts, nor the one after: priced by the next forward
     # alone (above), G_0 lost to it wherever a group of masks cost over 1.37x a token (y <= 1), and the drafts stopped
     # for good. The floors must hold one <= 1 (K = 0 with G_0), the plan left where a plain forward is none
-    regime = drafts_pay(host, float(draft_yield), g)
+    regime = drafts_pay(host, y, g)
     g0 = regime or (1 + proposals) * t1 > t_group  # with K = 0: G_0 where it commits more per second than plain
     if not bool(count.any()):  # no drafts anywhere (one host read, far cheaper than the search): G_0 or nothing
         return no_drafts_plan(count, live, g0, depth)
