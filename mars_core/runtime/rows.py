@@ -30,10 +30,16 @@ _LOCK = threading.Lock()
 _STATE: dict[str, str | float | None] = {}  # "why": None once loaded, else why not; "seconds": to build or load it
 
 
-def _folder() -> Path:
-    """The build folder: by source, torch version and CPU flags (another machine or torch builds anew)."""
+def build_id() -> str:
+    """The build's identity: a hash of the source, the torch version and the CPU flags. A record of measurements
+    under the kernel names it, so a changed kernel never inherits what its predecessor was measured or checked at."""
     key = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode() + " ".join(sorted(cpu_flags())).encode())
-    return cache_root() / "kernels" / f"rows-{key.hexdigest()[:16]}"
+    return key.hexdigest()[:16]
+
+
+def _folder() -> Path:
+    """The build folder, by build_id() (another source, machine or torch builds anew)."""
+    return cache_root() / "kernels" / f"rows-{build_id()}"
 
 
 def why_not() -> str | None:

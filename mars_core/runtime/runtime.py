@@ -27,7 +27,7 @@ from ..machine import machine_info
 from .attention import kernel_attention
 from .curve import CostCurve
 from .linear import CHUNK_ROWS, ONEDNN, ROWS, LinearKernels, PackedLinears
-from .rows import flavor
+from .rows import build_id, flavor
 from .slots import KEY_ROUND
 
 
@@ -89,12 +89,15 @@ class Runtime:
         kernels = {entry.kernel for entry in self.linears.values()}
         # the rows kernel (a model's bf16 layers) by its flavor: amx_rows or avx512_bf16_rows
         linear = (f"{flavor()}_rows" if ROWS in kernels else ONEDNN) if kernels else "torch"
-        return {**machine_info(model.device, model.dtype), "linear": linear,
+        attention = self._attention(model)
+        # which build of the rows kernel answers (its bits and speed are that source's), where it serves
+        build = {"rows_build": build_id()} if ROWS in kernels or attention == "rows_kernel" else {}
+        return {**machine_info(model.device, model.dtype), "linear": linear, **build,
                 "packed_from_rows": self.packed_from if self.linears else 0,
                 **({"one_row": "fed as two"} if paired else {}),
                 "rows_per_call": CHUNK_ROWS if ONEDNN in kernels else 0,
                 **({"fused": "siblings as one matrix"} if any(e.fused for e in self.linears.values()) else {}),
-                "attention": self._attention(model), "cache": "slots",
+                "attention": attention, "cache": "slots",
                 "forward": "inductor" if self.compiled is not None else "eager",
                 "keys": "whole cache" if self.static else f"slot rounded to {KEY_ROUND}"}
 

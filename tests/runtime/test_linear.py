@@ -25,7 +25,7 @@ from mars_core.runtime.linear import (
     packed_dtypes,
     packing_pays,
 )
-from mars_core.runtime.rows import rows_kernel
+from mars_core.runtime.rows import build_id, rows_kernel
 
 from tiny import tiny_qwen2
 
@@ -229,3 +229,18 @@ def test_kernel_rows_are_timed_once_and_kept(monkeypatch, tmp_path):
     assert again.packed_from == 3 and len(calls) == 1  # read back
     plain = prep.prepare(tiny_qwen2(64), pack=False, check=False, measure_cost=False, cache_dir=tmp_path)
     assert plain.key(model) != runtime.key(model)  # measurements are kept apart by the kernels used
+
+
+@pytest.mark.skipif(not rows_kernel(), reason="no rows kernel on this CPU")
+def test_measurements_under_the_rows_kernel_name_its_build(monkeypatch, tmp_path):
+    """A runtime on the rows kernel records which build answers (rows_build), so its kept width check and cost curve
+    belong to that build: an edited kernel gets a key of its own and is checked and timed anew."""
+    prep = importlib.import_module("mars_core.runtime.prepare")
+    runtime_module = importlib.import_module("mars_core.runtime.runtime")
+    model = tiny_qwen2(64).to(torch.bfloat16)
+    runtime = prep.prepare(model, check=False, measure_cost=False, cache_dir=tmp_path)
+    assert runtime.record(model)["linear"].endswith("_rows")
+    assert runtime.record(model)["rows_build"] == build_id()
+    key = runtime.key(model)
+    monkeypatch.setattr(runtime_module, "build_id", lambda: "another build")
+    assert runtime.key(model) != key

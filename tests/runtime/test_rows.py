@@ -121,26 +121,80 @@ def test_siblings_fused_into_one_matrix_are_one_call_else_one_each():
 
 @serves
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_its_attention_is_sdpa_row_by_row(dtype):
-    """The kernel's attention (9 query heads over 3 key heads, as the embedded model): SDPA's numbers up to rounding,
-    and each row's bits the same alone, among the others and in a batch of one."""
+@pytest.mark.parametrize("heads,kv_heads,d", [(9, 3, 64), (10, 2, 80), (16, 2, 48), (4, 4, 32)])
+def test_its_attention_is_sdpa_row_by_row(dtype, heads, kv_heads, d):
+    """The kernel's attention (9 query heads over 3 key heads, as the embedded model; 5 and 8 a key head, more than
+    one pass of the heads it computes together; one; heads of 5 and 3 vectors): SDPA's numbers up to rounding, each
+    row's bits the same alone, among the others and in a batch of one, and each head's the same computed alone."""
     g = torch.Generator().manual_seed(2)
-    b, w, slots = 2, 6, 100
-    q = torch.randn(b, 9, w, 64, generator=g).to(dtype)
-    k, v = (torch.randn(b, 3, slots, 64, generator=g).to(dtype) for _ in range(2))
+    b, w, slots, group = 2, 6, 100, heads // kv_heads
+    q = torch.randn(b, heads, w, d, generator=g).to(dtype)
+    k, v = (torch.randn(b, kv_heads, slots, d, generator=g).to(dtype) for _ in range(2))
     mask = torch.rand(b, 1, w, slots, generator=g) < 0.6
     mask[..., 0] = True
     got = torch.ops.mars_rows.attention(q, k, v, mask, 0.125)
-    exact = F.scaled_dot_product_attention(q.float(), k.float().repeat_interleave(3, 1),
-                                           v.float().repeat_interleave(3, 1), attn_mask=mask, scale=0.125)
-    assert got.shape == (b, w, 9, 64)
+    exact = F.scaled_dot_product_attention(q.float(), k.float().repeat_interleave(group, 1),
+                                           v.float().repeat_interleave(group, 1), attn_mask=mask, scale=0.125)
+    assert got.shape == (b, w, heads, d)
     torch.testing.assert_close(got.float(), exact.transpose(1, 2), atol=1e-2 if dtype == torch.bfloat16 else 1e-5,
                                rtol=1e-2 if dtype == torch.bfloat16 else 1e-5)
     rows = torch.cat([torch.ops.mars_rows.attention(q[:, :, r : r + 1], k, v, mask[:, :, r : r + 1], 0.125)
                       for r in range(w)], 1)
     alone = torch.cat([torch.ops.mars_rows.attention(q[i : i + 1], k[i : i + 1], v[i : i + 1], mask[i : i + 1], 0.125)
                        for i in range(b)])
-    assert torch.equal(rows, got) and torch.equal(alone, got)
+    one_head = torch.cat([torch.ops.mars_rows.attention(q[:, h : h + 1], k[:, h // group : h // group + 1],
+                                                        v[:, h // group : h // group + 1], mask, 0.125)
+                          for h in range(heads)], 2)
+    assert torch.equal(rows, got) and torch.equal(alone, got) and torch.equal(one_head, got)
+
+
+@serves
+def test_a_row_that_sees_no_key_reads_zeros():
+    """No visible key: zeros (SDPA's would be NaN), the other rows as they are."""
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(1, 9, 2, 64, generator=g).bfloat16()
+    k, v = (torch.randn(1, 3, 20, 64, generator=g).bfloat16() for _ in range(2))
+    mask = torch.ones(1, 1, 2, 20, dtype=torch.bool)
+    mask[0, 0, 0] = False
+    got = torch.ops.mars_rows.attention(q, k, v, mask, 0.125)
+    assert torch.equal(got[:, 0], torch.zeros_like(got[:, 0]))
+    assert torch.equal(got[:, 1:], torch.ops.mars_rows.attention(q[:, :, 1:], k, v, mask[:, :, 1:], 0.125))
+
+
+@serves
+def test_each_output_is_rounded_to_bf16_as_torch_rounds():
+    """Whole-number inputs whose sums are exact in fp32 in any order, so the kernel's outputs must be torch's
+    rounding of them to bf16 bit for bit: ties to even (257 -> 256, 259 -> 260, 385 -> 384), a bias added first, a
+    NaN weight's column NaN; whole panels of 32 columns and a last one of 8."""
+    g = torch.Generator().manual_seed(4)
+    n, k = 72, 64
+    w = torch.randint(-8, 9, (n, k), generator=g).float()
+    x = torch.randint(-8, 9, (5, k), generator=g).float()
+    x[0], w[3:6] = 0, 0
+    x[0, :2] = 1  # row 0, columns 3, 4, 5: w[c, 0] + w[c, 1], each halfway between two bf16 numbers
+    w[3, :2], w[4, :2], w[5, :2] = torch.tensor([256.0, 1]), torch.tensor([256.0, 3]), torch.tensor([384.0, 1])
+    bias = torch.randint(-4, 5, (n,), generator=g).float()
+    for b in (None, bias):
+        got = torch.ops.mars_rows.linear(x.bfloat16(), torch.ops.mars_rows.pack(w.bfloat16()), n,
+                                         None if b is None else b.bfloat16())
+        exact = F.linear(x.double(), w.double(), None if b is None else b.double()).float()  # exact: small integers
+        assert torch.equal(got.view(torch.int16), exact.bfloat16().view(torch.int16))
+        if b is None:
+            assert got[0, 3:6].tolist() == [256, 260, 384]  # 257, 259, 385: ties, each to the even neighbour
+    nan = w.clone()
+    nan[40, 7] = float("nan")
+    got = torch.ops.mars_rows.linear(x.bfloat16(), torch.ops.mars_rows.pack(nan.bfloat16()), n, None)
+    assert got[:, 40].isnan().all() and not got[:, :40].isnan().any() and not got[:, 41:].isnan().any()
+
+
+def test_a_changed_source_is_another_build(monkeypatch, tmp_path):
+    """build_id() (the build folder's name and the runtime records' rows_build) follows the source: an edited
+    kernel is built anew and measured anew, never taken for its predecessor."""
+    before = rows.build_id()
+    edited = tmp_path / "rows.cpp"
+    edited.write_bytes(rows.SOURCE.read_bytes() + b"\n// edited\n")
+    monkeypatch.setattr(rows, "SOURCE", edited)
+    assert rows.build_id() != before and rows._folder().name == f"rows-{rows.build_id()}"
 
 
 def test_a_build_to_come_is_known_before_it_starts(fresh_state, monkeypatch, tmp_path):

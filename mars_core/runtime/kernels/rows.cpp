@@ -22,6 +22,7 @@
 #include <limits>
 #include <mutex>
 #include <optional>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -133,6 +134,18 @@ bool available() { return false; }
 std::string flavor() { return "none"; }
 #endif
 
+namespace {
+// 16 fp32 to bf16 as c10::BFloat16(float) rounds them (round to nearest even on the bits; a NaN to 0x7FC0)
+inline __m256i bf16x16(__m512 f) {
+  const __m512i u = _mm512_castps_si512(f);
+  const __m512i bias = _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)),
+                                        _mm512_set1_epi32(0x7FFF));
+  const __m512i r = _mm512_mask_mov_epi32(_mm512_srli_epi32(_mm512_add_epi32(u, bias), 16),
+                                          _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
+  return _mm512_cvtepi32_epi16(r);
+}
+}  // namespace
+
 // W [N, K] bf16 -> panels [ceil(N/32)][ceil(K/32) * 16][32][2], zero-padded
 at::Tensor pack(const at::Tensor& w) {
   TORCH_CHECK(w.dim() == 2 && w.scalar_type() == at::kBFloat16, "mars_rows.pack: a 2-D bf16 weight");
@@ -169,8 +182,9 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, int64_t n, cons
     if (m < M) std::memcpy(row, src + m * K * 2, K * 2);
     std::memset(row + (m < M ? K * 2 : 0), 0, (m < M ? width - K : width) * 2);
   }
-  std::vector<float> b(n, 0.f);
+  std::vector<float> b;  // the bias in fp32 (none: +0 is added, as a zero bias would be)
   if (bias.has_value()) {
+    b.resize(n);
     auto bf = bias->to(at::kFloat).contiguous();
     std::memcpy(b.data(), bf.data_ptr<float>(), n * 4);
   }
@@ -184,7 +198,15 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, int64_t n, cons
     const int64_t c0 = p * PANEL, cols = std::min(PANEL, n - c0);
     for (int64_t r = 0; r < rows && m0 + r < M; ++r) {
       c10::BFloat16* o = out + (m0 + r) * n + c0;
-      for (int64_t c = 0; c < cols; ++c) o[c] = c10::BFloat16(sums[r * PANEL + c] + b[c0 + c]);
+      if (cols == PANEL) {  // a whole panel: 16 columns a vector
+        for (int64_t c = 0; c < PANEL; c += 16) {
+          const __m512 add = b.empty() ? _mm512_setzero_ps() : _mm512_loadu_ps(b.data() + c0 + c);
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + c),
+                              bf16x16(_mm512_add_ps(_mm512_loadu_ps(sums + r * PANEL + c), add)));
+        }
+        continue;
+      }
+      for (int64_t c = 0; c < cols; ++c) o[c] = c10::BFloat16(sums[r * PANEL + c] + (b.empty() ? 0.f : b[c0 + c]));
     }
   };
   at::parallel_for(0, panel_count, 1, [&](int64_t p0, int64_t p1) {
@@ -207,17 +229,22 @@ inline __m512 load16(const c10::BFloat16* x) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
 }
 
-// q . k over d (a multiple of 16) for 16 keys at once: per key one chain of fused multiply-adds over d in order,
-// then its 16 lanes summed by the tree _mm512_reduce_add_ps uses (lanes i and i+8, then i+4, i+2, i+1), done for the
-// 16 keys together (two shuffles and an add a step rather than a reduction a key). keys[e] points at key e's d values.
-template <typename T>
-inline __m512 dots16(const __m512* q, const T* const* keys, int64_t d) {
-  __m512 v[16];
-  for (int e = 0; e < 16; ++e) {
-    __m512 acc = _mm512_mul_ps(q[0], load16(keys[e]));
-    for (int64_t j = 1; j < d / 16; ++j) acc = _mm512_fmadd_ps(q[j], load16(keys[e] + 16 * j), acc);
-    v[e] = acc;
+// q . key for H query heads (q: vecs vectors a head), each one chain of fused multiply-adds over d in order, q[0]
+// key[0] first; the key's vectors loaded once for them all: sums[h] holds head h's 16 partial sums.
+template <int H, typename T>
+inline void key_dots(const __m512* q, const T* key, int64_t vecs, __m512* sums) {
+  const __m512 first = load16(key);
+  for (int h = 0; h < H; ++h) sums[h] = _mm512_mul_ps(q[h * vecs], first);
+  for (int64_t j = 1; j < vecs; ++j) {
+    const __m512 kj = load16(key + 16 * j);
+    for (int h = 0; h < H; ++h) sums[h] = _mm512_fmadd_ps(q[h * vecs + j], kj, sums[h]);
   }
+}
+
+// The 16 keys' dots from their partial sums v[16]: each key's 16 lanes summed by the tree _mm512_reduce_add_ps uses
+// (lanes i and i+8, then i+4, i+2, i+1), done for the 16 keys together (two shuffles and an add a step rather than a
+// reduction a key); key e's dot in lane e.
+inline __m512 reduce16(const __m512* v) {
   __m512 t[8], u[4], w[2];
   for (int i = 0; i < 8; ++i)  // lanes i + i+8: [key 2i, key 2i+1], 8 lanes each
     t[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
@@ -247,6 +274,64 @@ inline __m512 exp_shifted16(__m512 x) {
   return _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
 }
 
+// One row's attention for H query heads of one key head (q: their vecs vectors each), over the n keys it sees (rows:
+// in slot order, padded to whole 16 with the first key; values at the same offsets from `values` as keys from
+// `keys`); out: head h's d values at out + h * d. Each head's numbers are those it gets alone: its scores one chain
+// over d a key, its softmax over its own scores, its output one chain a vector over the seen values in slot order;
+// the H heads only share the loads of the keys and values they read. score: H * padded floats of scratch.
+template <int H, typename T>
+void heads_pass(const __m512* q, const T* const* rows, const T* keys, const T* values, int64_t n, int64_t vecs,
+                int64_t padded, float scale, float* score, T* out, int64_t d) {
+  const int64_t whole = (n + 15) / 16 * 16;
+  for (int64_t e = 0; e < whole; e += 16) {  // scores, 16 keys at a time for the H heads
+    __m512 dots[H][16], sums[H];
+    for (int key = 0; key < 16; ++key) {
+      key_dots<H>(q, rows[e + key], vecs, sums);
+      for (int h = 0; h < H; ++h) dots[h][key] = sums[h];
+    }
+    for (int h = 0; h < H; ++h)
+      _mm512_storeu_ps(score + h * padded + e, _mm512_mul_ps(reduce16(dots[h]), _mm512_set1_ps(scale)));
+  }
+  float sum[H] = {}, inv[H];
+  for (int h = 0; h < H; ++h) {
+    float* x = score + h * padded;
+    __m512 most = _mm512_set1_ps(-std::numeric_limits<float>::infinity());  // the largest seen score (0 if none)
+    for (int64_t e = 0; e < n; e += 16)
+      most = _mm512_mask_max_ps(most, static_cast<__mmask16>(n - e >= 16 ? 0xFFFF : (1u << (n - e)) - 1), most,
+                                _mm512_loadu_ps(x + e));
+    const float top = n ? _mm512_reduce_max_ps(most) : 0.f;
+    for (int64_t e = 0; e < whole; e += 16)
+      _mm512_storeu_ps(x + e, exp_shifted16(_mm512_sub_ps(_mm512_loadu_ps(x + e), _mm512_set1_ps(top))));
+  }
+  for (int64_t e = 0; e < n; ++e)  // each head's sum in slot order (the H chains side by side)
+    for (int h = 0; h < H; ++h) sum[h] += score[h * padded + e];
+  for (int h = 0; h < H; ++h) inv[h] = sum[h] > 0.f ? 1.f / sum[h] : 0.f;
+  alignas(64) float tail[16];
+  for (int64_t j0 = 0; j0 < vecs; j0 += 4) {  // four vectors of each head at once, each one chain over the seen values
+    int64_t at[4];                            // in slot order (a head of fewer: the last one again)
+    for (int u = 0; u < 4; ++u) at[u] = 16 * std::min(j0 + u, vecs - 1);
+    __m512 acc[H][4];
+    for (int h = 0; h < H; ++h)
+      for (int u = 0; u < 4; ++u) acc[h][u] = _mm512_setzero_ps();
+    for (int64_t e = 0; e < n; ++e) {
+      const T* row = values + (rows[e] - keys);
+      __m512 vals[4];
+      for (int u = 0; u < 4; ++u) vals[u] = load16(row + at[u]);
+      for (int h = 0; h < H; ++h) {
+        const __m512 weight = _mm512_set1_ps(score[h * padded + e]);
+        for (int u = 0; u < 4; ++u) acc[h][u] = _mm512_fmadd_ps(weight, vals[u], acc[h][u]);
+      }
+    }
+    for (int h = 0; h < H; ++h)
+      for (int64_t u = 0; u < std::min<int64_t>(4, vecs - j0); ++u) {
+        _mm512_storeu_ps(tail, _mm512_mul_ps(acc[h][u], _mm512_set1_ps(inv[h])));
+        for (int64_t l = 0; l < 16; ++l) out[h * d + 16 * (j0 + u) + l] = static_cast<T>(tail[l]);
+      }
+  }
+}
+
+constexpr int64_t HEADS = 4;  // the most query heads of one key head a pass computes together
+
 template <typename T>
 void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask, float scale,
             at::Tensor& out) {
@@ -258,7 +343,7 @@ void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const
   T* op = out.data_ptr<T>();
   at::parallel_for(0, b * w * hkv, 1, [&](int64_t i0, int64_t i1) {  // a unit: one row's query heads of a key head
     std::vector<__m512> qv(group * vecs);
-    std::vector<float> score(group * padded), tail(16);
+    std::vector<float> score(HEADS * padded);
     std::vector<const T*> rows(padded);  // the keys this row sees, in slot order (the tail: the first key again)
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t s = i / (w * hkv), r = i / hkv % w, kh = i % hkv;
@@ -267,39 +352,21 @@ void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const
       int64_t n = 0;  // the slots this row sees
       for (int64_t t = 0; t < slots; ++t)
         if (visible[t]) rows[n++] = keys + t * d;
-      const int64_t whole = (n + 15) / 16 * 16;
-      for (int64_t e = n; e < whole; ++e) rows[e] = keys;
+      for (int64_t e = n; e < (n + 15) / 16 * 16; ++e) rows[e] = keys;
       for (int64_t g = 0; g < group; ++g)
         for (int64_t j = 0; j < vecs; ++j) qv[g * vecs + j] = load16(qp + ((s * hq + kh * group + g) * w + r) * d + 16 * j);
-      for (int64_t g = 0; g < group; ++g) {
-        float* x = score.data() + g * padded;
-        for (int64_t e = 0; e < whole; e += 16)
-          _mm512_storeu_ps(x + e, _mm512_mul_ps(dots16(&qv[g * vecs], rows.data() + e, d), _mm512_set1_ps(scale)));
-        __m512 most = _mm512_set1_ps(-std::numeric_limits<float>::infinity());  // the largest seen score (0 if none)
-        for (int64_t e = 0; e < n; e += 16)
-          most = _mm512_mask_max_ps(most, static_cast<__mmask16>(n - e >= 16 ? 0xFFFF : (1u << (n - e)) - 1), most,
-                                    _mm512_loadu_ps(x + e));
-        const float top = n ? _mm512_reduce_max_ps(most) : 0.f;
-        for (int64_t e = 0; e < whole; e += 16)
-          _mm512_storeu_ps(x + e, exp_shifted16(_mm512_sub_ps(_mm512_loadu_ps(x + e), _mm512_set1_ps(top))));
-        float sum = 0.f;
-        for (int64_t e = 0; e < n; ++e) sum += x[e];
-        const float inv = sum > 0.f ? 1.f / sum : 0.f;
-        T* o = op + ((s * w + r) * hq + kh * group + g) * d;
-        for (int64_t j0 = 0; j0 < vecs; j0 += 4) {  // four vectors of the head at once, each one chain over the seen
-          int64_t at[4];                                // values in slot order (a head of fewer: the last one again)
-          for (int u = 0; u < 4; ++u) at[u] = 16 * std::min(j0 + u, vecs - 1);
-          __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-          for (int64_t e = 0; e < n; ++e) {
-            const T* row = values + (rows[e] - keys);
-            const __m512 weight = _mm512_set1_ps(x[e]);
-            for (int u = 0; u < 4; ++u) acc[u] = _mm512_fmadd_ps(weight, load16(row + at[u]), acc[u]);
-          }
-          for (int64_t u = 0; u < std::min<int64_t>(4, vecs - j0); ++u) {
-            _mm512_storeu_ps(tail.data(), _mm512_mul_ps(acc[u], _mm512_set1_ps(inv)));
-            for (int64_t l = 0; l < 16; ++l) o[16 * (j0 + u) + l] = static_cast<T>(tail[l]);
-          }
-        }
+      T* o = op + ((s * w + r) * hq + kh * group) * d;
+      for (int64_t g0 = 0; g0 < group; g0 += HEADS) {  // HEADS heads a pass, the rest in a last pass
+        const __m512* qg = qv.data() + g0 * vecs;
+        const auto pass = std::min(HEADS, group - g0);
+        auto run = [&](auto heads) {
+          heads_pass<decltype(heads)::value>(qg, rows.data(), keys, values, n, vecs, padded, scale, score.data(),
+                                             o + g0 * d, d);
+        };
+        if (pass == 4) run(std::integral_constant<int, 4>{});
+        else if (pass == 3) run(std::integral_constant<int, 3>{});
+        else if (pass == 2) run(std::integral_constant<int, 2>{});
+        else run(std::integral_constant<int, 1>{});
       }
     }
   });
