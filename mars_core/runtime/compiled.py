@@ -30,7 +30,9 @@ from pathlib import Path
 
 import torch
 
+from .forward import symbolic_sizes
 from .linear import ROWS
+from .replay import Replay, replay_of
 from .runtime import Runtime
 from .timing import cache_root
 
@@ -164,12 +166,74 @@ def _backend(runtime: Runtime, model: torch.nn.Module) -> Callable:
             torch.ops.mars_rows.register(e.weight, e.fused.packed, e.fused.shape[0], e.fused.bias, e.cols.start,
                                          e.cols.stop)
     attention = bool(ours) and runtime.rows
-    backend = ((lambda gm, inputs: _rows_graph(gm, inputs, attention)) if ours
-               else (lambda gm, inputs: _inductor_graph(gm, inputs)))
-    return _BACKENDS.setdefault((bool(ours), attention, _make(model)), backend)
+    key = (bool(ours), attention, _make(model))
+    build = ((lambda gm, inputs: _rows_graph(gm, inputs, attention)) if ours
+             else (lambda gm, inputs: _inductor_graph(gm, inputs)))
+    return _BACKENDS.setdefault(key, _Backend(key, build))
 
 
-_BACKENDS: dict[tuple, Callable] = {}  # by kind and model make
+class _Backend:
+    """The backend of one kind and make: builds each graph dynamo hands it and keeps that graph's replay (replay.py)
+    under its key. A second graph of one key in one frame (dynamo recompiled it for other inputs) means dynamo must
+    choose between them: that key is never replayed. A frame compiled afresh (its first graph: a new frame, or after
+    torch._dynamo.reset()) starts over."""
+
+    def __init__(self, key: tuple, build: Callable):
+        self.key, self.build = key, build
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+        from torch._guards import CompileContext
+
+        graph = self.build(gm, example_inputs)
+        compile_id = CompileContext.current_compile_id()
+        frame = compile_id.frame_id if compile_id is not None else None
+        if compile_id is None or compile_id.frame_compile_id == 0:
+            _FRAME_KEYS[frame] = set()
+        seen = _FRAME_KEYS.setdefault(frame, set())
+        _REPLAYS[self.key] = None if self.key in seen else replay_of(gm, graph)
+        _FITS.discard(self.key)
+        seen.add(self.key)
+        return graph
+
+
+_BACKENDS: dict[tuple, _Backend] = {}  # by kind and model make
+_REPLAYS: dict[tuple, Replay | None] = {}  # each backend's last graph, replayed (None: never, dynamo chooses)
+_FITS: set[tuple] = set()  # keys whose replay read a real call's inputs as traced (Replay.fits)
+_FRAME_KEYS: dict[int | None, set[tuple]] = {}  # the keys each compiled frame built a graph for since it started over
+
+
+class CompiledDecoder:
+    """The model's decoder under torch.compile, its graph replayed without dynamo once built (replay.py): its first
+    call goes through dynamo (which traces, compiles or finds the graph, and the backend keeps its replay), later ones
+    call that graph directly, unless its make's replay is off (a second graph) or did not read a real call's inputs
+    as traced."""
+
+    def __init__(self, compiled: Callable, key: tuple):
+        self.compiled = compiled  # torch.compile of the decoder's forward
+        self.key = key  # its backend's key: whose replay serves it
+        self.primed = False  # dynamo has run it once
+
+    def __call__(self, decoder: torch.nn.Module, **kwargs) -> torch.Tensor:
+        """The decoder's last hidden states for these keyword inputs (those of runtime/forward.py's one forward)."""
+        replay = _REPLAYS.get(self.key) if self.primed else None
+        if replay is not None:
+            # the compiled frame's locals, however transformers wraps its forward: f(self, **kw) or f(*args, **kw)
+            frame = {"self": decoder, "args": (decoder,), "kwargs": kwargs, **kwargs}
+            if self.key in _FITS or self._fits(replay, frame):
+                return replay(frame)[0]
+        for name in ("input_ids", "position_ids"):  # no guard on their strides (width 1 would specialise)
+            torch._dynamo.decorators.mark_unbacked(kwargs[name], 1)
+        with symbolic_sizes():
+            hidden = self.compiled(**kwargs).last_hidden_state
+        self.primed = True
+        return hidden
+
+    def _fits(self, replay: Replay, frame: dict) -> bool:
+        if replay.fits(frame):
+            _FITS.add(self.key)
+            return True
+        _REPLAYS[self.key] = None
+        return False
 
 
 def _make(model: torch.nn.Module) -> str:
@@ -216,9 +280,10 @@ def compile_runtime(model: torch.nn.Module, runtime: Runtime, cache_dir: str | P
     _inductor_cache_beside_ours()
     # no guards on the model's modules (their attributes and weights): the backend is the model's make (_backend)
     guards = {"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe}
-    compiled = replace(runtime, compiled=torch.compile(model.get_decoder().forward, dynamic=True,
-                                                       backend=_backend(runtime, model), options=guards),
-                       width_check=None, cost=None, forward_note="compiled")
+    backend = _backend(runtime, model)
+    decoder = torch.compile(model.get_decoder().forward, dynamic=True, backend=backend, options=guards)
+    compiled = replace(runtime, compiled=CompiledDecoder(decoder, backend.key), width_check=None, cost=None,
+                       forward_note="compiled")
     path = folder / f"inductor-{compiled.key(model)}.bin"
     misses, began = _cache_misses(), time.perf_counter()
     kept = _load_artifacts(path)

@@ -96,11 +96,9 @@ def _forward(model: torch.nn.Module, cache: SlotCache, ids: torch.Tensor, positi
                            **with_cache(decoder, cache.kv)).last_hidden_state
     with torch.inference_mode():  # fresh inference tensors, no views: what the one compiled graph was traced on
         ids, positions, mask = (t.clone(memory_format=torch.contiguous_format) for t in (ids, positions, mask))
-    for t in (ids, positions):  # no guard on their strides (width 1 would specialise)
-        torch._dynamo.decorators.mark_unbacked(t, 1)
-    with runtime.active(), keys_by_rows(plan), symbolic_sizes(), torch.inference_mode():
-        return runtime.compiled(input_ids=ids, position_ids=positions, attention_mask=mask,
-                                **with_cache(decoder, cache.kv)).last_hidden_state
+    with runtime.active(), keys_by_rows(plan), torch.inference_mode():
+        return runtime.compiled(decoder, input_ids=ids, position_ids=positions, attention_mask=mask,
+                                **with_cache(decoder, cache.kv))
 
 
 def keep(cache: SlotCache | Any, advance: torch.Tensor) -> None:

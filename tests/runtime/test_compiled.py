@@ -56,6 +56,38 @@ def test_the_compiled_forward_passes_its_width_check_and_keeps_the_guarantees(co
     assert uncompiled.token_ids == ar.token_ids
 
 
+def test_after_its_first_call_the_forward_is_replayed_without_dynamo(compiled, tokenizer, monkeypatch):
+    """The compiled forward's graph is called directly once built (runtime/replay.py): no decoding forward reaches
+    dynamo, and each forward's hidden states are the ones the graph gives through dynamo, bit for bit."""
+    from dataclasses import replace
+
+    from mars_core.runtime import compiled as compiled_module
+    from mars_core.runtime.forward import feed, new_cache, visible
+
+    model, _, runtime, _ = compiled
+    assert compiled_module._REPLAYS.get(runtime.compiled.key) is not None
+    calls = []
+    dynamo = runtime.compiled.compiled
+    decoder = compiled_module.CompiledDecoder(lambda **kw: calls.append(1) or dynamo(**kw), runtime.compiled.key)
+    counted = replace(runtime, compiled=decoder)
+    generate(model, tokenizer, PROMPTS[0], strategy="ar", max_new_tokens=2, runtime=counted)
+    assert len(calls) == 1  # the first call primes it, through dynamo
+    verified = generate(model, tokenizer, PROMPTS, strategy="verified", block_size=4, max_new_tokens=12,
+                        runtime=counted)
+    assert len(calls) == 1 and verified.forwards > 1
+
+    def forward() -> torch.Tensor:
+        ids = torch.tensor([[5, 9, 2, 7, 3]])
+        fed = torch.ones_like(ids, dtype=torch.bool)
+        with new_cache(model, 1, 16) as cache:
+            seen = visible(torch.ones(5, 5, dtype=torch.bool).tril(), fed)
+            return feed(model, cache, ids, torch.arange(5)[None], seen, fed, runtime=counted)
+
+    replayed = forward()
+    monkeypatch.setitem(compiled_module._REPLAYS, runtime.compiled.key, None)  # dynamo for every call
+    assert torch.equal(forward(), replayed) and len(calls) == 2
+
+
 def test_a_compile_in_another_thread_changes_nothing_here(compiled, tokenizer, monkeypatch):
     """torch.compiler.is_compiling() is one flag for the process: while another thread compiles (the app compiles
     its models in the background while it serves), this thread's forwards, compiled or not, and a training step,
