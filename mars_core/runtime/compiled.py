@@ -84,8 +84,9 @@ def _inductor_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     thread: a decoding forward's loops are a few rows each, and an OpenMP region a loop (several a layer) cost more
     to open and join than the work they split (docs/speed.md#loops-of-one-thread-and-attention-16-keys-at-a-time).
     The runtime's kernels keep every thread. Its code checks no buffer's sizes and strides as it runs (one Python call
-    each, hundreds a forward): dynamo's guards check the inputs', _make the weights', and our ops return contiguous
-    tensors of the shapes their fakes say (docs/speed.md#fewer-calls-around-the-kernels-verified-at-303-generate)."""
+    each, hundreds a forward): dynamo's guards (or, replayed, replay.py) check the inputs', _make the weights', and
+    our ops return contiguous tensors of the shapes their fakes say
+    (docs/speed.md#fewer-calls-around-the-kernels-verified-at-303-generate)."""
     from torch._inductor import config
     from torch._inductor.compile_fx import compile_fx
 
@@ -175,65 +176,73 @@ def _backend(runtime: Runtime, model: torch.nn.Module) -> Callable:
 class _Backend:
     """The backend of one kind and make: builds each graph dynamo hands it and keeps that graph's replay (replay.py)
     under its key. A second graph of one key in one frame (dynamo recompiled it for other inputs) means dynamo must
-    choose between them: that key is never replayed. A frame compiled afresh (its first graph: a new frame, or after
-    torch._dynamo.reset()) starts over."""
+    choose between them: that key is not replayed again until its frame starts over (its first graph: a new frame, or
+    one after torch._dynamo.reset()). A graph built outside a compile dynamo names is never replayed."""
 
-    def __init__(self, key: tuple, build: Callable):
-        self.key, self.build = key, build
+    def __init__(self, key: tuple, build: Callable) -> None:
+        self.key, self.build = key, build  # the kind and make; the compile it wraps (_rows_graph or _inductor_graph)
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
         from torch._guards import CompileContext
 
         graph = self.build(gm, example_inputs)
         compile_id = CompileContext.current_compile_id()
-        frame = compile_id.frame_id if compile_id is not None else None
-        if compile_id is None or compile_id.frame_compile_id == 0:
-            _FRAME_KEYS[frame] = set()
-        seen = _FRAME_KEYS.setdefault(frame, set())
+        if compile_id is None:
+            _REPLAYS[self.key] = None
+            return graph
+        if compile_id.frame_compile_id == 0:
+            _FRAME_KEYS[compile_id.frame_id] = set()
+        seen = _FRAME_KEYS.setdefault(compile_id.frame_id, set())
         _REPLAYS[self.key] = None if self.key in seen else replay_of(gm, graph)
-        _FITS.discard(self.key)
         seen.add(self.key)
         return graph
 
 
 _BACKENDS: dict[tuple, _Backend] = {}  # by kind and model make
-_REPLAYS: dict[tuple, Replay | None] = {}  # each backend's last graph, replayed (None: never, dynamo chooses)
-_FITS: set[tuple] = set()  # keys whose replay read a real call's inputs as traced (Replay.fits)
-_FRAME_KEYS: dict[int | None, set[tuple]] = {}  # the keys each compiled frame built a graph for since it started over
+_REPLAYS: dict[tuple, Replay | None] = {}  # each backend's last graph, replayed (None: not, dynamo chooses)
+_FRAME_KEYS: dict[int, set[tuple]] = {}  # the keys each compiled frame built a graph for since it started over
 
 
 class CompiledDecoder:
     """The model's decoder under torch.compile, its graph replayed without dynamo once built (replay.py): its first
-    call goes through dynamo (which traces, compiles or finds the graph, and the backend keeps its replay), later ones
-    call that graph directly, unless its make's replay is off (a second graph) or did not read a real call's inputs
-    as traced."""
+    call goes through dynamo (which traces, compiles or finds the graph, and the backend keeps its replay), and a
+    replay not yet checked is run beside it and kept only if its answer is dynamo's, bit for bit; later calls call
+    the graph directly, unless its make's replay is off (a second graph) or a call brings inputs of other kinds than
+    traced (that call is dynamo's). replaying = False: every call through dynamo, as before (for A/B measurements)."""
 
-    def __init__(self, compiled: Callable, key: tuple):
+    def __init__(self, compiled: Callable, key: tuple) -> None:
         self.compiled = compiled  # torch.compile of the decoder's forward
         self.key = key  # its backend's key: whose replay serves it
-        self.primed = False  # dynamo has run it once
+        self.replaying = True
+        self.primed = False  # dynamo has run it once (so a graph of its own, after a reset, is the one replayed)
 
     def __call__(self, decoder: torch.nn.Module, **kwargs) -> torch.Tensor:
         """The decoder's last hidden states for these keyword inputs (those of runtime/forward.py's one forward)."""
-        replay = _REPLAYS.get(self.key) if self.primed else None
-        if replay is not None:
-            # the compiled frame's locals, however transformers wraps its forward: f(self, **kw) or f(*args, **kw)
-            frame = {"self": decoder, "args": (decoder,), "kwargs": kwargs, **kwargs}
-            if self.key in _FITS or self._fits(replay, frame):
-                return replay(frame)[0]
+        replay = _REPLAYS.get(self.key) if self.replaying and self.primed else None
+        # the compiled frame's locals, however transformers wraps its forward: f(self, **kw) or f(*args, **kw)
+        frame = {"self": decoder, "args": (decoder,), "kwargs": kwargs, **kwargs}
+        if replay is not None and replay.checked:
+            out = replay(frame)
+            if out is not None:
+                return out[0]
         for name in ("input_ids", "position_ids"):  # no guard on their strides (width 1 would specialise)
             torch._dynamo.decorators.mark_unbacked(kwargs[name], 1)
         with symbolic_sizes():
             hidden = self.compiled(**kwargs).last_hidden_state
         self.primed = True
+        replay = _REPLAYS.get(self.key) if self.replaying else None  # the graph dynamo just ran, if it built one
+        if replay is not None and not replay.checked:
+            self._check(replay, frame, hidden)
         return hidden
 
-    def _fits(self, replay: Replay, frame: dict) -> bool:
-        if replay.fits(frame):
-            _FITS.add(self.key)
-            return True
-        _REPLAYS[self.key] = None
-        return False
+    def _check(self, replay: Replay, frame: dict, hidden: torch.Tensor) -> None:
+        """Keep the replay if it answers this call as dynamo did (the same forward again: it writes the same keys and
+        values to the same slots), else never replay this make (unless another thread already replaced it)."""
+        out = replay(frame)
+        if out is not None and isinstance(out[0], torch.Tensor) and torch.equal(out[0], hidden):
+            replay.checked = True
+        elif _REPLAYS.get(self.key) is replay:
+            _REPLAYS[self.key] = None
 
 
 def _make(model: torch.nn.Module) -> str:

@@ -31,9 +31,11 @@ _STATE: dict[str, str | float | None] = {}  # "why": None once loaded, else why 
 
 
 def build_id() -> str:
-    """The build's identity: a hash of the source, the torch version and the CPU flags. A record of measurements
-    under the kernel names it, so a changed kernel never inherits what its predecessor was measured or checked at."""
-    key = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode() + " ".join(sorted(cpu_flags())).encode())
+    """The build's identity: a hash of the source, the compiler flags, the torch version and the CPU flags. A record of
+    measurements under the kernel names it, so a changed kernel never inherits what its predecessor was measured or
+    checked at."""
+    key = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode() + torch.__version__.encode()
+                         + " ".join(sorted(cpu_flags())).encode())
     return key.hexdigest()[:16]
 
 

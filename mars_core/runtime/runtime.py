@@ -66,7 +66,7 @@ class Runtime:
     live_cost: bool = False  # verified re-prices width by its own timed forwards (CPU; decoding/verified/pace.py)
     width_check: WidthCheck | None = None  # what a check on this machine found (None: not checked)
     static: bool = False  # fixed widths, every row reading the whole cache: the shapes CUDA graphs capture
-    compiled: Callable | None = field(default=None, repr=False, compare=False)  # the decoder compiled (compiled.py)
+    compiled: Callable | None = field(default=None, repr=False, compare=False)  # compiled.CompiledDecoder
     forward_note: str = "uncompiled"  # what runs the forward, in words for a page (compiled.compile_runtime says)
 
     @property

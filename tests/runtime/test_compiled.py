@@ -56,16 +56,17 @@ def test_the_compiled_forward_passes_its_width_check_and_keeps_the_guarantees(co
     assert uncompiled.token_ids == ar.token_ids
 
 
-def test_after_its_first_call_the_forward_is_replayed_without_dynamo(compiled, tokenizer, monkeypatch):
-    """The compiled forward's graph is called directly once built (runtime/replay.py): no decoding forward reaches
-    dynamo, and each forward's hidden states are the ones the graph gives through dynamo, bit for bit."""
+def test_after_its_first_call_the_forward_is_replayed_without_dynamo(compiled, tokenizer):
+    """The compiled forward's graph is called directly once built (runtime/replay.py): after a compiled decoder's
+    first call no decoding forward reaches dynamo, and each forward's hidden states are the ones the graph gives
+    through dynamo, bit for bit."""
     from dataclasses import replace
 
     from mars_core.runtime import compiled as compiled_module
     from mars_core.runtime.forward import feed, new_cache, visible
 
     model, _, runtime, _ = compiled
-    assert compiled_module._REPLAYS.get(runtime.compiled.key) is not None
+    assert compiled_module._REPLAYS[runtime.compiled.key].checked
     calls = []
     dynamo = runtime.compiled.compiled
     decoder = compiled_module.CompiledDecoder(lambda **kw: calls.append(1) or dynamo(**kw), runtime.compiled.key)
@@ -84,8 +85,27 @@ def test_after_its_first_call_the_forward_is_replayed_without_dynamo(compiled, t
             return feed(model, cache, ids, torch.arange(5)[None], seen, fed, runtime=counted)
 
     replayed = forward()
-    monkeypatch.setitem(compiled_module._REPLAYS, runtime.compiled.key, None)  # dynamo for every call
+    decoder.replaying = False  # every call through dynamo
     assert torch.equal(forward(), replayed) and len(calls) == 2
+
+
+def test_a_replay_serves_only_once_its_answer_is_dynamos():
+    """A replay not yet checked runs beside dynamo's call and is kept only if it answers it bit for bit; one that
+    answers otherwise is dropped, and its make is served by dynamo."""
+    from types import SimpleNamespace
+
+    from mars_core.runtime import compiled as compiled_module
+    from mars_core.runtime.replay import Replay
+
+    inputs = {"input_ids": torch.zeros(1, 2, dtype=torch.long), "position_ids": torch.zeros(1, 2, dtype=torch.long)}
+    dynamo = SimpleNamespace(last_hidden_state=torch.ones(1, 2, 3))
+    for key, answer in ((("check", "same"), torch.ones(1, 2, 3)), (("check", "other"), torch.zeros(1, 2, 3))):
+        replay = Replay(graph=lambda: (answer,), read=lambda L: [], checks=())
+        compiled_module._REPLAYS[key] = replay
+        decoder = compiled_module.CompiledDecoder(lambda **kw: dynamo, key)
+        assert torch.equal(decoder(torch.nn.Linear(1, 1), **inputs), dynamo.last_hidden_state)
+        kept = torch.equal(answer, dynamo.last_hidden_state)
+        assert replay.checked == kept and (compiled_module._REPLAYS[key] is replay) == kept
 
 
 def test_a_compile_in_another_thread_changes_nothing_here(compiled, tokenizer, monkeypatch):

@@ -26,8 +26,9 @@ def kept(replays: list) -> Callable:
 
 
 def test_a_replay_answers_as_the_compiled_function_and_reads_its_inputs_anew():
-    """Tensors, a module's weight and a size: read from the locals each call, so a weight changed in place after
-    the graph was built, or a call of another length, is answered as the function answers it."""
+    """Tensors, a module's weight and a size: read from the locals each call, so a weight changed in place after the
+    graph was built, or a call of another length, is answered as the function answers it; a call that brings an
+    input of another kind than traced (dtype, dims, contiguity), or lacks one, is not replayed (None)."""
     import torch._dynamo
 
     torch._dynamo.reset()
@@ -43,31 +44,36 @@ def test_a_replay_answers_as_the_compiled_function_and_reads_its_inputs_anew():
     with torch.no_grad():
         g(x, scale, layer)
         replay = replays[0]
-        assert replay is not None and replay.fits(frame)
+        assert replay is not None and {place for place, _ in replay.checks} != set()
         for n in (5, 2, 9):
             y = torch.randn(n, 4)
             assert torch.equal(replay({**frame, "x": y})[0], f(y, scale, layer))
         layer.weight.mul_(2)  # the graph reads the weight it is handed: the one the function holds now
         assert torch.equal(replay(frame)[0], f(x, scale, layer))
-    assert not replay.fits({"x": x, "scale": scale})  # a local it reads is missing
-    assert not replay.fits({**frame, "x": x.double()})  # another dtype than traced
-    assert not replay.fits({**frame, "x": x[0]})  # other dims
+        assert replay({"x": x, "scale": scale}) is None  # a local it reads is missing
+        assert replay({**frame, "x": x.double()}) is None  # another dtype than traced
+        assert replay({**frame, "x": x[0]}) is None  # other dims
+        assert replay({**frame, "x": torch.randn(4, 5).t()}) is None  # not contiguous
 
 
 def test_a_second_graph_of_one_key_turns_its_replay_off():
     """Dynamo compiles a second graph for one backend key in one frame (here for another dtype): it must choose
-    between the two, which a replay cannot, so that key is never replayed; the frame compiled afresh starts over."""
+    between the two, which a replay cannot, so that key is not replayed; the frame compiled afresh (after a reset)
+    starts over."""
     import torch._dynamo
 
     torch._dynamo.reset()
     key = ("test", "one key")
     backend = compiled_module._Backend(key, lambda gm, inputs: gm.forward)
-    g = torch.compile(lambda x: x * 2, backend=backend, dynamic=True)
+
+    def double(x):
+        return x * 2
+
+    g = torch.compile(double, backend=backend, dynamic=True)
     g(torch.ones(3))
     assert isinstance(compiled_module._REPLAYS[key], Replay)
     g(torch.ones(3, dtype=torch.float64))
     assert compiled_module._REPLAYS[key] is None
     torch._dynamo.reset()
-    g = torch.compile(lambda x: x * 2, backend=backend, dynamic=True)
-    g(torch.ones(3))
+    torch.compile(double, backend=backend, dynamic=True)(torch.ones(3))
     assert isinstance(compiled_module._REPLAYS[key], Replay)

@@ -121,11 +121,12 @@ def test_siblings_fused_into_one_matrix_are_one_call_else_one_each():
 
 @serves
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("heads,kv_heads,d", [(9, 3, 64), (10, 2, 80), (16, 2, 48), (4, 4, 32)])
+@pytest.mark.parametrize("heads,kv_heads,d", [(9, 3, 64), (10, 2, 80), (12, 2, 32), (16, 2, 48), (4, 4, 32)])
 def test_its_attention_is_sdpa_row_by_row(dtype, heads, kv_heads, d):
-    """The kernel's attention (9 query heads over 3 key heads, as the embedded model; 5 and 8 a key head, more than
-    one pass of the heads it computes together; one; heads of 5 and 3 vectors): SDPA's numbers up to rounding, each
-    row's bits the same alone, among the others and in a batch of one, and each head's the same computed alone."""
+    """The kernel's attention (9 query heads over 3 key heads, as the embedded model; 5, 6 and 8 a key head, more
+    than one pass of the heads it computes together; one; heads of 5, 2 and 3 vectors): SDPA's numbers up to
+    rounding, each row's bits the same alone, among the others and in a batch of one, and each head's the same
+    computed alone."""
     g = torch.Generator().manual_seed(2)
     b, w, slots, group = 2, 6, 100, heads // kv_heads
     q = torch.randn(b, heads, w, d, generator=g).to(dtype)
@@ -163,28 +164,30 @@ def test_a_row_that_sees_no_key_reads_zeros():
 
 @serves
 def test_each_output_is_rounded_to_bf16_as_torch_rounds():
-    """Whole-number inputs whose sums are exact in fp32 in any order, so the kernel's outputs must be torch's
-    rounding of them to bf16 bit for bit: ties to even (257 -> 256, 259 -> 260, 385 -> 384), a bias added first, a
-    NaN weight's column NaN; whole panels of 32 columns and a last one of 8."""
+    """Whole-number inputs whose sums are exact in fp32 in any order, so the kernel's outputs must be torch's rounding
+    of them to bf16 bit for bit: ties to even (257 -> 256, 259 -> 260, -257 -> -256, 511 -> 512 carrying into the
+    exponent), a bias added first, an infinite weight's column infinite, a NaN c10::BFloat16's NaN (0x7FC0); whole
+    panels of 32 columns and a last one of 8."""
     g = torch.Generator().manual_seed(4)
     n, k = 72, 64
     w = torch.randint(-8, 9, (n, k), generator=g).float()
     x = torch.randint(-8, 9, (5, k), generator=g).float()
-    x[0], w[3:6] = 0, 0
-    x[0, :2] = 1  # row 0, columns 3, 4, 5: w[c, 0] + w[c, 1], each halfway between two bf16 numbers
-    w[3, :2], w[4, :2], w[5, :2] = torch.tensor([256.0, 1]), torch.tensor([256.0, 3]), torch.tensor([384.0, 1])
+    x[0], w[3:8] = 0, 0
+    x[0, :2] = 1  # row 0, columns 3 to 6: w[c, 0] + w[c, 1], each halfway between two bf16 numbers
+    for c, pair in zip(range(3, 7), ([256.0, 1], [256.0, 3], [-256.0, -1], [256.0, 255])):
+        w[c, :2] = torch.tensor(pair)
+    w[7, 5], w[40, 7] = float("inf"), float("nan")
     bias = torch.randint(-4, 5, (n,), generator=g).float()
     for b in (None, bias):
         got = torch.ops.mars_rows.linear(x.bfloat16(), torch.ops.mars_rows.pack(w.bfloat16()), n,
                                          None if b is None else b.bfloat16())
         exact = F.linear(x.double(), w.double(), None if b is None else b.double()).float()  # exact: small integers
-        assert torch.equal(got.view(torch.int16), exact.bfloat16().view(torch.int16))
+        number = ~exact.isnan()  # a NaN is c10::BFloat16's one NaN, 0x7FC0 (torch's vector cast keeps other bits)
+        assert torch.equal(got.view(torch.int16)[number], exact.bfloat16().view(torch.int16)[number])
+        assert got.isnan().equal(~number) and got.view(torch.int16)[~number].eq(0x7FC0).all()
         if b is None:
-            assert got[0, 3:6].tolist() == [256, 260, 384]  # 257, 259, 385: ties, each to the even neighbour
-    nan = w.clone()
-    nan[40, 7] = float("nan")
-    got = torch.ops.mars_rows.linear(x.bfloat16(), torch.ops.mars_rows.pack(nan.bfloat16()), n, None)
-    assert got[:, 40].isnan().all() and not got[:, :40].isnan().any() and not got[:, 41:].isnan().any()
+            assert got[0, 3:7].tolist() == [256, 260, -256, 512]  # 257, 259, -257, 511: ties, each to the even one
+    assert got[:, 40].isnan().all() and got[1:, 7].isinf().any()  # the setup met both cases
 
 
 def test_a_changed_source_is_another_build(monkeypatch, tmp_path):

@@ -274,16 +274,12 @@ inline __m512 exp_shifted16(__m512 x) {
   return _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
 }
 
-// One row's attention for H query heads of one key head (q: their vecs vectors each), over the n keys it sees (rows:
-// in slot order, padded to whole 16 with the first key; values at the same offsets from `values` as keys from
-// `keys`); out: head h's d values at out + h * d. Each head's numbers are those it gets alone: its scores one chain
-// over d a key, its softmax over its own scores, its output one chain a vector over the seen values in slot order;
-// the H heads only share the loads of the keys and values they read. score: H * padded floats of scratch.
+// Scores q . key * scale of H query heads (q: their vecs vectors each) over the keys `rows` points at (in slot order,
+// whole 16 of them): score[h * padded + e]. Each key's vectors are loaded once for the H heads.
 template <int H, typename T>
-void heads_pass(const __m512* q, const T* const* rows, const T* keys, const T* values, int64_t n, int64_t vecs,
-                int64_t padded, float scale, float* score, T* out, int64_t d) {
-  const int64_t whole = (n + 15) / 16 * 16;
-  for (int64_t e = 0; e < whole; e += 16) {  // scores, 16 keys at a time for the H heads
+void head_scores(const __m512* q, const T* const* rows, int64_t whole, int64_t vecs, int64_t padded, float scale,
+                 float* score) {
+  for (int64_t e = 0; e < whole; e += 16) {
     __m512 dots[H][16], sums[H];
     for (int key = 0; key < 16; ++key) {
       key_dots<H>(q, rows[e + key], vecs, sums);
@@ -292,10 +288,15 @@ void heads_pass(const __m512* q, const T* const* rows, const T* keys, const T* v
     for (int h = 0; h < H; ++h)
       _mm512_storeu_ps(score + h * padded + e, _mm512_mul_ps(reduce16(dots[h]), _mm512_set1_ps(scale)));
   }
-  float sum[H] = {}, inv[H];
+}
+
+// softmax's numerators in place, e^(x - max) over each head's n seen scores (the max of none: 0), and 1 / their sum,
+// summed in slot order (the H heads' chains side by side): inv[h], 0 where the sum is 0.
+template <int H>
+void head_softmax(float* score, int64_t n, int64_t whole, int64_t padded, float* inv) {
   for (int h = 0; h < H; ++h) {
     float* x = score + h * padded;
-    __m512 most = _mm512_set1_ps(-std::numeric_limits<float>::infinity());  // the largest seen score (0 if none)
+    __m512 most = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
     for (int64_t e = 0; e < n; e += 16)
       most = _mm512_mask_max_ps(most, static_cast<__mmask16>(n - e >= 16 ? 0xFFFF : (1u << (n - e)) - 1), most,
                                 _mm512_loadu_ps(x + e));
@@ -303,12 +304,21 @@ void heads_pass(const __m512* q, const T* const* rows, const T* keys, const T* v
     for (int64_t e = 0; e < whole; e += 16)
       _mm512_storeu_ps(x + e, exp_shifted16(_mm512_sub_ps(_mm512_loadu_ps(x + e), _mm512_set1_ps(top))));
   }
-  for (int64_t e = 0; e < n; ++e)  // each head's sum in slot order (the H chains side by side)
+  float sum[H] = {};
+  for (int64_t e = 0; e < n; ++e)
     for (int h = 0; h < H; ++h) sum[h] += score[h * padded + e];
   for (int h = 0; h < H; ++h) inv[h] = sum[h] > 0.f ? 1.f / sum[h] : 0.f;
+}
+
+// out[h * d ..] = inv[h] * sum_e score[h][e] v_e over the n seen values (at the same offsets from `values` as the keys
+// from `keys`): four vectors of each head at once, each one chain over the values in slot order (a head of fewer
+// vectors: the last one again), each value's vectors loaded once for the H heads.
+template <int H, typename T>
+void head_outputs(const float* score, const float* inv, const T* const* rows, const T* keys, const T* values,
+                  int64_t n, int64_t vecs, int64_t padded, T* out, int64_t d) {
   alignas(64) float tail[16];
-  for (int64_t j0 = 0; j0 < vecs; j0 += 4) {  // four vectors of each head at once, each one chain over the seen values
-    int64_t at[4];                            // in slot order (a head of fewer: the last one again)
+  for (int64_t j0 = 0; j0 < vecs; j0 += 4) {
+    int64_t at[4];
     for (int u = 0; u < 4; ++u) at[u] = 16 * std::min(j0 + u, vecs - 1);
     __m512 acc[H][4];
     for (int h = 0; h < H; ++h)
@@ -328,6 +338,20 @@ void heads_pass(const __m512* q, const T* const* rows, const T* keys, const T* v
         for (int64_t l = 0; l < 16; ++l) out[h * d + 16 * (j0 + u) + l] = static_cast<T>(tail[l]);
       }
   }
+}
+
+// One row's attention for H query heads of one key head over the n keys it sees (rows: in slot order, padded to whole
+// 16 with the first key); out: head h's d values at out + h * d. Each head's numbers are those it gets alone: its
+// scores one chain over d a key, its softmax over its own scores, its output one chain a vector over the seen values
+// in slot order; the H heads only share the loads of the keys and values they read. score: H * padded floats.
+template <int H, typename T>
+void heads_pass(const __m512* q, const T* const* rows, const T* keys, const T* values, int64_t n, int64_t vecs,
+                int64_t padded, float scale, float* score, T* out, int64_t d) {
+  const int64_t whole = (n + 15) / 16 * 16;
+  float inv[H];
+  head_scores<H>(q, rows, whole, vecs, padded, scale, score);
+  head_softmax<H>(score, n, whole, padded, inv);
+  head_outputs<H>(score, inv, rows, keys, values, n, vecs, padded, out, d);
 }
 
 constexpr int64_t HEADS = 4;  // the most query heads of one key head a pass computes together
