@@ -237,7 +237,10 @@ class CompiledDecoder:
 
     def _check(self, replay: Replay, frame: dict, hidden: torch.Tensor) -> None:
         """Keep the replay if it answers this call as dynamo did (the same forward again: it writes the same keys and
-        values to the same slots), else never replay this make (unless another thread already replaced it)."""
+        values to the same slots), else never replay this make (unless another thread already replaced it). Inside a
+        CUDA graph's capture nothing is decided (comparing would read the device): a later call outside one does."""
+        if hidden.is_cuda and torch.cuda.is_current_stream_capturing():
+            return
         out = replay(frame)
         if out is not None and isinstance(out[0], torch.Tensor) and torch.equal(out[0], hidden):
             replay.checked = True
