@@ -168,8 +168,7 @@ def _backend(runtime: Runtime, model: torch.nn.Module) -> Callable:
                                          e.cols.stop)
     attention = bool(ours) and runtime.rows
     key = (bool(ours), attention, _make(model))
-    build = ((lambda gm, inputs: _rows_graph(gm, inputs, attention)) if ours
-             else (lambda gm, inputs: _inductor_graph(gm, inputs)))
+    build = (lambda gm, inputs: _rows_graph(gm, inputs, attention)) if ours else _inductor_graph
     return _BACKENDS.setdefault(key, _Backend(key, build))
 
 

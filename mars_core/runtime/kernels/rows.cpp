@@ -135,14 +135,15 @@ std::string flavor() { return "none"; }
 #endif
 
 namespace {
-// 16 fp32 to bf16 as c10::BFloat16(float) rounds them (round to nearest even on the bits; a NaN to 0x7FC0)
-inline __m256i bf16x16(__m512 f) {
+// 16 fp32 to bf16 as c10::BFloat16(float) rounds them (round to nearest even on the bits; a NaN to 0x7FC0), the
+// lanes of `lanes` stored at out
+inline void store_bf16x16(c10::BFloat16* out, __mmask16 lanes, __m512 f) {
   const __m512i u = _mm512_castps_si512(f);
   const __m512i bias = _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)),
                                         _mm512_set1_epi32(0x7FFF));
   const __m512i r = _mm512_mask_mov_epi32(_mm512_srli_epi32(_mm512_add_epi32(u, bias), 16),
                                           _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
-  return _mm512_cvtepi32_epi16(r);
+  _mm512_mask_cvtepi32_storeu_epi16(out, lanes, r);
 }
 }  // namespace
 
@@ -197,16 +198,12 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, int64_t n, cons
   auto emit = [&](int64_t p, int64_t m0, int64_t rows, const float* sums) {
     const int64_t c0 = p * PANEL, cols = std::min(PANEL, n - c0);
     for (int64_t r = 0; r < rows && m0 + r < M; ++r) {
-      c10::BFloat16* o = out + (m0 + r) * n + c0;
-      if (cols == PANEL) {  // a whole panel: 16 columns a vector
-        for (int64_t c = 0; c < PANEL; c += 16) {
-          const __m512 add = b.empty() ? _mm512_setzero_ps() : _mm512_loadu_ps(b.data() + c0 + c);
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + c),
-                              bf16x16(_mm512_add_ps(_mm512_loadu_ps(sums + r * PANEL + c), add)));
-        }
-        continue;
+      for (int64_t c = 0; c < cols; c += 16) {  // 16 columns a vector (the last panel's tail: its own lanes)
+        const __mmask16 lanes = cols - c >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (cols - c)) - 1);
+        const __m512 add = b.empty() ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(lanes, b.data() + c0 + c);
+        store_bf16x16(out + (m0 + r) * n + c0 + c, lanes,
+                      _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, sums + r * PANEL + c), add));
       }
-      for (int64_t c = 0; c < cols; ++c) o[c] = c10::BFloat16(sums[r * PANEL + c] + (b.empty() ? 0.f : b[c0 + c]));
     }
   };
   at::parallel_for(0, panel_count, 1, [&](int64_t p0, int64_t p1) {
@@ -340,14 +337,14 @@ void head_outputs(const float* score, const float* inv, const T* const* rows, co
   }
 }
 
-// One row's attention for H query heads of one key head over the n keys it sees (rows: in slot order, padded to whole
-// 16 with the first key); out: head h's d values at out + h * d. Each head's numbers are those it gets alone: its
-// scores one chain over d a key, its softmax over its own scores, its output one chain a vector over the seen values
-// in slot order; the H heads only share the loads of the keys and values they read. score: H * padded floats.
+// One row's attention for H query heads of one key head over the n keys it sees (rows: in slot order, padded to
+// `whole`, n rounded up to 16, with the first key); out: head h's d values at out + h * d. Each head's numbers are
+// those it gets alone: its scores one chain over d a key, its softmax over its own scores, its output one chain a
+// vector over the seen values in slot order; the H heads only share the loads of the keys and values they read.
+// score: H * padded floats.
 template <int H, typename T>
-void heads_pass(const __m512* q, const T* const* rows, const T* keys, const T* values, int64_t n, int64_t vecs,
-                int64_t padded, float scale, float* score, T* out, int64_t d) {
-  const int64_t whole = (n + 15) / 16 * 16;
+void heads_pass(const __m512* q, const T* const* rows, const T* keys, const T* values, int64_t n, int64_t whole,
+                int64_t vecs, int64_t padded, float scale, float* score, T* out, int64_t d) {
   float inv[H];
   head_scores<H>(q, rows, whole, vecs, padded, scale, score);
   head_softmax<H>(score, n, whole, padded, inv);
@@ -376,7 +373,8 @@ void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const
       int64_t n = 0;  // the slots this row sees
       for (int64_t t = 0; t < slots; ++t)
         if (visible[t]) rows[n++] = keys + t * d;
-      for (int64_t e = n; e < (n + 15) / 16 * 16; ++e) rows[e] = keys;
+      const int64_t whole = (n + 15) / 16 * 16;
+      for (int64_t e = n; e < whole; ++e) rows[e] = keys;
       for (int64_t g = 0; g < group; ++g)
         for (int64_t j = 0; j < vecs; ++j) qv[g * vecs + j] = load16(qp + ((s * hq + kh * group + g) * w + r) * d + 16 * j);
       T* o = op + ((s * w + r) * hq + kh * group) * d;
@@ -384,8 +382,8 @@ void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const
         const __m512* qg = qv.data() + g0 * vecs;
         const auto pass = std::min(HEADS, group - g0);
         auto run = [&](auto heads) {
-          heads_pass<decltype(heads)::value>(qg, rows.data(), keys, values, n, vecs, padded, scale, score.data(),
-                                             o + g0 * d, d);
+          heads_pass<decltype(heads)::value>(qg, rows.data(), keys, values, n, whole, vecs, padded, scale,
+                                             score.data(), o + g0 * d, d);
         };
         if (pass == 4) run(std::integral_constant<int, 4>{});
         else if (pass == 3) run(std::integral_constant<int, 3>{});
