@@ -9,14 +9,16 @@ import os
 from studio import engine, models
 
 
-def compile_by_default() -> bool:
-    """--compile's default: MARS_COMPILE where set ("1" on, "0" off), else on a CPU with AMX or AVX512-BF16 and no GPU
-    (bf16 on our rows kernel, where the compiled forward was measured faster: docs/speed.md#the-forward-compiled and
-    #the-rows-kernel-without-amx-avx512-bf16), off elsewhere (a GPU's static decoders run CUDA graphs; an fp32 CPU's
-    compiled forward is not measured yet)."""
+def compile_by_default(dtype: str | None = None) -> bool:
+    """--compile's default: MARS_COMPILE where set ("1" on, "0" off), else only where the compiled forward was measured
+    (docs/speed.md#the-forward-compiled): bf16 (--dtype auto or bf16) on our rows kernel, a CPU with AMX or
+    AVX512-BF16, no GPU, the kernel not turned off (MARS_ROWS_KERNEL=0). Off elsewhere: a GPU's static decoders run
+    CUDA graphs, and an fp32 CPU's compiled forward is not measured."""
     chosen = os.environ.get("MARS_COMPILE")
     if chosen is not None:
         return chosen == "1"
+    if dtype not in (None, "auto", "bf16") or os.environ.get("MARS_ROWS_KERNEL", "1") == "0":
+        return False
     import torch
 
     from mars_core.runtime import rows
@@ -48,11 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="decode at a few fixed widths into a KV cache allocated once (CUDA graphs on a GPU; "
                              "docs/speed.md#static-shapes); default: on a GPU, where it measured faster, and not on a "
                              "CPU, where the dynamic decoders are faster")
-    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=compile_by_default(),
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                         help="compile the forward in the background once a model is ready (inductor, kept under "
                              "MARS_CACHE; docs/speed.md#the-forward-compiled); Runs are served uncompiled meanwhile. "
-                             "Default: on a CPU with AMX or AVX512-BF16 and no GPU, else off (env MARS_COMPILE=1 or 0 "
-                             "decides instead)")
+                             "Default: where it was measured, bf16 on a CPU with AMX or AVX512-BF16 (our rows kernel) "
+                             "and no GPU, else off (env MARS_COMPILE=1 or 0 decides instead)")
     parser.add_argument("--concurrency", type=int, default=int(os.environ.get("MARS_CONCURRENCY", "4")),
                         help="generations served at once (the queue holds the rest)")
     parser.add_argument("--trainings", type=int, default=int(os.environ.get("MARS_TRAININGS", "1")),
@@ -87,4 +89,5 @@ def app_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> mod
                             engine=chosen, llamacpp_weights=args.llamacpp_weights.lower(),
                             llamacpp_threads=args.llamacpp_threads,
                             llamacpp_invariant=args.llamacpp_invariant, trainings=args.trainings,
-                            static=True if args.static_shapes else None, compile=args.compile)
+                            static=True if args.static_shapes else None,
+                            compile=compile_by_default(args.dtype) if args.compile is None else args.compile)

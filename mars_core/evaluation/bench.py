@@ -42,6 +42,7 @@ from ..runtime import keep as keep_all
 from ..runtime.rows import note as rows_note
 from ..runtime.slots import cache_slots
 from ..runtime.timing import median_seconds, write_json
+from ..runtime.watch import refresh
 from .bench_llamacpp import LLAMACPP_METHODS, Served, llamacpp_configurations, serve
 from .counts import Counts, Runner
 from .loading import load_prepared
@@ -175,6 +176,7 @@ def forward_seconds(model, tokenizer, prompts: list[str], new_tokens: int, conte
                       runtime=runtime)
         return head(model, hidden[:, -(keep or w):], runtime)
 
+    refresh(model, runtime)  # the runtime's copies as the model is now (runtime/watch.py)
     with new_cache(model, b, cache_slots(context, max(context, new_tokens))) as cache:
         run(prefix, 0)
         keep_all(cache, torch.full((b,), context, device=dev))

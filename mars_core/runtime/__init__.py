@@ -6,6 +6,7 @@ from .forward import feed, head, keep, new_cache, visible
 from .invariance import compare_widths, width_check
 from .prepare import prepare, prepared
 from .runtime import Runtime, WidthCheck
+from .watch import refresh
 
 __all__ = ["ATTENTION", "CostCurve", "Runtime", "WidthCheck", "compare_widths", "feed", "head", "keep", "new_cache",
-           "prepare", "prepared", "visible", "width_check"]
+           "prepare", "prepared", "refresh", "visible", "width_check"]

@@ -106,8 +106,10 @@ def mars_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tens
                    is_causal: bool | None = None, **kwargs) -> tuple[torch.Tensor, None]:
     """transformers' attention interface: rows (attention_by_rows) inside keys_by_rows(plan), SDPA elsewhere; traced by
     the compiler, the op that decides so when the graph runs. transformers passes everything after attention_mask by
-    keyword. Asks dynamo's own flag, as linear.routed_linear does."""
-    if torch.compiler.is_dynamo_compiling() and attention_mask is not None and attention_mask.dtype == torch.bool:
+    keyword. Asks dynamo's own flag, as linear.routed_linear does; a trace with grad on (a compiled training step)
+    gets SDPA, which has gradients (dynamo guards on grad mode)."""
+    if (torch.compiler.is_dynamo_compiling() and not torch.is_grad_enabled() and attention_mask is not None
+            and attention_mask.dtype == torch.bool):
         return torch.ops.mars.attention(query, key, value, attention_mask, scaling or query.shape[-1] ** -0.5), None
     plan = _PLAN.get()
     if plan is None or attention_mask is None or attention_mask.dtype != torch.bool:

@@ -18,9 +18,6 @@ one-token and wider forwards (docs/speed.md#the-forward-compiled).
 
 from __future__ import annotations
 
-import hashlib
-import itertools
-import json
 import os
 import shutil
 import time
@@ -31,10 +28,11 @@ from pathlib import Path
 import torch
 
 from .forward import symbolic_sizes
-from .linear import ROWS
+from .linear import ROWS, register_rows
 from .replay import Replay, replay_of
 from .runtime import Runtime
 from .timing import cache_root
+from .watch import make_key, make_of
 
 Progress = Callable[[str], None]  # told each stage: "compiling", "checking", "timing"
 
@@ -84,8 +82,8 @@ def _inductor_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     thread: a decoding forward's loops are a few rows each, and an OpenMP region a loop (several a layer) cost more
     to open and join than the work they split (docs/speed.md#loops-of-one-thread-and-attention-16-keys-at-a-time).
     The runtime's kernels keep every thread. Its code checks no buffer's sizes and strides as it runs (one Python call
-    each, hundreds a forward): dynamo's guards (or, replayed, replay.py) check the inputs', _make the weights', and
-    our ops return contiguous tensors of the shapes their fakes say
+    each, hundreds a forward): dynamo's guards (or, replayed, replay.py) check the inputs', watch.refresh the model's
+    make (watch.make_of), and our ops return contiguous tensors of the shapes their fakes say
     (docs/speed.md#fewer-calls-around-the-kernels-verified-at-303-generate)."""
     from torch._inductor import config
     from torch._inductor.compile_fx import compile_fx
@@ -156,18 +154,13 @@ def _bias(node: torch.fx.Node) -> torch.fx.Node | None:
 def _backend(runtime: Runtime, model: torch.nn.Module) -> Callable:
     """The backend for this model's decoder: _inductor_graph, or where the runtime's linears run the rows kernel,
     inductor over the rows kernel's ops, their packed copies registered with it (kernels/rows.cpp: by the weight's data
-    pointer, dropped once the weight is). One backend object per kind and model make (_make): dynamo keeps a graph per
-    code object and backend, so models of one make share their graphs, and no other make ever runs them."""
-    ours = [e for e in runtime.linears.values() if e.kernel == ROWS]  # packed for it only where it serves
-    for e in ours:
-        n = e.weight.shape[0]
-        if e.fused is None:
-            torch.ops.mars_rows.register(e.weight, e.packed, n, None, 0, n)
-        else:
-            torch.ops.mars_rows.register(e.weight, e.fused.packed, e.fused.shape[0], e.fused.bias, e.cols.start,
-                                         e.cols.stop)
-    attention = bool(ours) and runtime.rows
-    key = (bool(ours), attention, _make(model))
+    pointer, dropped once the weight is; watch.refresh registers a copy packed anew). One backend object per kind and
+    model make (watch.make_of): dynamo keeps a graph per code object and backend, so models of one make share their
+    graphs, and no other make ever runs them."""
+    ours = any(e.kernel == ROWS for e in runtime.linears.values())  # packed for it only where it serves
+    register_rows(runtime.linears)
+    attention = ours and runtime.rows
+    key = (ours, attention, make_key(make_of(model)))
     build = (lambda gm, inputs: _rows_graph(gm, inputs, attention)) if ours else _inductor_graph
     return _BACKENDS.setdefault(key, _Backend(key, build))
 
@@ -209,9 +202,11 @@ class CompiledDecoder:
     the graph directly, unless its make's replay is off (a second graph) or a call brings inputs of other kinds than
     traced (that call is dynamo's). replaying = False: every call through dynamo, as before (for A/B measurements)."""
 
-    def __init__(self, compiled: Callable, key: tuple) -> None:
+    def __init__(self, compiled: Callable, key: tuple, make: tuple | None = None) -> None:
         self.compiled = compiled  # torch.compile of the decoder's forward
         self.key = key  # its backend's key: whose replay serves it
+        self.make = make  # the model's make it was compiled for (watch.make_of)
+        self.serves = True  # the model's make is still that one (watch.refresh says, before every decode)
         self.replaying = True
         self.primed = False  # dynamo has run it once (so a graph of its own, after a reset, is the one replayed)
 
@@ -247,39 +242,16 @@ class CompiledDecoder:
             _REPLAYS[self.key] = None
 
 
-def _make(model: torch.nn.Module) -> str:
-    """What a graph traced through the model's decoder takes from the model itself, beyond the weights it reads as
-    inputs: its modules' classes, hooks and own forwards, its parameters' and buffers' names, shapes, strides, dtypes
-    and devices, its config (the checkpoint's name aside) with its attention, and train or eval mode. The graph's
-    guards on the modules are dropped (checking them took a good share of a forward:
-    docs/speed.md#fewer-calls-around-the-kernels-verified-at-303-generate), so this key keeps another make off it."""
-    decoder = model.get_decoder()
-    config = {k: v for k, v in decoder.config.to_dict().items() if k not in ("_name_or_path", "transformers_version",
-                                                                            "architectures", "_commit_hash")}
-    config["attn"] = getattr(decoder.config, "_attn_implementation", None)  # to_dict() leaves it out
-    tensors = [(n, tuple(t.shape), t.stride(), str(t.dtype), str(t.device))
-               for n, t in (*decoder.named_parameters(), *decoder.named_buffers())]
-    modules = [(n, type(m).__module__, type(m).__qualname__, m.training, "forward" in vars(m),
-                bool(m._forward_hooks or m._forward_pre_hooks)) for n, m in decoder.named_modules()]
-    try:
-        return hashlib.sha256(json.dumps([config, tensors, modules], sort_keys=True, default=str).encode()).hexdigest()
-    except (TypeError, ValueError):  # a config json cannot write: a make of its own
-        return f"alone-{next(_ALONE)}"
-
-
-_ALONE = itertools.count()
-
-
 def compile_runtime(model: torch.nn.Module, runtime: Runtime, cache_dir: str | Path | None = None,
                     progress: Progress | None = None) -> Runtime:
     """The runtime with the model's decoder compiled (runtime.compiled), its width check and cost curve taken anew
     on the compiled forward, kept in cache_dir (default: prepare()'s) with the compiled artifacts
     (inductor-<key>.bin: a warm start compiles nothing; artifacts that no longer answer the graph, as after an
     upgrade, or a damaged file are compiled anew, checked anew and replaced); the runtime unchanged, with
-    forward_note saying why, where it cannot compile here or the compiled forward's rows differ between widths (then
-    it serves uncompiled: identity comes first). It serves the model as compiled: its weights may change in place (a
-    stale packed copy is never used), but a model whose make changed after (_make: modules swapped, another dtype or
-    mode) needs compiling again."""
+    forward_note saying why, where it cannot compile here, compiling fails or the compiled forward's rows differ between
+    widths (then it serves uncompiled: identity comes first); it never raises. Its weights may change in place (every
+    decode checks the packed copies first: watch.refresh); a model whose make changed after (watch.make_of: modules
+    swapped, parameters resized, another dtype, device or mode) is served uncompiled until compiled again."""
     from .cost import forward_cost
     from .invariance import fed_rows, width_check
 
@@ -288,24 +260,26 @@ def compile_runtime(model: torch.nn.Module, runtime: Runtime, cache_dir: str | P
     missing = compiler_missing(model.device)
     if missing:
         return replace(runtime, forward_note=f"uncompiled: {missing}")
-    _inductor_cache_beside_ours()
-    # no guards on the model's modules (their attributes and weights): the backend is the model's make (_backend)
-    guards = {"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe}
-    backend = _backend(runtime, model)
-    decoder = torch.compile(model.get_decoder().forward, dynamic=True, backend=backend, options=guards)
-    compiled = replace(runtime, compiled=CompiledDecoder(decoder, backend.key), width_check=None, cost=None,
-                       forward_note="compiled")
-    path = folder / f"inductor-{compiled.key(model)}.bin"
-    misses, began = _cache_misses(), time.perf_counter()
-    kept = _load_artifacts(path)
-    try:
+    began = time.perf_counter()
+    try:  # whatever fails here (the compiler, inductor, a kept artifact, the model's make): serve uncompiled, say why
+        _inductor_cache_beside_ours()
+        # no guards on the model's modules (their attributes and weights): the backend is the model's make (_backend),
+        # and watch.refresh turns the graph off for a model whose make changed
+        guards = {"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe}
+        backend = _backend(runtime, model)
+        decoder = torch.compile(model.get_decoder().forward, dynamic=True, backend=backend, options=guards)
+        compiled = replace(runtime, compiled=CompiledDecoder(decoder, backend.key, make_of(model)), width_check=None,
+                           cost=None, forward_note="compiled")
+        path = folder / f"inductor-{compiled.key(model)}.bin"
+        misses = _cache_misses()
+        kept = _load_artifacts(path)
         say("compiling")
         ids = torch.zeros(2, 6, dtype=torch.long, device=model.device)
         fed_rows(model, compiled, ids[:, :4], torch.tensor([4, 3], device=model.device), ids[:, 4:], 2)  # compiles
         warm = kept and _cache_misses() == misses  # the kept artifacts answered every graph (else: kept anew)
         say("checking")
         check = width_check(model, compiled, folder, fresh=not warm)  # a graph compiled anew is checked anew
-    except Exception as err:  # a compiler or inductor failure: serve uncompiled, and say why
+    except Exception as err:  # noqa: BLE001 - a compiler or inductor failure: serve uncompiled, and say why
         return replace(runtime, forward_note=f"uncompiled: compiling failed ({type(err).__name__}: {err})"[:300])
     seconds = time.perf_counter() - began
     if not check.identical:

@@ -90,7 +90,7 @@ def _forward(model: torch.nn.Module, cache: SlotCache, ids: torch.Tensor, positi
     mask = cache.mask(seen, index)
     plan = cache.key_plan(index, full=runtime.static) if runtime.rows else None
     decoder, mask = model.get_decoder(), as_model_mask(mask, model)
-    if runtime.compiled is None:
+    if runtime.compiled is None or not runtime.compiled.serves:  # not compiled, or for another make (watch.py)
         with runtime.active(), keys_by_rows(plan):
             return decoder(input_ids=ids, position_ids=positions, attention_mask=mask,
                            **with_cache(decoder, cache.kv)).last_hidden_state

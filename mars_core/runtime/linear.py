@@ -24,7 +24,6 @@ never stale.
 from __future__ import annotations
 
 import platform
-import threading
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from itertools import accumulate
@@ -67,21 +66,23 @@ FUSED = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 
 
 class Fused:
-    """The packed matrix of sibling layers, and the last output each thread computed with it: the first sibling
-    called on an input computes every sibling's columns, the others read theirs (the input is the same object)."""
+    """The packed matrix of sibling layers: the first sibling called on an input computes every sibling's columns, the
+    others read theirs (the input is the same object) from the forward's LinearKernels, which holds that one product
+    until the forward ends. The biases are the layers' own, read at each call (a bias changed in place is served)."""
 
-    def __init__(self, packed: torch.Tensor, bias: torch.Tensor | None, shape: tuple, kernel: str = ONEDNN) -> None:
-        self.packed, self.bias, self.shape, self.kernel = packed, bias, shape, kernel
+    def __init__(self, packed: torch.Tensor, layers: tuple[nn.Linear, ...], shape: tuple, kernel: str = ONEDNN) -> None:
+        self.packed, self.layers, self.shape, self.kernel = packed, layers, shape, kernel
         self.pair = False  # a lone row is fed as two (decided for its shape once every weight is probed)
-        self.last = threading.local()  # per thread: (input, output) of the last call
 
-    def columns(self, x: torch.Tensor, cols: slice) -> torch.Tensor:
-        """x through the fused matrix (computed once per input and thread), columns `cols` of it."""
-        last = getattr(self.last, "pair", None)
-        if last is None or last[0] is not x:
-            last = (x, packed_rows(x, self.packed, self.bias, self.pair, self.kernel, self.shape[0]))
-            self.last.pair = last
-        return last[1][..., cols].contiguous()
+    def bias(self) -> torch.Tensor | None:
+        """The siblings' biases side by side, as they are now (None: the layers have none)."""
+        if self.layers[0].bias is None:
+            return None
+        return torch.cat([lin.bias.detach() for lin in self.layers])
+
+    def product(self, x: torch.Tensor) -> torch.Tensor:
+        """x through the whole fused matrix: every sibling's columns."""
+        return packed_rows(x, self.packed, self.bias(), self.pair, self.kernel, self.shape[0])
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ class Packed:
     weight: torch.Tensor  # the model's own weight (kept to check identity and its version)
     packed: torch.Tensor | None  # oneDNN's reordered copy (None: its columns of a fused matrix)
     version: int  # weight._version when packed
+    ptr: int  # weight.data_ptr() when packed (another storage, as `.data = ...` or `.to()` gives: not served)
     pair: bool = False  # a lone row is fed beside a copy of itself (one_row_differs on this CPU)
     fused: Fused | None = None  # the matrix of it and its siblings, which answers it
     cols: slice | None = None  # its columns there
@@ -112,33 +114,51 @@ def linear_kernel(dtype: torch.dtype, ours: bool = True) -> str:
     return ROWS if ours and dtype == torch.bfloat16 and rows_kernel() else ONEDNN
 
 
-def pack_linears(model: nn.Module, ours: bool = True) -> PackedLinears:
+def pack_linears(model: nn.Module, ours: bool = True, only: set[int] | None = None) -> PackedLinears:
     """Packed copies of every CPU nn.Linear weight of a packed dtype (a tied lm_head included), sibling layers that
     read the same input as one matrix (FUSED), each for the kernel linear_kernel picks (ours=False: oneDNN's); {}
-    where packing does not apply (packing_pays) or this torch build lacks the oneDNN ops."""
+    where packing does not apply (packing_pays) or this torch build lacks the oneDNN ops. only: just the layers (and
+    their siblings) whose weight has one of these ids (runtime/watch.py repacks what changed)."""
     if not packing_pays(model):
         return {}
-    dtypes, found, pairs = packed_dtypes(), {}, {}  # found: id(weight) -> (weight, copy or fused, columns, shape)
+    found, pairs = {}, {}  # found: id(weight) -> (weight, copy or fused, columns, shape)
     try:
         with torch.no_grad():
-            for module in model.modules():
-                for names in FUSED:
-                    layers = [module._modules.get(n) for n in names]
-                    if all(_packable(lin, dtypes) for lin in layers) and len(
-                            {(lin.in_features, lin.bias is None) for lin in layers}) == 1:
-                        found.update(_fused(layers, pairs, ours))
-                w = getattr(module, "weight", None)
-                if _packable(module, dtypes) and id(w) not in found:
-                    kernel = linear_kernel(w.dtype, ours)
-                    copy = _reorder(w, kernel)
-                    found[id(w)] = (w, copy, None, _probe(pairs, copy, w, kernel))
+            for layers in linear_groups(model):
+                if only is not None and not any(id(lin.weight) in only for lin in layers):
+                    continue
+                if len(layers) > 1:
+                    found.update(_fused(layers, pairs, ours))
+                    continue
+                w = layers[0].weight
+                kernel = linear_kernel(w.dtype, ours)
+                copy = _reorder(w, kernel)
+                found[id(w)] = (w, copy, None, _probe(pairs, copy, w, kernel))
     except (AttributeError, RuntimeError):  # a torch build without these oneDNN ops
         return {}
     for fused in {id(f): f for _, f, cols, _ in found.values() if cols is not None}.values():
         fused.pair = pairs[fused.shape]
-    return {key: Packed(w, None, version(w), pairs[shape], what, cols, what.kernel) if cols is not None
-            else Packed(w, what, version(w), pairs[shape], kernel=shape[-1]) for key, (w, what, cols, shape) in
-            found.items()}
+    return {key: Packed(w, None, version(w), w.data_ptr(), pairs[shape], what, cols, what.kernel)
+            if cols is not None else Packed(w, what, version(w), w.data_ptr(), pairs[shape], kernel=shape[-1])
+            for key, (w, what, cols, shape) in found.items()}
+
+
+def linear_groups(model: nn.Module) -> list[tuple[nn.Linear, ...]]:
+    """The model's packable linear layers as pack_linears packs them: siblings that read one input together (FUSED:
+    same in-features, all with or all without a bias), every other layer alone, each weight once."""
+    dtypes, groups, seen = packed_dtypes(), [], set()
+    for module in model.modules():
+        for names in FUSED:
+            layers = tuple(module._modules.get(n) for n in names)
+            if all(_packable(lin, dtypes) for lin in layers) and len(
+                    {(lin.in_features, lin.bias is None) for lin in layers}) == 1:
+                groups.append(layers)
+                seen.update(id(lin.weight) for lin in layers)
+        w = getattr(module, "weight", None)
+        if _packable(module, dtypes) and id(w) not in seen:
+            groups.append((module,))
+            seen.add(id(w))
+    return groups
 
 
 def _packable(module: nn.Module | None, dtypes: tuple[torch.dtype, ...]) -> bool:
@@ -164,16 +184,27 @@ def _probe(pairs: dict, copy: torch.Tensor, w: torch.Tensor, kernel: str = ONEDN
     return key
 
 
-def _fused(layers: list[nn.Linear], pairs: dict, ours: bool = True) -> dict:
+def _fused(layers: tuple[nn.Linear, ...], pairs: dict, ours: bool = True) -> dict:
     """Sibling layers as one packed matrix: each layer found as its columns of it."""
     weight = torch.cat([lin.weight.detach() for lin in layers])
-    bias = None if layers[0].bias is None else torch.cat([lin.bias.detach() for lin in layers])
     kernel = linear_kernel(weight.dtype, ours)
     copy = _reorder(weight, kernel)
-    fused = Fused(copy, bias, _probe(pairs, copy, weight, kernel), kernel)
+    fused = Fused(copy, layers, _probe(pairs, copy, weight, kernel), kernel)
     bounds = [0, *accumulate(lin.out_features for lin in layers)]
     return {id(lin.weight): (lin.weight, fused, slice(a, b), fused.shape)
             for lin, a, b in zip(layers, bounds, bounds[1:])}
+
+
+def register_rows(linears: PackedLinears) -> None:
+    """The rows kernel's packed copies registered with it (kernels/rows.cpp, by the weight's data pointer), so a
+    compiled graph's C++ ops find a weight's copy without Python; a weight registered again replaces its entry."""
+    for e in linears.values():
+        if e.kernel != ROWS:
+            continue
+        if e.fused is None:
+            torch.ops.mars_rows.register(e.weight, e.packed, e.weight.shape[0], 0, e.weight.shape[0])
+        else:
+            torch.ops.mars_rows.register(e.weight, e.fused.packed, e.fused.shape[0], e.cols.start, e.cols.stop)
 
 
 def one_row_differs(packed: torch.Tensor, inputs: int, dtype: torch.dtype) -> bool:
@@ -189,11 +220,14 @@ def pointwise(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None =
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
-def packed_linear(x: torch.Tensor, entry: Packed, bias: torch.Tensor | None) -> torch.Tensor:
-    """y = x W^T + b from the packed W (a fused matrix's columns where the layer has siblings, its bias there)."""
-    if entry.fused is not None:
-        return entry.fused.columns(x, entry.cols)
-    return packed_rows(x, entry.packed, bias, entry.pair, entry.kernel, entry.weight.shape[0])
+def packed_linear(x: torch.Tensor, entry: Packed, bias: torch.Tensor | None,
+                  kernels: LinearKernels | None = None) -> torch.Tensor:
+    """y = x W^T + b from the packed W (a fused matrix's columns where the layer has siblings: the product the
+    forward's `kernels` computed last for this input and matrix, else computed now)."""
+    if entry.fused is None:
+        return packed_rows(x, entry.packed, bias, entry.pair, entry.kernel, entry.weight.shape[0])
+    product = kernels.product(x, entry.fused) if kernels is not None else entry.fused.product(x)
+    return product[..., entry.cols].contiguous()
 
 
 def packed_rows(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, pair: bool, kernel: str = ONEDNN,
@@ -229,18 +263,38 @@ OPS.impl("linear", lambda x, weight, bias: routed_linear(x, weight, bias), "Comp
 torch.library.register_fake("mars::linear", lambda x, weight, bias: x.new_empty(*x.shape[:-1], weight.shape[0]))
 
 
+def _linear_context(ctx, inputs: tuple, output: torch.Tensor) -> None:
+    ctx.save_for_backward(inputs[0], inputs[1])
+    ctx.bias = inputs[2] is not None
+
+
+def _linear_backward(ctx, grad: torch.Tensor) -> tuple:
+    """y = x W^T + b: dx = dy W, dW = dy^T x (over every row), db = the sum of dy over every row."""
+    x, weight = ctx.saved_tensors
+    rows = grad.reshape(-1, grad.shape[-1])
+    return (grad @ weight, rows.t() @ x.reshape(-1, x.shape[-1]), rows.sum(0) if ctx.bias else None)
+
+
+# gradients through the op, wherever a graph that holds it is run with grad on (routed_linear traces torch's own
+# linear where grad is on, so this is a second line)
+torch.library.register_autograd("mars::linear", _linear_backward, setup_context=_linear_context)
+
+
 def routed_linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """F.linear, answered from a packed copy when the LinearKernels active in this context serve the call (traced by
     the compiler: the op that decides so when the graph runs)."""
     # dynamo's own flag, True only inside its trace: is_compiling() is one flag for the whole process, which another
-    # thread's compile sets while this one runs eagerly (the op then called itself without end)
+    # thread's compile sets while this one runs eagerly (the op then called itself without end). A trace with grad on
+    # (a compiled training step) gets torch's own linear: the op serves inference, and dynamo guards on grad mode
     if torch.compiler.is_dynamo_compiling():
+        if torch.is_grad_enabled():
+            return _TORCH_LINEAR(input, weight, bias)
         return torch.ops.mars.linear(input, weight, bias)
     kernels = _ACTIVE.get()
     entry = kernels.serves(input, weight) if kernels is not None else None
     if entry is None:
         return _TORCH_LINEAR(input, weight, bias)
-    return packed_linear(input, entry, bias)
+    return packed_linear(input, entry, bias, kernels)
 
 
 class LinearKernels:
@@ -255,11 +309,20 @@ class LinearKernels:
         self.linears, self.rows = linears, rows
         self._tokens: list[Token] = []
         self._by_storage: dict[int, Packed] | None = None
+        self._last: tuple[Fused, torch.Tensor, torch.Tensor] | None = None  # (matrix, input, product): this context's
+
+    def product(self, x: torch.Tensor, fused: Fused) -> torch.Tensor:
+        """x through a fused matrix, computed once for its siblings: the last product is kept until the next one or
+        the context's end (a forward's), never beyond it."""
+        last = self._last
+        if last is None or last[0] is not fused or last[1] is not x:
+            last = self._last = (fused, x, fused.product(x))
+        return last[2]
 
     def by_storage(self) -> dict[int, Packed]:
         """The packed copies by their weight's data pointer (made on first use)."""
-        if self._by_storage is None:
-            self._by_storage = {e.weight.data_ptr(): e for e in self.linears.values()}
+        if self._by_storage is None:  # a copy of the dict first: watch.refresh may change it in another thread
+            self._by_storage = {e.ptr: e for e in self.linears.copy().values()}
         return self._by_storage
 
     def serves(self, x: torch.Tensor, w: torch.Tensor) -> Packed | None:
@@ -268,9 +331,8 @@ class LinearKernels:
         entry = self.linears.get(id(w))
         if entry is None and w.device.type == "cpu":
             entry = self.by_storage().get(w.data_ptr())
-        if (entry is None or entry.weight.data_ptr() != w.data_ptr() or torch.is_grad_enabled()
-                or x.device.type != "cpu" or x.dtype != w.dtype or version(w) != entry.version
-                or x.numel() < self.rows * x.shape[-1]):
+        if (entry is None or entry.ptr != w.data_ptr() or torch.is_grad_enabled() or x.device.type != "cpu"
+                or x.dtype != w.dtype or version(w) != entry.version or x.numel() < self.rows * x.shape[-1]):
             return None
         return entry
 
@@ -282,6 +344,8 @@ class LinearKernels:
 
     def __exit__(self, *exc: object) -> None:
         _ACTIVE.reset(self._tokens.pop())
+        if not self._tokens:
+            self._last = None
 
 
 ROW_COUNTS = (1, 2, 3, 4, 6, 8)  # row counts fewest_packed_rows times both kernels at

@@ -18,6 +18,7 @@ from .invariance import width_check
 from .linear import fewest_packed_rows, pack_linears
 from .runtime import Runtime
 from .timing import cache_root, kept
+from .watch import stamp
 
 
 def kernel_rows(model: torch.nn.Module, runtime: Runtime, cache_dir: Path | None) -> int:
@@ -60,6 +61,7 @@ def prepare(model: torch.nn.Module, *, invariant: bool = True, pack: bool = True
         runtime = replace(runtime, width_check=width_check(model, runtime, folder))
     if measure_cost:
         runtime = replace(runtime, cost=forward_cost(model, runtime, folder))
+    stamp(model, runtime)  # what the copies were made from: checked before every decode (watch.refresh)
     return runtime
 
 

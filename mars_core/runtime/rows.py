@@ -23,24 +23,46 @@ from .timing import cache_root
 
 SOURCE = Path(__file__).with_name("kernels") / "rows.cpp"
 FLAGS = ("-O3", "-march=native", "-fopenmp")  # native: built on the machine that runs it, kept by its CPU's flags
-# /proc/cpuinfo flags of the kernel's two bf16 dot products: AMX's tiles, or AVX512-BF16 (AVX-512 vectors)
+# /proc/cpuinfo flags of the kernel's two bf16 dot products: AMX's tiles, or AVX512-BF16 (AVX-512 vectors); the
+# first this CPU has is the one built, unless MARS_ROWS_FLAVOR names another it has
 FLAVORS = {"amx": {"amx_bf16", "amx_tile"}, "avx512_bf16": {"avx512_bf16", "avx512f"}}
 NAMES = {"amx": "AMX", "avx512_bf16": "AVX512-BF16"}  # each flavor in a page's words
+# what a flavor asked for adds to FLAGS: AVX512-BF16 on an AMX CPU is built without the AMX path (rows.cpp)
+FORCED_FLAGS = {"amx": (), "avx512_bf16": ("-DMARS_NO_AMX",)}
 _LOCK = threading.Lock()
-_STATE: dict[str, str | float | None] = {}  # "why": None once loaded, else why not; "seconds": to build or load it
+# "why": None once loaded, else why not; "seconds": to build or load it; "flavor": the flavor the loaded build runs
+_STATE: dict[str, str | float | None] = {}
+_FAKES: list[bool] = []  # the ops' fakes registered (once a process)
+
+
+def asked() -> str | None:
+    """The flavor MARS_ROWS_FLAVOR asks for ("amx" or "avx512_bf16"; tests use it to run the AVX512-BF16 path on an
+    AMX machine), or None where it is not set."""
+    return os.environ.get("MARS_ROWS_FLAVOR") or None
+
+
+def runnable() -> list[str]:
+    """The flavors this CPU can run, the preferred (AMX) first."""
+    flags = cpu_flags()
+    return [name for name, needs in FLAVORS.items() if needs <= flags]
+
+
+def compile_flags() -> tuple[str, ...]:
+    """The compiler flags of this process's build: FLAGS, and what MARS_ROWS_FLAVOR's flavor adds."""
+    return FLAGS + FORCED_FLAGS.get(asked() or "", ())
 
 
 def build_id() -> str:
-    """The build's identity: a hash of the source, the compiler flags, the torch version and the CPU flags. A record of
-    measurements under the kernel names it, so a changed kernel never inherits what its predecessor was measured or
-    checked at."""
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode() + torch.__version__.encode()
+    """The build's identity: a hash of the source, the compiler flags (a flavor asked for by MARS_ROWS_FLAVOR builds
+    with its own), the torch version and the CPU flags. A record of measurements under the kernel names it, so a
+    changed kernel never inherits what its predecessor was measured or checked at."""
+    key = hashlib.sha256(SOURCE.read_bytes() + " ".join(compile_flags()).encode() + torch.__version__.encode()
                          + " ".join(sorted(cpu_flags())).encode())
     return key.hexdigest()[:16]
 
 
 def _folder() -> Path:
-    """The build folder, by build_id() (another source, machine or torch builds anew)."""
+    """The build folder, by build_id() (another source, machine, torch or flavor asked for builds anew)."""
     return cache_root() / "kernels" / f"rows-{build_id()}"
 
 
@@ -55,9 +77,15 @@ def why_not() -> str | None:
 
 
 def flavor() -> str | None:
-    """Which bf16 dot product this CPU gives the kernel: "amx" (tiles, preferred) or "avx512_bf16"; None: neither."""
-    flags = cpu_flags()
-    return next((name for name, needs in FLAVORS.items() if needs <= flags), None)
+    """Which bf16 dot product serves: once the kernel is loaded, the flavor its build runs (the compiler may have
+    built AVX512-BF16 on an AMX CPU); before, the one it would be built for: MARS_ROWS_FLAVOR's where this CPU has it,
+    else "amx" (tiles, preferred) or "avx512_bf16"; None: neither (or not the one asked for)."""
+    if _STATE.get("flavor"):
+        return _STATE["flavor"]
+    can = runnable()
+    if asked():
+        return asked() if asked() in can else None
+    return can[0] if can else None
 
 
 def note() -> str:
@@ -80,8 +108,13 @@ def rows_kernel() -> bool:
 
 
 def _build() -> str | None:
-    if flavor() is None:
+    can, want = runnable(), asked()
+    if not can:
         return "no AMX or AVX512-BF16 on this CPU"
+    if want is not None and want not in FLAVORS:
+        return f"MARS_ROWS_FLAVOR={want} names no flavor (amx or avx512_bf16)"
+    if want is not None and want not in can:
+        return f"MARS_ROWS_FLAVOR={want}, but this CPU has no {NAMES[want]}"
     if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
         return "no bf16 kernels in this torch build"
     if not any(shutil.which(c) for c in ("c++", "g++", "clang++")):
@@ -93,25 +126,54 @@ def _build() -> str | None:
     folder = _folder()
     folder.mkdir(parents=True, exist_ok=True)
     try:
-        load(name=f"mars_rows_{folder.name.removeprefix('rows-')}", sources=[str(SOURCE)], extra_cflags=list(FLAGS),
-             extra_ldflags=["-fopenmp"], build_directory=str(folder), is_python_module=False, verbose=False)
-        if torch.ops.mars_rows.flavor() != flavor():  # built without the instructions the CPU says it has
-            return f"the compiler built it for {torch.ops.mars_rows.flavor()}, not {flavor()}"
+        load(name=f"mars_rows_{folder.name.removeprefix('rows-')}", sources=[str(SOURCE)],
+             extra_cflags=list(compile_flags()), extra_ldflags=["-fopenmp"], build_directory=str(folder),
+             is_python_module=False, verbose=False)
+        built = torch.ops.mars_rows.flavor()
+        if built not in can:  # built without the instructions of any path this CPU runs
+            return f"the compiler built it for {built}, which this CPU cannot run (it has {', '.join(can)})"
+        if want is not None and built != want:
+            return f"the compiler built it for {built}, not {want} as MARS_ROWS_FLAVOR asks"
         if not torch.ops.mars_rows.available():
             return "the OS gave no AMX tile state"
     except Exception as err:  # noqa: BLE001 - a failed build leaves oneDNN's kernel serving
         lines = str(err).splitlines() or [""]
         said = next((line for line in lines if "error:" in line), lines[0])  # the compiler's first error, if any
         return f"building it failed ({type(err).__name__}: {said.strip()[:200]})"
+    _STATE["flavor"] = built  # what serves: flavor() says so from now on
     _shapes()
     return None
 
 
+def _on_cpu(op: str, **tensors: torch.Tensor | None) -> None:
+    """An op's fake refuses a real tensor off the CPU as the op does (a compiled graph's fakes read as CPU tensors)."""
+    for name, t in tensors.items():
+        if t is not None and t.device.type != "cpu":
+            raise RuntimeError(f"mars_rows.{op}: {name} is on {t.device}, the kernel takes CPU tensors")
+
+
+def _routed(x, weight, bias):
+    _on_cpu("routed", x=x, weight=weight, bias=bias)
+    return x.new_empty(*x.shape[:-1], weight.shape[0])
+
+
+def _routed_siblings(x, weights, biases):
+    _on_cpu("routed_siblings", x=x, **{f"weights[{i}]": w for i, w in enumerate(weights)},
+            **{f"biases[{i}]": b for i, b in enumerate(biases)})
+    return x.new_empty(*x.shape[:-1], sum(w.shape[0] for w in weights))
+
+
+def _attention(q, k, v, mask, scale):
+    _on_cpu("attention", q=q, k=k, v=v, mask=mask)
+    return q.new_empty(q.shape[0], q.shape[2], q.shape[1], q.shape[3])
+
+
 def _shapes() -> None:
-    """The shapes of the ops a compiled graph calls (runtime/compiled.py traces them on fake tensors)."""
-    torch.library.register_fake("mars_rows::routed", lambda x, weight, bias: x.new_empty(*x.shape[:-1],
-                                                                                          weight.shape[0]))
-    torch.library.register_fake("mars_rows::routed_siblings", lambda x, weights, biases: x.new_empty(
-        *x.shape[:-1], sum(w.shape[0] for w in weights)))
-    torch.library.register_fake("mars_rows::attention", lambda q, k, v, mask, scale: q.new_empty(
-        q.shape[0], q.shape[2], q.shape[1], q.shape[3]))
+    """The shapes of the ops a compiled graph calls (runtime/compiled.py traces them on fake tensors); registered once
+    a process."""
+    if _FAKES:
+        return
+    torch.library.register_fake("mars_rows::routed", _routed)
+    torch.library.register_fake("mars_rows::routed_siblings", _routed_siblings)
+    torch.library.register_fake("mars_rows::attention", _attention)
+    _FAKES.append(True)

@@ -29,6 +29,7 @@ from .curve import CostCurve
 from .linear import CHUNK_ROWS, ONEDNN, ROWS, LinearKernels, PackedLinears
 from .rows import build_id, flavor
 from .slots import KEY_ROUND
+from .watch import Watch
 
 
 @dataclass(frozen=True)
@@ -68,11 +69,15 @@ class Runtime:
     static: bool = False  # fixed widths, every row reading the whole cache: the shapes CUDA graphs capture
     compiled: Callable | None = field(default=None, repr=False, compare=False)  # compiled.CompiledDecoder
     forward_note: str = "uncompiled"  # what runs the forward, in words for a page (compiled.compile_runtime says)
+    # what the copies above were made from, checked before every decode (watch.refresh); shared by the runtimes that
+    # replace() makes of one prepared runtime
+    watch: Watch = field(default_factory=Watch, repr=False, compare=False)
 
     @property
     def invariant(self) -> bool:
-        """Checked width-invariant on this machine: verified decoding gives one-token decoding's answer bit for bit."""
-        return self.width_check is not None and self.width_check.identical
+        """Checked width-invariant on this machine, for the model as it was checked: verified decoding gives one-token
+        decoding's answer bit for bit."""
+        return self.width_check is not None and self.width_check.identical and self.watch.changed is None
 
     @contextmanager
     def active(self) -> Iterator[None]:
@@ -121,6 +126,9 @@ class Runtime:
     def guarantee(self) -> str:
         """What verified decoding promises under this runtime, in words for a page."""
         check = self.width_check
+        if self.watch.changed is not None and check is not None:
+            return (f"identical to one-token decoding up to rounding ({self.watch.changed}; width invariance not "
+                    "checked)")
         if check is None:
             return "identical to one-token decoding up to rounding (width invariance not checked on this machine)"
         if check.identical:

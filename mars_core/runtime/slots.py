@@ -18,6 +18,8 @@ shape, with the CUDA graphs captured over it (runtime/graphs.py).
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import threading
 import weakref
 from collections.abc import Iterator
@@ -29,6 +31,13 @@ import torch
 from transformers import StaticCache
 
 KEEP = 2  # free caches kept for the next decodes, all models and shapes together (the oldest go first)
+# ... and the CPU ones at most these bytes together: a long prompt's cache is freed once its decode ends (a GPU's are
+# kept by count alone: their CUDA graphs are captured over them)
+KEEP_BYTES = 32 << 20
+# a decode whose cache holds more than this (a long prompt) gives the memory its forwards freed back to the system
+# when it ends: glibc keeps freed blocks in each thread's arena, so four Gradio workers that each ran a 1,000-token
+# prompt kept ~150 MB resident with nothing using it (benchmarks/runtime_watch.py)
+TRIM_BYTES = 8 << 20
 KEY_ROUND = 64  # a row reads its keys up to its slot rounded up to this (docs/speed.md#one-decoder)
 SLOT_ROUND = 128  # a cache's length is a multiple of this, so decodes of similar lengths share a cache
 
@@ -86,8 +95,15 @@ class SlotCache:
                 torch._dynamo.mark_static(t, 1)
                 torch._dynamo.mark_static(t, 3)
         self.slots = slots
+        # host memory it holds (a GPU's: 0)
+        self.bytes = sum(t.nbytes for layer in self.kv.layers for t in (layer.keys, layer.values) if not t.is_cuda)
         self.at = torch.zeros(batch, dtype=torch.long, device=model.device)  # tokens kept per sample
         self.graphs: dict[Any, Any] = {}  # captured forwards over this cache, by what they feed (runtime/graphs.py)
+
+    def fits(self, model: torch.nn.Module) -> bool:
+        """Whether it still fits the model (the dtype and device its keys are kept in: a model moved needs another)."""
+        keys = self.kv.layers[0].keys
+        return keys.dtype == model.dtype and keys.device == model.device
 
     def reset(self) -> None:
         """Empty for a new decode (the old keys and values stay, past at = 0: never seen)."""
@@ -155,9 +171,10 @@ _FREE_LOCK = threading.Lock()
 @contextmanager
 def borrowed(model: torch.nn.Module, batch: int, slots: int) -> Iterator[SlotCache]:
     """An empty SlotCache for one decode: a free one of this model and shape (reset), else a new one; given back
-    when the decode ends (KEEP are kept)."""
+    when the decode ends (the newest KEEP kept while their host memory is at most KEEP_BYTES, the rest freed)."""
     with _FREE_LOCK:
-        found = next((i for i, (m, b, s, _) in enumerate(_FREE) if m() is model and (b, s) == (batch, slots)), None)
+        found = next((i for i, (m, b, s, c) in enumerate(_FREE) if m() is model and (b, s) == (batch, slots)
+                      and c.fits(model)), None)
         cache = _FREE.pop(found)[3] if found is not None else None
     if cache is None:
         cache = SlotCache(model, batch, slots)
@@ -169,3 +186,25 @@ def borrowed(model: torch.nn.Module, batch: int, slots: int) -> Iterator[SlotCac
         with _FREE_LOCK:
             _FREE.append((weakref.ref(model), batch, slots, cache))
             del _FREE[:-KEEP]
+            while _FREE and sum(kept.bytes for *_, kept in _FREE) > KEEP_BYTES:
+                del _FREE[0]
+        if cache.bytes > TRIM_BYTES:
+            del cache
+            give_back_memory()
+
+
+def give_back_memory() -> None:
+    """Freed heap memory returned to the system (glibc's malloc_trim; elsewhere nothing)."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _libc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") else None
+    except OSError:  # not glibc (macOS, Windows, musl without it)
+        return None
+
+
+_LIBC = _libc()

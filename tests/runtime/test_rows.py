@@ -3,6 +3,14 @@ numbers, each row's bits its own whatever rows travel with it, and a clear reaso
 
 from __future__ import annotations
 
+import gc
+import os
+import subprocess
+import sys
+import weakref
+from pathlib import Path
+from xml.etree import ElementTree
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -12,8 +20,10 @@ from mars_core.runtime import rows
 
 @pytest.fixture
 def fresh_state(monkeypatch):
-    """rows' verdict taken anew (it is kept per process)."""
+    """rows' verdict taken anew (it is kept per process), no flavor asked for (a run of this file for another flavor
+    asks for one)."""
     monkeypatch.setattr(rows, "_STATE", {})
+    monkeypatch.delenv("MARS_ROWS_FLAVOR", raising=False)
 
 
 def test_a_cpu_without_amx_or_avx512_bf16_is_told_so(fresh_state, monkeypatch):
@@ -23,7 +33,7 @@ def test_a_cpu_without_amx_or_avx512_bf16_is_told_so(fresh_state, monkeypatch):
 
 @pytest.mark.parametrize("flags,flavor", [({"amx_bf16", "amx_tile", "avx512f", "avx512_bf16"}, "amx"),
                                           ({"avx512f", "avx512_bf16"}, "avx512_bf16"), ({"avx2", "avx512f"}, None)])
-def test_the_flavor_is_amx_where_the_cpu_has_it_else_avx512_bf16(monkeypatch, flags, flavor):
+def test_the_flavor_is_amx_where_the_cpu_has_it_else_avx512_bf16(fresh_state, monkeypatch, flags, flavor):
     monkeypatch.setattr(rows, "cpu_flags", lambda: flags)
     assert rows.flavor() == flavor
 
@@ -51,6 +61,59 @@ def test_a_failed_build_says_why(fresh_state, monkeypatch, tmp_path):
     assert rows.why_not() == "building it failed (RuntimeError: Error building extension 'mars_rows')"
 
 
+@pytest.fixture
+def builds_as(fresh_state, monkeypatch, tmp_path):
+    """A build that 'loads' at once and says it runs the flavor given: set(flavor), for the CPU rows.cpu_flags says."""
+    import torch.utils.cpp_extension as ext
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
+    monkeypatch.setattr(rows.shutil, "which", lambda name: "/usr/bin/c++")
+    monkeypatch.setenv("MARS_CACHE", str(tmp_path))
+    monkeypatch.setattr(ext, "load", lambda **kwargs: None)
+    monkeypatch.setattr(rows, "_shapes", lambda: None)
+    monkeypatch.setattr(torch.ops.mars_rows, "available", lambda: True, raising=False)
+
+    def set_flavor(built: str) -> None:
+        monkeypatch.setattr(torch.ops.mars_rows, "flavor", lambda: built, raising=False)
+        monkeypatch.setattr(rows, "_STATE", {})
+
+    return set_flavor
+
+
+def test_an_amx_cpu_serves_an_avx512_bf16_build_and_says_so(builds_as, monkeypatch):
+    """A compiler that builds only the AVX512-BF16 path on an AMX CPU: that build serves (the CPU runs it), and
+    flavor() (the records' word) says AVX512-BF16 once it is loaded; a build for no path the CPU runs is refused, and
+    so is a build other than the flavor MARS_ROWS_FLAVOR asks for."""
+    monkeypatch.setattr(rows, "cpu_flags", lambda: {"amx_bf16", "amx_tile", "avx512f", "avx512_bf16"})
+    builds_as("avx512_bf16")
+    assert rows.flavor() == "amx"  # what it would build, before it is built
+    assert rows.why_not() is None and rows.flavor() == "avx512_bf16" and rows.note().startswith("serving, avx512_bf16")
+    builds_as("none")
+    assert rows.why_not() == "the compiler built it for none, which this CPU cannot run (it has amx, avx512_bf16)"
+    assert rows.flavor() == "amx"
+    builds_as("avx512_bf16")
+    monkeypatch.setenv("MARS_ROWS_FLAVOR", "amx")
+    assert rows.why_not() == "the compiler built it for avx512_bf16, not amx as MARS_ROWS_FLAVOR asks"
+
+
+def test_a_flavor_asked_for_is_built_apart_and_one_the_cpu_lacks_is_refused(fresh_state, monkeypatch):
+    """MARS_ROWS_FLAVOR=avx512_bf16 builds the kernel without its AMX path (-DMARS_NO_AMX, which rows.cpp's AMX
+    guard respects) in a folder of its own; a flavor this CPU lacks, or no flavor at all, is refused with the reason."""
+    monkeypatch.setattr(rows, "cpu_flags", lambda: {"amx_bf16", "amx_tile", "avx512f", "avx512_bf16"})
+    plain, folder = rows.build_id(), rows._folder()
+    assert rows.compile_flags() == rows.FLAGS and rows.flavor() == "amx"
+    monkeypatch.setenv("MARS_ROWS_FLAVOR", "avx512_bf16")
+    assert "-DMARS_NO_AMX" in rows.compile_flags() and rows.flavor() == "avx512_bf16"
+    assert rows.build_id() != plain and rows._folder() != folder
+    assert b"!defined(MARS_NO_AMX)" in rows.SOURCE.read_bytes()
+    monkeypatch.setattr(rows, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
+    monkeypatch.setenv("MARS_ROWS_FLAVOR", "amx")
+    assert rows.flavor() is None and rows.why_not() == "MARS_ROWS_FLAVOR=amx, but this CPU has no AMX"
+    monkeypatch.setattr(rows, "_STATE", {})
+    monkeypatch.setenv("MARS_ROWS_FLAVOR", "sse")
+    assert rows.why_not() == "MARS_ROWS_FLAVOR=sse names no flavor (amx or avx512_bf16)"
+
+
 serves = pytest.mark.skipif(not rows.rows_kernel(), reason=f"no rows kernel here: {rows.why_not()}")
 
 
@@ -72,8 +135,7 @@ def test_it_computes_f_linear(n, k, bias):
 @serves
 def test_a_row_gets_its_own_bits_beside_any_rows():
     """Row r fed alone, among 1..40 rows (more than two blocks of 16 rows for AMX, five groups of 8 for AVX512-BF16)
-    and among other rows in another order: the same bits, and the build the one this CPU calls for."""
-    assert torch.ops.mars_rows.flavor() == rows.flavor()
+    and among other rows in another order: the same bits."""
     g = torch.Generator().manual_seed(1)
     w = (torch.randn(576, 1536, generator=g) * 0.05).bfloat16()
     packed = torch.ops.mars_rows.pack(w)
@@ -86,37 +148,114 @@ def test_a_row_gets_its_own_bits_beside_any_rows():
 
 
 @serves
-def test_mismatched_inputs_are_refused():
-    w = torch.randn(64, 64).bfloat16()
-    packed = torch.ops.mars_rows.pack(w)
-    with pytest.raises(RuntimeError, match="do not match"):
-        torch.ops.mars_rows.linear(torch.randn(2, 96).bfloat16(), packed, 64, None)
-    with pytest.raises(RuntimeError, match="do not match"):
-        torch.ops.mars_rows.linear(torch.randn(2, 64), packed, 64, None)
+def test_the_build_serves_the_flavor_asked_for_else_one_this_cpu_runs():
+    """The loaded build's flavor is what flavor() reports, one this CPU runs, and MARS_ROWS_FLAVOR's where it is set
+    (a run of this file for another flavor: test_every_flavor_this_cpu_runs_passes_the_kernel_tests)."""
+    built = torch.ops.mars_rows.flavor()
+    assert built == rows.flavor() and built in rows.runnable()
+    if rows.asked():
+        assert built == rows.asked()
+
+
+def fused(g: torch.Generator, sizes: tuple[int, ...], k: int):
+    """Sibling weights [n_i, k] fused into one packed matrix, each registered as its columns; their biases (bf16);
+    the matrix's columns."""
+    ws = [(torch.randn(n, k, generator=g) * 0.05).bfloat16() for n in sizes]
+    bs = [torch.randn(w.shape[0], generator=g).bfloat16() for w in ws]
+    packed, n, col = torch.ops.mars_rows.pack(torch.cat(ws)), sum(sizes), 0
+    for w in ws:
+        torch.ops.mars_rows.register(w, packed, n, col, col + w.shape[0])
+        col += w.shape[0]
+    return ws, bs, packed, n
 
 
 @serves
 def test_siblings_fused_into_one_matrix_are_one_call_else_one_each():
     """routed_siblings: weights registered as the columns of one packed matrix, asked in that order, are that
-    matrix's one product (with its bias); asked in another order, or some not registered, each is its own routed
-    call. Either way: F.linear of each, side by side."""
+    matrix's one product (with the call's biases, in order); asked in another order, or some not registered, or some
+    with a bias and some without, each is its own routed call. Either way: F.linear of each, side by side."""
     g = torch.Generator().manual_seed(2)
-    ws = [(torch.randn(n, 64, generator=g) * 0.05).bfloat16() for n in (64, 32, 32)]
-    bs = [torch.randn(w.shape[0], generator=g).bfloat16() for w in ws]
-    packed, bias = torch.ops.mars_rows.pack(torch.cat(ws)), torch.cat(bs)
-    for w, a, b in zip(ws, (0, 64, 96), (64, 96, 128)):
-        torch.ops.mars_rows.register(w, packed, 128, bias, a, b)
+    ws, bs, packed, n = fused(g, (64, 32, 32), 64)
     x = torch.randn(5, 64, generator=g).bfloat16()
-    fused = torch.ops.mars_rows.linear(x, packed, 128, bias)
+    whole = torch.ops.mars_rows.linear(x, packed, n, torch.cat(bs))
     with torch.inference_mode(), torch.profiler.profile() as prof:  # one product: no concatenation of parts
-        assert torch.equal(torch.ops.mars_rows.routed_siblings(x, ws, bs), fused)
+        assert torch.equal(torch.ops.mars_rows.routed_siblings(x, ws, bs), whole)
     assert not any(e.name == "aten::cat" for e in prof.events()), sorted({e.name for e in prof.events()})
     with torch.inference_mode():
         swapped = torch.ops.mars_rows.routed_siblings(x, [ws[1], ws[0]], [bs[1], bs[0]])
-        assert torch.equal(swapped, torch.cat([fused[:, 64:96], fused[:, :64]], -1))
+        assert torch.equal(swapped, torch.cat([whole[:, 64:96], whole[:, :64]], -1))
         lone = (torch.randn(16, 64, generator=g) * 0.05).bfloat16()  # never registered: torch's F.linear
         mixed = torch.ops.mars_rows.routed_siblings(x, [ws[0], lone], [None, None])
-        assert torch.equal(mixed, torch.cat([fused[:, :64], F.linear(x, lone)], -1))
+        plain = torch.ops.mars_rows.linear(x, packed, n, None)
+        assert torch.equal(mixed, torch.cat([plain[:, :64], F.linear(x, lone)], -1))
+        some = torch.ops.mars_rows.routed_siblings(x, ws, [bs[0], None, bs[2]])  # one call each, each its own bias
+        assert torch.equal(some, torch.cat([whole[:, :64], plain[:, 64:96], whole[:, 96:]], -1))
+
+
+@serves
+@pytest.mark.parametrize("rows_of_x", [1, 3, 9, 20])
+def test_a_weights_columns_of_a_fused_matrix_are_the_whole_products_bit_for_bit(rows_of_x):
+    """A weight registered as columns [col0, col1) of a fused matrix (col0 not a multiple of 32: 40, 67; a range over
+    three panels; one inside a panel), routed alone: only its panels are computed, and its columns are the whole
+    matrix's product's bit for bit, without a bias and with the call's (bf16 or fp32), a 3-D x too."""
+    g = torch.Generator().manual_seed(5)
+    ws, bs, packed, n = fused(g, (40, 27, 61, 5, 33), 77)
+    x = torch.randn(rows_of_x, 2, 77, generator=g).bfloat16()
+    full = [torch.cat(bs), torch.cat(bs).float()]
+    with torch.no_grad():
+        for bias in (None, *full):
+            whole, col = torch.ops.mars_rows.linear(x, packed, n, bias), 0
+            for w in ws:
+                b = None if bias is None else bias[col : col + w.shape[0]]
+                got = torch.ops.mars_rows.routed(x, w, b)
+                assert got.shape == (rows_of_x, 2, w.shape[0]) and got.is_contiguous()
+                assert torch.equal(got.view(torch.int16), whole[..., col : col + w.shape[0]].view(torch.int16)), col
+                col += w.shape[0]
+
+
+@serves
+def test_the_calls_biases_serve_never_a_copy():
+    """The registry holds no bias: a bias changed in place after register() is the one the next call adds, fused
+    (routed_siblings) or alone (routed)."""
+    g = torch.Generator().manual_seed(6)
+    ws, bs, packed, n = fused(g, (48, 48, 40), 64)
+    x = torch.randn(4, 64, generator=g).bfloat16()
+    with torch.inference_mode():
+        before = torch.ops.mars_rows.routed_siblings(x, ws, bs)
+        bs[1].add_(1.0)
+        after = torch.ops.mars_rows.routed_siblings(x, ws, bs)
+        assert torch.equal(after, torch.ops.mars_rows.linear(x, packed, n, torch.cat(bs)))
+        assert not torch.equal(after[:, 48:96], before[:, 48:96]) and torch.equal(after[:, :48], before[:, :48])
+        assert torch.equal(torch.ops.mars_rows.routed(x, ws[1], bs[1]), after[:, 48:96])
+
+
+@serves
+def test_nothing_is_kept_between_calls():
+    """A fused weight's routed call keeps neither its input nor its product (no per-thread cache): both are freed once
+    the caller lets them go."""
+    g = torch.Generator().manual_seed(7)
+    ws, bs, _, _ = fused(g, (32, 40), 64)
+    with torch.inference_mode():
+        x = torch.randn(3, 64, generator=g).bfloat16()
+        y = torch.ops.mars_rows.routed(x, ws[1], bs[1])
+    xs, ys = weakref.ref(x), weakref.ref(y)
+    del x, y
+    gc.collect()
+    assert xs() is None and ys() is None
+
+
+@serves
+def test_a_changed_or_reshaped_weight_is_not_served_from_its_packed_copy():
+    """The packed copy serves only the registered weight as it was: changed in place (its version moves on), or the
+    same memory seen as another view (a square weight transposed), it is torch's F.linear of the weight as it is."""
+    g = torch.Generator().manual_seed(8)
+    w = (torch.randn(64, 64, generator=g) * 0.05).bfloat16()
+    torch.ops.mars_rows.register(w, torch.ops.mars_rows.pack(w), 64, 0, 64)
+    x = torch.randn(3, 64, generator=g).bfloat16()
+    with torch.no_grad():
+        assert torch.equal(torch.ops.mars_rows.routed(x, w.t(), None), F.linear(x, w.t()))
+        w.mul_(2)
+        assert torch.equal(torch.ops.mars_rows.routed(x, w, None), F.linear(x, w))
 
 
 @serves
@@ -212,3 +351,31 @@ def test_a_build_to_come_is_known_before_it_starts(fresh_state, monkeypatch, tmp
     rows._folder().mkdir(parents=True)
     (rows._folder() / "mars_rows_x.so").write_bytes(b"")
     assert not rows.must_build()
+
+
+CHECKS = Path(__file__).with_name("test_rows_checks.py")
+
+
+@pytest.mark.parametrize("name", list(rows.FLAVORS))
+def test_every_flavor_this_cpu_runs_passes_the_kernel_tests(name, tmp_path):
+    """Each path of the kernel this CPU can run is tested: the build this process loaded by the tests above, any other
+    (on an AMX CPU: AVX512-BF16, built with -DMARS_NO_AMX in a folder of its own, ~35 s the first time) by this file
+    and test_rows_checks.py run again in a process that asks for it (MARS_ROWS_FLAVOR), where every test must pass and
+    none may skip."""
+    if name not in rows.runnable():
+        pytest.skip(f"the {rows.NAMES[name]} path is not run here: this CPU has no {rows.NAMES[name]} "
+                    f"({', '.join(sorted(rows.FLAVORS[name] - rows.cpu_flags()))} not among its flags)")
+    if not rows.rows_kernel():
+        pytest.skip(f"no rows kernel here: {rows.why_not()}")
+    if rows.flavor() == name:
+        pytest.skip(f"{rows.NAMES[name]} is the build this process loaded: the tests above ran it")
+    report = tmp_path / "report.xml"
+    done = subprocess.run([sys.executable, "-m", "pytest", __file__, str(CHECKS), "-x", "-p", "no:cacheprovider",
+                           "-k", "not every_flavor", f"--junitxml={report}"],
+                          env={**os.environ, "MARS_ROWS_FLAVOR": name}, cwd=Path(__file__).parents[2],
+                          capture_output=True, text=True, timeout=900)
+    said = done.stdout[-4000:] + done.stderr[-2000:]
+    assert done.returncode == 0 and report.exists(), said
+    suite = ElementTree.parse(report).getroot().find("testsuite")
+    counts = {key: int(suite.get(key)) for key in ("tests", "failures", "errors", "skipped")}
+    assert counts["tests"] > 50 and counts["failures"] == counts["errors"] == counts["skipped"] == 0, (counts, said)

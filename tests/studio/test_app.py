@@ -702,6 +702,14 @@ def test_main_honours_env_and_flags(monkeypatch):
         monkeypatch.setattr("mars_core.runtime.rows.flavor", lambda flavor=flavor: flavor)
         app.main(["--no-preload"])
         assert models.CONFIG.compile is on, (cuda, flavor)
+        app.main(["--no-preload", "--dtype", "bf16"])
+        assert models.CONFIG.compile is on, (cuda, flavor)
+        app.main(["--no-preload", "--dtype", "fp32"])  # compiled fp32 is not measured: not by default
+        assert not models.CONFIG.compile, (cuda, flavor)
+        monkeypatch.setenv("MARS_ROWS_KERNEL", "0")  # nor is the compiled forward without our rows kernel
+        app.main(["--no-preload"])
+        assert not models.CONFIG.compile, (cuda, flavor)
+        monkeypatch.delenv("MARS_ROWS_KERNEL")
     app.main(["--no-preload", "--no-compile"])
     assert not models.CONFIG.compile
     monkeypatch.setenv("MARS_COMPILE", "0")

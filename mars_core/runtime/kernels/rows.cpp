@@ -26,7 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && !defined(MARS_NO_AMX)  // MARS_NO_AMX: the AVX512-BF16 path
 #define MARS_AMX 1
 #endif
 
@@ -147,28 +147,66 @@ inline void store_bf16x16(c10::BFloat16* out, __mmask16 lanes, __m512 f) {
 }
 }  // namespace
 
-// W [N, K] bf16 -> panels [ceil(N/32)][ceil(K/32) * 16][32][2], zero-padded
-at::Tensor pack(const at::Tensor& w) {
-  TORCH_CHECK(w.dim() == 2 && w.scalar_type() == at::kBFloat16, "mars_rows.pack: a 2-D bf16 weight");
-  auto src = w.contiguous();
-  const int64_t N = w.size(0), K = w.size(1), pairs = (K + DEPTH - 1) / DEPTH * (DEPTH / 2);
-  auto out = at::zeros({(N + PANEL - 1) / PANEL, pairs, PANEL, 2}, w.options());
-  const uint16_t* s = reinterpret_cast<const uint16_t*>(src.data_ptr());
-  uint16_t* d = reinterpret_cast<uint16_t*>(out.data_ptr());
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t k = 0; k < K; ++k) d[(((n / PANEL) * pairs + k / 2) * PANEL + n % PANEL) * 2 + k % 2] = s[n * K + k];
-  return out;
+namespace {
+// Each op's checks of its inputs: a wrong input is refused with the op's name and what is wrong (a RuntimeError in
+// Python), before anything is read from it.
+void check_cpu(const char* op, const char* name, const at::Tensor& t) {
+  TORCH_CHECK(t.device().is_cpu(), op, ": ", name, " is on ", t.device(), ", the kernel takes CPU tensors");
 }
 
-// x [..., K] bf16 through packed W (n output columns) and bias [n] (bf16 or none): [..., n] bf16, each sum rounded
-// to bf16 once (round to nearest even, as torch rounds), the bias added in fp32 first
-at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, int64_t n, const std::optional<at::Tensor>& bias) {
-  const int64_t K = x.size(-1), pairs = packed.size(1), panel_count = packed.size(0);
+// A packed matrix as pack() makes it, [panels][pairs][32][2] bf16, holding n output columns
+void check_packed(const char* op, const at::Tensor& packed, int64_t n) {
+  check_cpu(op, "packed", packed);
+  TORCH_CHECK(packed.dim() == 4 && packed.size(2) == PANEL && packed.size(3) == 2 && packed.size(1) % (DEPTH / 2) == 0,
+              op, ": packed has shape ", packed.sizes(), ", not pack()'s [panels, pairs, 32, 2]");
+  TORCH_CHECK(packed.scalar_type() == at::kBFloat16, op, ": packed is ", packed.scalar_type(), ", not bf16");
+  TORCH_CHECK(packed.is_contiguous(), op, ": packed is not contiguous");
+  const int64_t panel_count = packed.size(0);
+  TORCH_CHECK(n > 0 && n <= panel_count * PANEL && n > (panel_count - 1) * PANEL, op, ": n is ", n, ", packed's ",
+              panel_count, " panels of 32 hold ", std::max<int64_t>(0, (panel_count - 1) * PANEL + 1), " to ",
+              panel_count * PANEL, " columns");
+}
+
+// x [..., K] bf16 for a packed matrix of `pairs` pairs of k (K rounded up to whole 32s)
+void check_x(const char* op, const at::Tensor& x, int64_t pairs) {
+  check_cpu(op, "x", x);
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16, op, ": x is ", x.scalar_type(), ", not bf16");
+  TORCH_CHECK(x.dim() >= 1, op, ": x has no dimensions, it needs [..., K]");
+  const int64_t K = x.size(-1);
+  TORCH_CHECK((K + DEPTH - 1) / DEPTH * (DEPTH / 2) == pairs, op, ": x has ", K, " values a row, the packed weight ",
+              std::max<int64_t>(0, pairs * 2 - DEPTH + 1), " to ", pairs * 2);
+}
+
+// a bias of `cols` values (1-D, CPU, floating), or none
+void check_bias(const char* op, const std::optional<at::Tensor>& bias, int64_t cols) {
+  if (!bias.has_value()) return;
+  check_cpu(op, "bias", *bias);
+  TORCH_CHECK(bias->dim() == 1, op, ": bias has ", bias->dim(), " dimensions, not 1");
+  TORCH_CHECK(at::isFloatingType(bias->scalar_type()), op, ": bias is ", bias->scalar_type(), ", not floating");
+  TORCH_CHECK(bias->numel() == cols, op, ": bias has ", bias->numel(), " values, the weight has ", cols,
+              " output columns");
+}
+
+// a checked bias's values in fp32, appended to b
+void append_bias(std::vector<float>& b, const at::Tensor& bias) {
+  auto bf = bias.to(at::kFloat).contiguous();
+  b.insert(b.end(), bf.data_ptr<float>(), bf.data_ptr<float>() + bf.numel());
+}
+
+struct Columns {  // columns [col0, col1) of a packed matrix of n
+  int64_t n, col0, col1;
+};
+
+// x [..., K] bf16 (checked) through columns [col0, col1) of packed W: [..., col1 - col0] bf16, each sum rounded to
+// bf16 once (round to nearest even, as torch rounds), bias[c - col0] (fp32, col1 - col0 of them, or none: +0 is
+// added, as a zero bias would be) added in fp32 first. Only the panels holding those columns are computed; each
+// output is its own chain over k, so a column's bits are those the whole matrix's product gives it.
+at::Tensor product(const at::Tensor& x, const at::Tensor& packed, Columns cols, const std::vector<float>& b) {
+  const int64_t K = x.size(-1), pairs = packed.size(1), col0 = cols.col0, col1 = cols.col1, width_out = col1 - col0;
   TORCH_CHECK(available(), "mars_rows.linear: no AMX tile state or AVX512-BF16 on this CPU");
-  TORCH_CHECK(x.scalar_type() == at::kBFloat16 && packed.scalar_type() == at::kBFloat16 && packed.is_contiguous() &&
-                  (K + DEPTH - 1) / DEPTH * (DEPTH / 2) == pairs && n <= panel_count * PANEL,
-              "mars_rows.linear: x and the packed weight do not match");
-  const int64_t M = x.numel() / K, width = pairs * 2;
+  TORCH_CHECK(b.empty() || static_cast<int64_t>(b.size()) == width_out, "mars_rows.linear: a bias of ", b.size(),
+              " values for ", width_out, " columns");
+  const int64_t M = c10::multiply_integers(x.sizes().slice(0, x.dim() - 1)), width = pairs * 2;
 #ifdef MARS_AMX
   const int64_t blocks = (M + BLOCK - 1) / BLOCK, padded_rows = blocks * BLOCK;  // whole tiles of rows
 #else
@@ -183,30 +221,25 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, int64_t n, cons
     if (m < M) std::memcpy(row, src + m * K * 2, K * 2);
     std::memset(row + (m < M ? K * 2 : 0), 0, (m < M ? width - K : width) * 2);
   }
-  std::vector<float> b;  // the bias in fp32 (none: +0 is added, as a zero bias would be)
-  if (bias.has_value()) {
-    b.resize(n);
-    auto bf = bias->to(at::kFloat).contiguous();
-    std::memcpy(b.data(), bf.data_ptr<float>(), n * 4);
-  }
   auto sizes = x.sizes().vec();
-  sizes.back() = n;
+  sizes.back() = width_out;
   auto y = at::empty(sizes, x.options());
   c10::BFloat16* out = y.data_ptr<c10::BFloat16>();
   const char* w = static_cast<const char*>(packed.data_ptr());
-  // rows [m0, m0 + rows) of one panel's sums to y, each rounded to bf16 once, the bias added in fp32 first
+  // rows [m0, m0 + rows) of one panel's sums, its columns among [col0, col1), to y, each rounded to bf16 once, the
+  // bias added in fp32 first
   auto emit = [&](int64_t p, int64_t m0, int64_t rows, const float* sums) {
-    const int64_t c0 = p * PANEL, cols = std::min(PANEL, n - c0);
+    const int64_t c0 = p * PANEL, lo = std::max(c0, col0), hi = std::min(c0 + PANEL, col1);
     for (int64_t r = 0; r < rows && m0 + r < M; ++r) {
-      for (int64_t c = 0; c < cols; c += 16) {  // 16 columns a vector (the last panel's tail: its own lanes)
-        const __mmask16 lanes = cols - c >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (cols - c)) - 1);
-        const __m512 add = b.empty() ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(lanes, b.data() + c0 + c);
-        store_bf16x16(out + (m0 + r) * n + c0 + c, lanes,
-                      _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, sums + r * PANEL + c), add));
+      for (int64_t c = lo; c < hi; c += 16) {  // 16 columns a vector (a panel's tail: its own lanes)
+        const __mmask16 lanes = hi - c >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (hi - c)) - 1);
+        const __m512 add = b.empty() ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(lanes, b.data() + c - col0);
+        store_bf16x16(out + (m0 + r) * width_out + c - col0, lanes,
+                      _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, sums + r * PANEL + c - c0), add));
       }
     }
   };
-  at::parallel_for(0, panel_count, 1, [&](int64_t p0, int64_t p1) {
+  at::parallel_for(col0 / PANEL, (col1 + PANEL - 1) / PANEL, 1, [&](int64_t p0, int64_t p1) {
     alignas(64) float scratch[BLOCK * PANEL];
 #ifdef MARS_AMX
     panels(w, dst, blocks, width / DEPTH, scratch, p0, p1,
@@ -216,6 +249,34 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, int64_t n, cons
 #endif
   });
   return y;
+}
+}  // namespace
+
+// W [N, K] bf16 -> panels [ceil(N/32)][ceil(K/32) * 16][32][2], zero-padded
+at::Tensor pack(const at::Tensor& w) {
+  check_cpu("mars_rows.pack", "the weight", w);
+  TORCH_CHECK(w.dim() == 2, "mars_rows.pack: the weight has ", w.dim(), " dimensions, it needs 2 ([N, K])");
+  TORCH_CHECK(w.scalar_type() == at::kBFloat16, "mars_rows.pack: the weight is ", w.scalar_type(), ", not bf16");
+  auto src = w.contiguous();
+  const int64_t N = w.size(0), K = w.size(1), pairs = (K + DEPTH - 1) / DEPTH * (DEPTH / 2);
+  auto out = at::zeros({(N + PANEL - 1) / PANEL, pairs, PANEL, 2}, w.options());
+  const uint16_t* s = reinterpret_cast<const uint16_t*>(src.data_ptr());
+  uint16_t* d = reinterpret_cast<uint16_t*>(out.data_ptr());
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) d[(((n / PANEL) * pairs + k / 2) * PANEL + n % PANEL) * 2 + k % 2] = s[n * K + k];
+  return out;
+}
+
+// x [..., K] bf16 through packed W (n output columns) and bias [n] (or none): [..., n] bf16, each sum rounded to bf16
+// once (round to nearest even, as torch rounds), the bias added in fp32 first
+at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, int64_t n, const std::optional<at::Tensor>& bias) {
+  constexpr const char* op = "mars_rows.linear";
+  check_packed(op, packed, n);
+  check_x(op, x, packed.size(1));
+  check_bias(op, bias, n);
+  std::vector<float> b;
+  if (bias.has_value()) append_bias(b, *bias);
+  return product(x, packed, Columns{n, 0, n}, b);
 }
 
 namespace {
@@ -396,60 +457,89 @@ void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const
 }  // namespace
 
 // softmax(q k^T * scale, where mask) v, each row of each head on its own, its keys in slot order: q [b, Hq, w, d],
-// k and v [b, Hkv, T, d] (query head h reads key head h / (Hq / Hkv)), mask bool [b, 1, w, T] (True = attend);
-// returns [b, w, Hq, d]. A row's bits depend on its own query and the keys it sees, nothing else.
+// k and v [b, Hkv, T, d] (query head h reads key head h / (Hq / Hkv)), mask bool [b, 1, w, T] (True = attend; any
+// of its dimensions 1 is broadcast); returns [b, w, Hq, d]. A row's bits depend on its own query and the keys it sees,
+// nothing else.
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
                      double scale) {
-  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.sizes() == k.sizes() && q.size(0) == k.size(0) &&
-                  q.size(3) == k.size(3) && q.size(1) % k.size(1) == 0 && q.scalar_type() == k.scalar_type() &&
-                  v.scalar_type() == k.scalar_type() && mask.scalar_type() == at::kBool,
-              "mars_rows.attention: q, k, v and mask do not match");
-  TORCH_CHECK(q.size(3) % 16 == 0, "mars_rows.attention: a head's size must be a multiple of 16");
+  constexpr const char* op = "mars_rows.attention";
+  check_cpu(op, "q", q);
+  check_cpu(op, "k", k);
+  check_cpu(op, "v", v);
+  check_cpu(op, "mask", mask);
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, op, ": q, k and v have ", q.dim(), ", ", k.dim(), " and ",
+              v.dim(), " dimensions, each needs 4 (q [b, Hq, w, d], k and v [b, Hkv, T, d])");
+  TORCH_CHECK(q.scalar_type() == k.scalar_type() && v.scalar_type() == k.scalar_type(), op, ": q, k and v are ",
+              q.scalar_type(), ", ", k.scalar_type(), " and ", v.scalar_type(), ", not one dtype");
+  TORCH_CHECK(q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kFloat, op, ": q, k and v are ",
+              q.scalar_type(), ", bf16 or fp32 only");
+  TORCH_CHECK(k.sizes() == v.sizes(), op, ": k has shape ", k.sizes(), ", v ", v.sizes(), ", not the same");
+  TORCH_CHECK(q.size(0) == k.size(0), op, ": q has a batch of ", q.size(0), ", k and v ", k.size(0));
+  TORCH_CHECK(q.size(3) == k.size(3), op, ": q's heads have ", q.size(3), " values, k's and v's ", k.size(3));
+  TORCH_CHECK(k.size(1) > 0 && q.size(1) % k.size(1) == 0, op, ": q's ", q.size(1),
+              " heads are not a multiple of k's and v's ", k.size(1));
+  TORCH_CHECK(q.size(3) > 0 && q.size(3) % 16 == 0, op, ": a head's size must be a multiple of 16, not ", q.size(3));
+  TORCH_CHECK(mask.scalar_type() == at::kBool, op, ": mask is ", mask.scalar_type(), ", not bool");
+  const std::array<int64_t, 4> want = {q.size(0), 1, q.size(2), k.size(2)};
+  bool fits = mask.dim() == 4;
+  for (int64_t i = 0; fits && i < 4; ++i) fits = mask.size(i) == want[i] || mask.size(i) == 1;
+  TORCH_CHECK(fits, op, ": mask has shape ", mask.sizes(), ", it needs [b, 1, w, T] = ", at::IntArrayRef(want),
+              " (a dimension 1 is broadcast)");
   auto qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
   auto mc = mask.expand({q.size(0), 1, q.size(2), k.size(2)}).contiguous();
   auto out = at::empty({q.size(0), q.size(2), q.size(1), q.size(3)}, q.options());
   if (q.scalar_type() == at::kBFloat16)
     attend<c10::BFloat16>(qc, kc, vc, mc, static_cast<float>(scale), out);
-  else if (q.scalar_type() == at::kFloat)
-    attend<float>(qc, kc, vc, mc, static_cast<float>(scale), out);
   else
-    TORCH_CHECK(false, "mars_rows.attention: bf16 or fp32 only");
+    attend<float>(qc, kc, vc, mc, static_cast<float>(scale), out);
   return out;
 }
 
 // The packed copies a compiled graph's linear layers are answered from, by the weight's data pointer: the graph hands
 // each call the model's weight (runtime/compiled.py), and routed() finds its copy here without a trip through Python.
+// An entry holds the packed matrix and nothing else: a call's bias comes with the call, and no product is kept.
 namespace {
 struct Entry {
   c10::weak_intrusive_ptr<c10::StorageImpl> storage;  // the model's weight (an entry whose weight is gone is dropped)
   int64_t version;                                     // the weight's version when packed (-1: an inference tensor)
+  std::array<int64_t, 4> layout;                       // the weight's sizes and strides when packed
   at::Tensor packed;                                   // the packed matrix (fused siblings: their columns side by side)
-  std::optional<at::Tensor> bias;                      // a fused matrix's bias (a lone layer's comes with the call)
-  int64_t n, col0, col1;                               // the matrix's columns, and this weight's among them
+  Columns cols;                                        // the matrix's columns, and this weight's among them
 };
 std::mutex registry_mutex;
 std::unordered_map<const void*, Entry> registry;
-struct Product {  // the last fused product a thread computed: its siblings' calls read their columns from it
-  at::Tensor x, y;
-  const void* packed = nullptr;
-};
-thread_local Product last;
 
 int64_t version_of(const at::Tensor& w) { return w.is_inference() ? -1 : static_cast<int64_t>(w._version()); }
+std::array<int64_t, 4> layout_of(const at::Tensor& w) { return {w.size(0), w.size(1), w.stride(0), w.stride(1)}; }
 }  // namespace
 
-void register_weight(const at::Tensor& weight, const at::Tensor& packed, int64_t n, const std::optional<at::Tensor>& bias,
-                     int64_t col0, int64_t col1) {
+// weight [col1 - col0, K] is columns [col0, col1) of packed (a matrix of n columns): routed() answers it from there
+// while it is the same tensor, unchanged
+void register_weight(const at::Tensor& weight, const at::Tensor& packed, int64_t n, int64_t col0, int64_t col1) {
+  constexpr const char* op = "mars_rows.register";
+  check_cpu(op, "the weight", weight);
+  TORCH_CHECK(weight.dim() == 2, op, ": the weight has ", weight.dim(), " dimensions, it needs 2 ([N, K])");
+  TORCH_CHECK(weight.scalar_type() == at::kBFloat16, op, ": the weight is ", weight.scalar_type(), ", not bf16");
+  check_packed(op, packed, n);
+  const int64_t K = weight.size(1), pairs = packed.size(1);
+  TORCH_CHECK((K + DEPTH - 1) / DEPTH * (DEPTH / 2) == pairs, op, ": the weight has ", K,
+              " in-features, the packed matrix ", std::max<int64_t>(0, pairs * 2 - DEPTH + 1), " to ", pairs * 2);
+  TORCH_CHECK(0 <= col0 && col0 < col1 && col1 <= n, op, ": columns [", col0, ", ", col1,
+              ") are not a range within the packed matrix's ", n);
+  TORCH_CHECK(col1 - col0 == weight.size(0), op, ": columns [", col0, ", ", col1, ") are ", col1 - col0,
+              ", the weight has ", weight.size(0), " output columns");
   std::lock_guard<std::mutex> hold(registry_mutex);
   for (auto it = registry.begin(); it != registry.end();) it = it->second.storage.expired() ? registry.erase(it) : ++it;
-  registry.insert_or_assign(weight.data_ptr(), Entry{weight.storage().getWeakStorageImpl(), version_of(weight), packed,
-                                                     bias, n, col0, col1});
+  registry.insert_or_assign(weight.data_ptr(), Entry{weight.storage().getWeakStorageImpl(), version_of(weight),
+                                                     layout_of(weight), packed, Columns{n, col0, col1}});
 }
 
 namespace {
-// weight's registered entry where it answers x W^T (no grad, bf16, the same weight unchanged since it was packed)
+// weight's registered entry where it answers x W^T (no grad, bf16, the same weight, of the same sizes and strides,
+// unchanged since it was packed)
 std::optional<Entry> serving(const at::Tensor& x, const at::Tensor& weight) {
   std::optional<Entry> entry;
+  if (!weight.has_storage() || weight.dim() != 2) return entry;
   {
     std::lock_guard<std::mutex> hold(registry_mutex);
     auto it = registry.find(weight.data_ptr());
@@ -458,36 +548,75 @@ std::optional<Entry> serving(const at::Tensor& x, const at::Tensor& weight) {
   const bool serves = entry && !at::GradMode::is_enabled() && x.scalar_type() == at::kBFloat16 &&
                       weight.scalar_type() == at::kBFloat16 && x.device().is_cpu() &&
                       entry->storage.lock().get() == weight.storage().unsafeGetStorageImpl() &&
-                      entry->version == version_of(weight);
+                      entry->version == version_of(weight) && entry->layout == layout_of(weight);
   return serves ? entry : std::nullopt;
+}
+
+// x W^T + bias from W's entry (its columns of the packed matrix only), the bias the call's
+at::Tensor served(const char* op, const at::Tensor& x, const Entry& entry, const std::optional<at::Tensor>& bias) {
+  const int64_t K = entry.layout[1], cols = entry.cols.col1 - entry.cols.col0;
+  TORCH_CHECK(x.dim() >= 1 && x.size(-1) == K, op, ": x has ", x.dim() ? x.size(-1) : 0,
+              " values a row, the weight has ", K, " in-features");
+  check_bias(op, bias, cols);
+  std::vector<float> b;
+  if (bias.has_value()) append_bias(b, *bias);
+  return product(x, entry.packed, entry.cols, b);
 }
 }  // namespace
 
-// F.linear(x, weight, bias), answered from weight's registered packed copy where one serves, else by torch's F.linear
+// F.linear(x, weight, bias), answered from weight's registered packed copy where one serves (only the panels of its
+// columns computed), else by torch's F.linear
 at::Tensor routed(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+  constexpr const char* op = "mars_rows.routed";
+  check_cpu(op, "x", x);
+  check_cpu(op, "the weight", weight);
+  if (bias.has_value()) check_cpu(op, "bias", *bias);
   const auto entry = serving(x, weight);
-  if (!entry) return at::linear(x, weight, bias);
-  if (entry->col0 == 0 && entry->col1 == entry->n) return linear(x, entry->packed, entry->n, bias);
-  if (last.packed != entry->packed.data_ptr() || !last.x.is_same(x))
-    last = Product{x, linear(x, entry->packed, entry->n, entry->bias), entry->packed.data_ptr()};
-  return last.y.narrow(-1, entry->col0, entry->col1 - entry->col0).contiguous();
+  return entry ? served(op, x, *entry, bias) : at::linear(x, weight, bias);
 }
 
 // F.linear(x, weights[i], biases[i]) for every i, side by side ([..., sum of their columns]): one call of the kernel
-// where the weights are, in this order, the columns of one packed matrix (siblings fused by runtime/linear.py), else
-// one routed call each. The compiled graph reads each sibling's columns as a view (no copy, no call of its own).
+// where the weights are, in this order, the columns of one packed matrix (siblings fused by runtime/linear.py) and
+// the biases all given (concatenated, in order) or all none, else one routed call each. The compiled graph reads each
+// sibling's columns as a view (no copy, no call of its own).
 at::Tensor routed_siblings(const at::Tensor& x, at::TensorList weights,
                            const c10::List<std::optional<at::Tensor>>& biases) {
-  TORCH_CHECK(!weights.empty() && weights.size() == biases.size(), "mars_rows.routed_siblings: a bias a weight");
+  constexpr const char* op = "mars_rows.routed_siblings";
+  TORCH_CHECK(!weights.empty(), op, ": no weights");
+  TORCH_CHECK(weights.size() == biases.size(), op, ": ", weights.size(), " weights and ", biases.size(),
+              " biases, it needs one bias (or None) a weight");
+  check_cpu(op, "x", x);
+  TORCH_CHECK(x.dim() >= 1, op, ": x has no dimensions, it needs [..., K]");
+  size_t given = 0;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const auto name = c10::str("weights[", i, "]");
+    check_cpu(op, name.c_str(), weights[i]);
+    TORCH_CHECK(weights[i].dim() == 2 && weights[i].size(1) == x.size(-1), op, ": ", name, " has shape ",
+                weights[i].sizes(), ", it needs [N, ", x.size(-1), "] (x has ", x.size(-1), " values a row)");
+    const std::optional<at::Tensor> bias = biases.get(i);
+    if (bias.has_value()) {
+      check_cpu(op, c10::str("biases[", i, "]").c_str(), *bias);
+      ++given;
+    }
+  }
   std::optional<Entry> first = serving(x, weights[0]);
-  bool whole = first && first->col0 == 0;
+  bool whole = first && first->cols.col0 == 0 && (given == 0 || given == weights.size());
   int64_t col = 0;
   for (size_t i = 0; whole && i < weights.size(); ++i) {
     const auto entry = i == 0 ? first : serving(x, weights[i]);
-    whole = entry && entry->packed.data_ptr() == first->packed.data_ptr() && entry->col0 == col;
-    if (whole) col = entry->col1;
+    whole = entry && entry->packed.is_same(first->packed) && entry->cols.n == first->cols.n &&
+            entry->cols.col0 == col;
+    if (whole) col = entry->cols.col1;
   }
-  if (whole && col == first->n) return linear(x, first->packed, first->n, first->bias);
+  if (whole && col == first->cols.n) {
+    std::vector<float> b;  // the call's biases in fp32, in order (all none: none)
+    for (size_t i = 0; given && i < weights.size(); ++i) {
+      const std::optional<at::Tensor> bias = biases.get(i);
+      check_bias(op, bias, weights[i].size(0));
+      append_bias(b, *bias);
+    }
+    return product(x, first->packed, Columns{col, 0, col}, b);
+  }
   std::vector<at::Tensor> parts;
   for (size_t i = 0; i < weights.size(); ++i) parts.push_back(routed(x, weights[i], biases.get(i)));
   return at::cat(parts, -1);
@@ -499,11 +628,14 @@ TORCH_LIBRARY(mars_rows, m) {
   m.def("pack(Tensor w) -> Tensor");
   m.def("linear(Tensor x, Tensor packed, int n, Tensor? bias) -> Tensor");
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor mask, float scale) -> Tensor");
-  m.def("register(Tensor weight, Tensor packed, int n, Tensor? bias, int col0, int col1) -> ()");
+  m.def("register(Tensor weight, Tensor packed, int n, int col0, int col1) -> ()");
   m.def("routed(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
   m.def("routed_siblings(Tensor x, Tensor[] weights, Tensor?[] biases) -> Tensor");
 }
-TORCH_LIBRARY_IMPL(mars_rows, CPU, m) {
+// Every tensor op's kernel takes tensors of any device (CompositeExplicitAutograd), so that one on another device is
+// refused by the op's checks, not by the dispatcher; rows.py's fakes stand for routed, routed_siblings and attention
+// on meta tensors (a compiled graph's tracing), and refuse real meta tensors the same way.
+TORCH_LIBRARY_IMPL(mars_rows, CompositeExplicitAutograd, m) {
   m.impl("pack", pack);
   m.impl("linear", linear);
   m.impl("attention", attention);

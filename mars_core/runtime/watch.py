@@ -1,0 +1,149 @@
+"""What the runtime keeps beside a model (packed copies of its linear weights, a compiled graph built for its
+parameters' shapes) kept true to the model as it is now, checked at the start of every decode.
+
+A write in place can pass every signal torch gives: `w.data.neg_()` or peft's merge (`weight.data += delta`) moves no
+version counter and keeps the storage. So refresh() reads what the runtime holds copies of, once per decode
+(decoding/feed.py), before its first forward: a 64-bit xxh3 digest of each packed weight's bytes against the one taken
+when it was packed (one pass over those weights; its cost by machine: docs/speed.md#what-the-runtime-keeps-is-checked).
+A weight changed by any route (`.data`, `copy_`, a peft merge, an optimizer step, `load_state_dict`) is packed anew,
+its siblings with it; a layer swapped in is packed, one gone is dropped. Within a decode, a write that moves the
+version counter or the storage (an optimizer step, `copy_`, `.data = ...`) is served by torch's own kernel from the
+next forward (linear.LinearKernels.serves); biases are always read from the model (never copied).
+
+A model whose make changed (make_of: modules swapped, parameters resized, another dtype, device or mode) no longer
+runs the compiled graph, which was built for the old one: the decode runs uncompiled, and the width check, taken on the
+old make, no longer speaks for it (Runtime.guarantee says so) until the model is prepared again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import warnings
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+import xxhash
+
+from .linear import linear_groups, pack_linears, packing_pays, register_rows, version
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+
+
+Make = tuple  # make_of's answer: compared with ==, hashed by make_key
+
+
+@dataclass
+class Watch:
+    """What a prepared runtime's copies were made from: the model's make and each packed weight's digest."""
+
+    make: Make | None = None  # make_of(model) when prepared (None: nothing to watch, as for a plain Runtime())
+    digests: dict[int, int] = field(default_factory=dict)  # id(weight) -> digest() of its bytes when packed
+    packs: bool = False  # the runtime packs linear layers (prepare(pack=True) on a CPU where packing pays)
+    changed: str | None = None  # why the width check no longer speaks for the model (None: it does)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+
+def digest(w: torch.Tensor) -> int:
+    """A 64-bit xxh3 of a CPU tensor's bytes: any change of any value changes it (but for a 2^-64 chance)."""
+    data = w.detach()
+    if not data.is_contiguous():
+        data = data.contiguous()
+    return xxhash.xxh3_64_intdigest(data.view(torch.uint8).reshape(-1).numpy())
+
+
+def make_of(model: torch.nn.Module) -> Make:
+    """What a forward traced through the model takes from the model itself, beyond its weights' values: its modules'
+    classes, hooks and own forwards, their plain attributes (train or eval mode, an epsilon, peft's merged adapters:
+    a traced forward takes them as constants), its parameters' and buffers' names, shapes, strides, dtypes and
+    devices, and its config (the checkpoint's name aside) with its attention. A few ms for a 135M model: refresh
+    takes it before every decode."""
+    config = {k: v for k, v in model.config.to_dict().items() if k not in ("_name_or_path", "transformers_version",
+                                                                          "architectures", "_commit_hash")}
+    config["attn"] = getattr(model.config, "_attn_implementation", None)  # to_dict() leaves it out
+    tensors = tuple((n, t.shape, t.stride(), t.dtype, t.device)
+                    for n, t in (*model.named_parameters(), *model.named_buffers()))
+    modules = tuple((n, type(m), "forward" in m.__dict__, bool(m._forward_hooks or m._forward_pre_hooks),
+                     _plain_attributes(m)) for n, m in model.named_modules())
+    return repr(sorted(config.items())), tensors, modules
+
+
+def make_key(make: Make) -> str:
+    """A make as a short string (a dict key that outlives no process: types are named by repr)."""
+    return hashlib.sha256(repr(make).encode()).hexdigest()
+
+
+_SCALARS = frozenset((bool, int, float, str, type(None)))
+
+
+def _plain_attributes(module: torch.nn.Module) -> tuple:
+    """A module's attributes of plain values (numbers, strings, flags, and lists, tuples or dicts of them), by name."""
+    return tuple((k, v) for k, v in module.__dict__.items() if _plain(v))
+
+
+def _plain(value: object) -> bool:
+    kind = type(value)
+    if kind in _SCALARS:
+        return True
+    if kind is list or kind is tuple:
+        return all(type(v) in _SCALARS for v in value)
+    if kind is dict:
+        return all(type(k) is str and type(v) in _SCALARS for k, v in value.items())
+    return False
+
+
+def stamp(model: torch.nn.Module, runtime: Runtime) -> None:
+    """Take down what runtime's copies of model were made from (prepare() calls it once it has packed)."""
+    watch = runtime.watch
+    with watch.lock:
+        watch.make = make_of(model)
+        watch.packs = bool(runtime.linears)
+        watch.digests = {key: digest(e.weight) for key, e in runtime.linears.items()}
+
+
+def refresh(model: torch.nn.Module, runtime: Runtime) -> None:
+    """Before a decode: every packed copy answers as the model's weights are now (a changed weight packed anew, a new
+    layer packed, a gone one dropped), and a model whose make changed is served uncompiled and said to be unchecked
+    (the module's docstring)."""
+    watch = runtime.watch
+    if watch.make is None or not isinstance(model, torch.nn.Module):
+        return
+    with watch.lock:
+        make = make_of(model)
+        if runtime.compiled is not None:
+            runtime.compiled.serves = make == runtime.compiled.make
+        if make != watch.make and watch.changed is None:
+            warnings.warn("the model changed since it was prepared (its modules, or its parameters' shapes, dtypes or "
+                          "devices): it is served uncompiled and its width check no longer applies; prepare it again",
+                          stacklevel=2)
+        watch.changed = None if make == watch.make else "the model changed since it was prepared"
+        if watch.packs:
+            _repack(model, runtime)
+
+
+def _repack(model: torch.nn.Module, runtime: Runtime) -> None:
+    """Pack anew the layers whose weight changed since packed (a sibling's change repacks its group), pack new ones,
+    drop those the model no longer has; the rows kernel's registry follows."""
+    linears, digests = runtime.linears, runtime.watch.digests
+    weights = {id(lin.weight): lin.weight for layers in linear_groups(model) for lin in layers} if packing_pays(
+        model) else {}
+    stale = {key for key, w in weights.items() if _changed(linears.get(key), w, digests.get(key))}
+    gone = [key for key in linears if key not in weights]
+    if not stale and not gone:
+        return
+    fresh = pack_linears(model, only=stale) if stale else {}
+    linears.update(fresh)
+    for key in gone:
+        linears.pop(key, None)
+        digests.pop(key, None)
+    digests.update({key: digest(e.weight) for key, e in fresh.items()})
+    register_rows(fresh)
+
+
+def _changed(entry, w: torch.Tensor, kept: int | None) -> bool:
+    """Whether w's packed copy (entry) no longer answers for it: none, another tensor or storage, its version moved,
+    or its bytes differ from those it was packed from."""
+    return (entry is None or entry.weight is not w or entry.ptr != w.data_ptr() or entry.version != version(w)
+            or kept != digest(w))
