@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -29,7 +30,19 @@ from .curve import CostCurve
 from .linear import CHUNK_ROWS, ONEDNN, ROWS, LinearKernels, PackedLinears
 from .rows import build_id, flavor
 from .slots import KEY_ROUND
-from .watch import Watch
+
+Make = tuple  # make_of's answer: compared with ==, hashed by make_key
+
+
+@dataclass
+class Watch:
+    """What a prepared runtime's copies were made from: the model's make and each packed weight's digest."""
+
+    make: Make | None = None  # watch.make_of(model) when prepared (None: nothing to watch, as for a plain Runtime())
+    digests: dict[int, int] = field(default_factory=dict)  # id(weight) -> watch.digest() of its bytes when packed
+    packs: bool = False  # the runtime packs linear layers (prepare(pack=True) on a CPU where packing pays)
+    changed: str | None = None  # why the width check no longer speaks for the model (None: it does)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 
 @dataclass(frozen=True)

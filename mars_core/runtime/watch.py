@@ -18,32 +18,13 @@ old make, no longer speaks for it (Runtime.guarantee says so) until the model is
 from __future__ import annotations
 
 import hashlib
-import threading
 import warnings
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 import xxhash
 
 from .linear import linear_groups, pack_linears, packing_pays, register_rows, version
-
-if TYPE_CHECKING:
-    from .runtime import Runtime
-
-
-Make = tuple  # make_of's answer: compared with ==, hashed by make_key
-
-
-@dataclass
-class Watch:
-    """What a prepared runtime's copies were made from: the model's make and each packed weight's digest."""
-
-    make: Make | None = None  # make_of(model) when prepared (None: nothing to watch, as for a plain Runtime())
-    digests: dict[int, int] = field(default_factory=dict)  # id(weight) -> digest() of its bytes when packed
-    packs: bool = False  # the runtime packs linear layers (prepare(pack=True) on a CPU where packing pays)
-    changed: str | None = None  # why the width check no longer speaks for the model (None: it does)
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+from .runtime import Make, Runtime
 
 
 def digest(w: torch.Tensor) -> int:

@@ -135,7 +135,8 @@ def test_the_small_print_says_when_linear_layers_run_on_our_rows_kernel(monkeypa
     monkeypatch.setattr(models.rows, "flavor", lambda: flavor)
     weight = torch.zeros(2, 2)
     for kernel, said in ((ROWS, True), (ONEDNN, False)):
-        runtime = Runtime(linears={id(weight): Packed(weight, weight, 0, kernel=kernel)}, forward_note="compiled (x)")
+        runtime = Runtime(linears={id(weight): Packed(weight, weight, 0, weight.data_ptr(), kernel=kernel)},
+                          forward_note="compiled (x)")
         monkeypatch.setitem(models.RUNTIMES, "kernel-note", runtime)
         note = models.forward_note("kernel-note")
         assert note.startswith("compiled (x)") and (f"our {name} kernel" in note) == said, note
