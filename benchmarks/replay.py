@@ -2,7 +2,7 @@
 process, one compiled runtime, the same prompts, the two alternated prompt by prompt in turned order over passes, and
 every answer compared (replayed and through dynamo, one-token and verified: all four must agree token for token).
 
-    python benchmarks/replay.py [--splits heldout] [--limit 18] [--max-new-tokens 64] [--passes 2] [--json out.json]
+    python benchmarks/replay.py [--splits heldout] [--limit 18] [--max-new-tokens 64] [--passes 5] [--json out.json]
 
 Also the forward alone: a batch-1 forward of 1 and of 8 new tokens after 128 of context (the head over its rows
 included, as mars-bench's weight_stream times it), the two ways alternated, medians of rounds.
@@ -32,6 +32,7 @@ WAYS = ("replay", "dynamo")
 def decoding(model, tokenizer, runtime, prompts: list[str], max_new: int, passes: int) -> dict:
     """Tokens per second of one-token and verified decoding each way, and on how many prompts all four agree."""
     totals = {(s, w): [0.0, 0, 0] for s in ("ar", "verified") for w in WAYS}
+    rounds = {(s, w): [0.0] * passes for s in ("ar", "verified") for w in WAYS}  # seconds by pass: the spread
     agree = 0
     for p in range(passes):
         for i, prompt in enumerate(prompts):
@@ -44,6 +45,7 @@ def decoding(model, tokenizer, runtime, prompts: list[str], max_new: int, passes
                                    runtime=runtime, **({"threshold": 0.3} if strategy == "verified" else {}))
                     t = totals[(strategy, way)]
                     t[0] += time.perf_counter() - began
+                    rounds[(strategy, way)][p] += time.perf_counter() - began
                     t[1], t[2] = t[1] + out.generated_tokens, t[2] + out.forwards
                     answers.add(tuple(out.token_ids[0]))
             agree += len(answers) == 1
@@ -54,7 +56,11 @@ def decoding(model, tokenizer, runtime, prompts: list[str], max_new: int, passes
                                                    rows["ar_dynamo"]["tokens_per_second"], 3),
             "verified_replay_over_dynamo": round(rows["verified_replay"]["tokens_per_second"] /
                                                  rows["verified_dynamo"]["tokens_per_second"], 3),
-            "prompts_all_four_agree": agree, "prompts": len(prompts) * passes}
+            "prompts_all_four_agree": agree, "prompts": len(prompts) * passes,
+            # each pass's replay-over-dynamo speed (the same tokens each way: the inverse ratio of seconds)
+            **{f"{s}_replay_over_dynamo_by_pass": [round(d / r, 3) for r, d in zip(rounds[(s, "replay")],
+                                                                                    rounds[(s, "dynamo")])]
+               for s in ("ar", "verified")}}
 
 
 def forwards(model, tokenizer, runtime, rounds: int = 5) -> dict:
@@ -77,7 +83,7 @@ def main() -> None:
     p.add_argument("--splits", default="heldout")
     p.add_argument("--limit", type=int, default=18)
     p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--passes", type=int, default=2)
+    p.add_argument("--passes", type=int, default=5)
     p.add_argument("--json", default=None)
     args = p.parse_args()
     model, tokenizer = load(None)
