@@ -29,7 +29,6 @@ import torch
 
 from .forward import symbolic_sizes
 from .linear import ROWS, register_rows
-from .replay import Replay, replay_of
 from .runtime import Runtime
 from .timing import cache_root
 from .watch import make_key, make_of
@@ -82,8 +81,8 @@ def _inductor_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     thread: a decoding forward's loops are a few rows each, and an OpenMP region a loop (several a layer) cost more
     to open and join than the work they split (docs/speed.md#loops-of-one-thread-and-attention-16-keys-at-a-time).
     The runtime's kernels keep every thread. Its code checks no buffer's sizes and strides as it runs (one Python call
-    each, hundreds a forward): dynamo's guards (or, replayed, replay.py) check the inputs', watch.refresh the model's
-    make (watch.make_of), and our ops return contiguous tensors of the shapes their fakes say
+    each, hundreds a forward): dynamo's guards check the inputs', watch.refresh the model's make (watch.make_of),
+    and our ops return contiguous tensors of the shapes their fakes say
     (docs/speed.md#fewer-calls-around-the-kernels-verified-at-303-generate)."""
     from torch._inductor import config
     from torch._inductor.compile_fx import compile_fx
@@ -162,84 +161,38 @@ def _backend(runtime: Runtime, model: torch.nn.Module) -> Callable:
     attention = ours and runtime.rows
     key = (ours, attention, make_key(make_of(model)))
     build = (lambda gm, inputs: _rows_graph(gm, inputs, attention)) if ours else _inductor_graph
-    return _BACKENDS.setdefault(key, _Backend(key, build))
+    return _BACKENDS.setdefault(key, _Backend(build))
 
 
 class _Backend:
-    """The backend of one kind and make: builds each graph dynamo hands it and keeps that graph's replay (replay.py)
-    under its key. A second graph of one key in one frame (dynamo recompiled it for other inputs) means dynamo must
-    choose between them: that key is not replayed again until its frame starts over (its first graph: a new frame, or
-    one after torch._dynamo.reset()). A graph built outside a compile dynamo names is never replayed."""
+    """One kind and make's backend (the compile it wraps): an object of its own per make, since dynamo keeps a graph
+    per code object and backend object, and the graphs keep no guards on the model's modules."""
 
-    def __init__(self, key: tuple, build: Callable) -> None:
-        self.key, self.build = key, build  # the kind and make; the compile it wraps (_rows_graph or _inductor_graph)
+    def __init__(self, build: Callable) -> None:
+        self.build = build
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
-        from torch._guards import CompileContext
-
-        graph = self.build(gm, example_inputs)
-        compile_id = CompileContext.current_compile_id()
-        if compile_id is None:
-            _REPLAYS[self.key] = None
-            return graph
-        if compile_id.frame_compile_id == 0:
-            _FRAME_KEYS[compile_id.frame_id] = set()
-        seen = _FRAME_KEYS.setdefault(compile_id.frame_id, set())
-        _REPLAYS[self.key] = None if self.key in seen else replay_of(gm, graph)
-        seen.add(self.key)
-        return graph
+        return self.build(gm, example_inputs)
 
 
 _BACKENDS: dict[tuple, _Backend] = {}  # by kind and model make
-_REPLAYS: dict[tuple, Replay | None] = {}  # each backend's last graph, replayed (None: not, dynamo chooses)
-_FRAME_KEYS: dict[int, set[tuple]] = {}  # the keys each compiled frame built a graph for since it started over
 
 
 class CompiledDecoder:
-    """The model's decoder under torch.compile, its graph replayed without dynamo once built (replay.py): its first
-    call goes through dynamo (which traces, compiles or finds the graph, and the backend keeps its replay), and a
-    replay not yet checked is run beside it and kept only if its answer is dynamo's, bit for bit; later calls call
-    the graph directly, unless its make's replay is off (a second graph) or a call brings inputs of other kinds than
-    traced (that call is dynamo's). replaying = False: every call through dynamo, as before (for A/B measurements)."""
+    """The model's decoder under torch.compile, for the make it was compiled for (watch.refresh turns it off for a
+    model whose make changed: `serves`)."""
 
-    def __init__(self, compiled: Callable, key: tuple, make: tuple | None = None) -> None:
+    def __init__(self, compiled: Callable, make: tuple | None = None) -> None:
         self.compiled = compiled  # torch.compile of the decoder's forward
-        self.key = key  # its backend's key: whose replay serves it
         self.make = make  # the model's make it was compiled for (watch.make_of)
         self.serves = True  # the model's make is still that one (watch.refresh says, before every decode)
-        self.replaying = True
-        self.primed = False  # dynamo has run it once (so a graph of its own, after a reset, is the one replayed)
 
     def __call__(self, decoder: torch.nn.Module, **kwargs) -> torch.Tensor:
         """The decoder's last hidden states for these keyword inputs (those of runtime/forward.py's one forward)."""
-        replay = _REPLAYS.get(self.key) if self.replaying and self.primed else None
-        # the compiled frame's locals, however transformers wraps its forward: f(self, **kw) or f(*args, **kw)
-        frame = {"self": decoder, "args": (decoder,), "kwargs": kwargs, **kwargs}
-        if replay is not None and replay.checked:
-            out = replay(frame)
-            if out is not None:
-                return out[0]
         for name in ("input_ids", "position_ids"):  # no guard on their strides (width 1 would specialise)
             torch._dynamo.decorators.mark_unbacked(kwargs[name], 1)
         with symbolic_sizes():
-            hidden = self.compiled(**kwargs).last_hidden_state
-        self.primed = True
-        replay = _REPLAYS.get(self.key) if self.replaying else None  # the graph dynamo just ran, if it built one
-        if replay is not None and not replay.checked:
-            self._check(replay, frame, hidden)
-        return hidden
-
-    def _check(self, replay: Replay, frame: dict, hidden: torch.Tensor) -> None:
-        """Keep the replay if it answers this call as dynamo did (the same forward again: it writes the same keys and
-        values to the same slots), else never replay this make (unless another thread already replaced it). Inside a
-        CUDA graph's capture nothing is decided (comparing would read the device): a later call outside one does."""
-        if hidden.is_cuda and torch.cuda.is_current_stream_capturing():
-            return
-        out = replay(frame)
-        if out is not None and isinstance(out[0], torch.Tensor) and torch.equal(out[0], hidden):
-            replay.checked = True
-        elif _REPLAYS.get(self.key) is replay:
-            _REPLAYS[self.key] = None
+            return self.compiled(**kwargs).last_hidden_state
 
 
 def compile_runtime(model: torch.nn.Module, runtime: Runtime, cache_dir: str | Path | None = None,
@@ -266,9 +219,9 @@ def compile_runtime(model: torch.nn.Module, runtime: Runtime, cache_dir: str | P
         # no guards on the model's modules (their attributes and weights): the backend is the model's make (_backend),
         # and watch.refresh turns the graph off for a model whose make changed
         guards = {"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe}
-        backend = _backend(runtime, model)
-        decoder = torch.compile(model.get_decoder().forward, dynamic=True, backend=backend, options=guards)
-        compiled = replace(runtime, compiled=CompiledDecoder(decoder, backend.key, make_of(model)), width_check=None,
+        decoder = torch.compile(model.get_decoder().forward, dynamic=True, backend=_backend(runtime, model),
+                                options=guards)
+        compiled = replace(runtime, compiled=CompiledDecoder(decoder, make_of(model)), width_check=None,
                            cost=None, forward_note="compiled")
         path = folder / f"inductor-{compiled.key(model)}.bin"
         misses = _cache_misses()

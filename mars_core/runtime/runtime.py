@@ -42,6 +42,8 @@ class Watch:
     digests: dict[int, int] = field(default_factory=dict)  # id(weight) -> watch.digest() of its bytes when packed
     packs: bool = False  # the runtime packs linear layers (prepare(pack=True) on a CPU where packing pays)
     changed: str | None = None  # why the width check no longer speaks for the model (None: it does)
+    groups: list = field(default_factory=list, repr=False)  # linear.linear_groups(model) for the make `grouped`
+    grouped: Make | None = None  # the make those groups were found in (another make: found again)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 

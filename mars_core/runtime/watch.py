@@ -101,6 +101,8 @@ def refresh(model: torch.nn.Module, runtime: Runtime) -> None:
                           stacklevel=2)
         watch.changed = None if make == watch.make else "the model changed since it was prepared"
         if watch.packs:
+            if make != watch.grouped:  # the layers as pack_linears groups them, found once a make
+                watch.groups, watch.grouped = linear_groups(model) if packing_pays(model) else [], make
             _repack(model, runtime)
 
 
@@ -108,8 +110,7 @@ def _repack(model: torch.nn.Module, runtime: Runtime) -> None:
     """Pack anew the layers whose weight changed since packed (a sibling's change repacks its group), pack new ones,
     drop those the model no longer has; the rows kernel's registry follows."""
     linears, digests = runtime.linears, runtime.watch.digests
-    weights = {id(lin.weight): lin.weight for layers in linear_groups(model) for lin in layers} if packing_pays(
-        model) else {}
+    weights = {id(lin.weight): lin.weight for layers in runtime.watch.groups for lin in layers}
     stale = {key for key, w in weights.items() if _changed(linears.get(key), w, digests.get(key))}
     gone = [key for key in linears if key not in weights]
     if not stale and not gone:

@@ -56,59 +56,6 @@ def test_the_compiled_forward_passes_its_width_check_and_keeps_the_guarantees(co
     assert uncompiled.token_ids == ar.token_ids
 
 
-def test_after_its_first_call_the_forward_is_replayed_without_dynamo(compiled, tokenizer):
-    """The compiled forward's graph is called directly once built (runtime/replay.py): after a compiled decoder's
-    first call no decoding forward reaches dynamo, and each forward's hidden states are the ones the graph gives
-    through dynamo, bit for bit."""
-    from dataclasses import replace
-
-    from mars_core.runtime import compiled as compiled_module
-    from mars_core.runtime.forward import feed, new_cache, visible
-
-    model, _, runtime, _ = compiled
-    assert compiled_module._REPLAYS[runtime.compiled.key].checked
-    calls = []
-    dynamo = runtime.compiled.compiled
-    decoder = compiled_module.CompiledDecoder(lambda **kw: calls.append(1) or dynamo(**kw), runtime.compiled.key,
-                                              runtime.compiled.make)
-    counted = replace(runtime, compiled=decoder)
-    generate(model, tokenizer, PROMPTS[0], strategy="ar", max_new_tokens=2, runtime=counted)
-    assert len(calls) == 1  # the first call primes it, through dynamo
-    verified = generate(model, tokenizer, PROMPTS, strategy="verified", block_size=4, max_new_tokens=12,
-                        runtime=counted)
-    assert len(calls) == 1 and verified.forwards > 1
-
-    def forward() -> torch.Tensor:
-        ids = torch.tensor([[5, 9, 2, 7, 3]])
-        fed = torch.ones_like(ids, dtype=torch.bool)
-        with new_cache(model, 1, 16) as cache:
-            seen = visible(torch.ones(5, 5, dtype=torch.bool).tril(), fed)
-            return feed(model, cache, ids, torch.arange(5)[None], seen, fed, runtime=counted)
-
-    replayed = forward()
-    decoder.replaying = False  # every call through dynamo
-    assert torch.equal(forward(), replayed) and len(calls) == 2
-
-
-def test_a_replay_serves_only_once_its_answer_is_dynamos():
-    """A replay not yet checked runs beside dynamo's call and is kept only if it answers it bit for bit; one that
-    answers otherwise is dropped, and its make is served by dynamo."""
-    from types import SimpleNamespace
-
-    from mars_core.runtime import compiled as compiled_module
-    from mars_core.runtime.replay import Replay
-
-    inputs = {"input_ids": torch.zeros(1, 2, dtype=torch.long), "position_ids": torch.zeros(1, 2, dtype=torch.long)}
-    dynamo = SimpleNamespace(last_hidden_state=torch.ones(1, 2, 3))
-    for key, answer in ((("check", "same"), torch.ones(1, 2, 3)), (("check", "other"), torch.zeros(1, 2, 3))):
-        replay = Replay(graph=lambda: (answer,), read=lambda L: [], checks=())
-        compiled_module._REPLAYS[key] = replay
-        decoder = compiled_module.CompiledDecoder(lambda **kw: dynamo, key)
-        assert torch.equal(decoder(torch.nn.Linear(1, 1), **inputs), dynamo.last_hidden_state)
-        kept = torch.equal(answer, dynamo.last_hidden_state)
-        assert replay.checked == kept and (compiled_module._REPLAYS[key] is replay) == kept
-
-
 def test_a_compile_in_another_thread_changes_nothing_here(compiled, tokenizer, monkeypatch):
     """torch.compiler.is_compiling() is one flag for the process: while another thread compiles (the app compiles
     its models in the background while it serves), this thread's forwards, compiled or not, and a training step,
