@@ -1,10 +1,13 @@
 """What keeping the runtime true to the model costs, and what it holds: the embedded model in load()'s dtype.
 
-    python benchmarks/runtime_watch.py [--threads 4] [--prompt-tokens 1000] [--dtype auto] [--json out.json]
+    python benchmarks/runtime_watch.py [--threads 4] [--prompt-tokens 1000] [--dtype auto] [--passes 3]
+                                       [--json out.json]
 
 - The check before every decode (runtime/watch.py: refresh): its seconds (median of 30, the model unchanged), split
   into reading the packed weights (their digests) and the model's make, against one verified decode of a held-out
   prompt (64 new tokens) and that decode's forwards.
+- The check's share of verified decoding, compiled: 18 held-out prompts x 64 tokens, with the check and without it
+  (the decoders' refresh made a no-op), alternated prompt by prompt over passes in one process.
 - Memory held after the calls return: four threads decode under one prepared runtime, as Gradio's workers do, first a
   short prompt each (before), then a ~1,000-token prompt each (after, once the threads are done and `gc` ran): the
   process's resident memory (RSS) before and after, eager and compiled. What a long prompt leaves held is what no one
@@ -91,12 +94,42 @@ def check_seconds(model, tokenizer, runtime, prompt: str) -> dict:
             "decode_ms": round(median(decode, 5) * 1e3, 1), "decode_forwards": forwards}
 
 
+def check_share(model, tokenizer, runtime, prompts: list[str], passes: int = 2) -> dict:
+    """Verified decoding with the check before each decode and without it (refresh made a no-op), alternated prompt by
+    prompt in turned order over passes, one process: tokens per second each way and their ratio, by pass."""
+    from mars_core.decoding import feed
+
+    checked = feed.refresh
+    seconds = {way: [0.0] * passes for way in ("checked", "unchecked")}
+    tokens = 0
+    try:
+        for p in range(passes):
+            for i, prompt in enumerate(prompts):
+                for way in ("checked", "unchecked") if (i + p) % 2 == 0 else ("unchecked", "checked"):
+                    feed.refresh = checked if way == "checked" else (lambda model, runtime: None)
+                    began = time.perf_counter()
+                    out = generate(model, tokenizer, prompt, strategy="verified", block_size=4, max_new_tokens=64,
+                                   runtime=runtime)
+                    seconds[way][p] += time.perf_counter() - began
+                    tokens += out.generated_tokens if way == "checked" else 0
+    finally:
+        feed.refresh = checked
+    by_pass = [round(c / u, 3) for c, u in zip(seconds["checked"], seconds["unchecked"])]
+    total = {way: sum(v) for way, v in seconds.items()}
+    return {"prompts": len(prompts), "passes": passes, "tokens_per_pass": tokens // passes,
+            "checked_tokens_per_second": round(tokens / total["checked"], 1),
+            "unchecked_tokens_per_second": round(tokens / total["unchecked"], 1),
+            "checked_over_unchecked_time": round(total["checked"] / total["unchecked"], 3),
+            "checked_over_unchecked_time_by_pass": by_pass}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--prompt-tokens", type=int, default=1000, help="the long prompt's length in tokens (about)")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--no-compile", action="store_true", help="eager only")
+    parser.add_argument("--passes", type=int, default=3, help="passes of the check-on/off comparison (18 prompts)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     model, tokenizer = load(dtype=args.dtype)
@@ -121,6 +154,9 @@ def main(argv: list[str] | None = None) -> None:
         if compiled.compiled is not None:
             report["check_compiled"] = check_seconds(model, tokenizer, compiled, prompt)
             print("check, compiled:", report["check_compiled"], flush=True)
+            prompts = [r["prompt"] for r in load_split("heldout", 18)]
+            report["check_share_compiled"] = check_share(model, tokenizer, compiled, prompts, args.passes)
+            print("check's share of verified decoding, compiled:", report["check_share_compiled"], flush=True)
             report["compiled"] = held(model, tokenizer, compiled, args.threads, long_prompt)
             print("compiled:", report["compiled"], flush=True)
         else:

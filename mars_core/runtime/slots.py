@@ -184,9 +184,10 @@ def borrowed(model: torch.nn.Module, batch: int, slots: int) -> Iterator[SlotCac
         yield cache
     finally:
         with _FREE_LOCK:
-            _FREE.append((weakref.ref(model), batch, slots, cache))
+            if cache.bytes <= KEEP_BYTES:  # a cache over the bound alone is never kept
+                _FREE.append((weakref.ref(model), batch, slots, cache))
             del _FREE[:-KEEP]
-            while _FREE and sum(kept.bytes for *_, kept in _FREE) > KEEP_BYTES:
+            while sum(kept.bytes for *_, kept in _FREE) > KEEP_BYTES:  # then the oldest go first
                 del _FREE[0]
         if cache.bytes > TRIM_BYTES:
             del cache

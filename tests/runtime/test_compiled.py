@@ -166,6 +166,22 @@ def test_inductors_own_cache_is_kept_beside_ours_unless_chosen(monkeypatch, tmp_
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "mine")
 
 
+@pytest.mark.parametrize("step", ["_backend", "_load_artifacts", "_inductor_cache_beside_ours"])
+def test_whatever_fails_while_compiling_it_serves_uncompiled_and_says_why(tokenizer, monkeypatch, tmp_path, step):
+    """compile_runtime never raises: a step before the compile itself failing (the backend's make, the kept
+    artifacts, inductor's cache folder) leaves the runtime uncompiled, its note naming the error."""
+    from mars_core.runtime import compiled as compiled_module
+
+    def fail(*args, **kwargs):
+        raise RuntimeError(f"{step} broke")
+
+    model = tiny_llama(len(tokenizer), attn_implementation=ATTENTION)
+    runtime = prepare(model, cache_dir=tmp_path, measure_cost=False, check=False)
+    monkeypatch.setattr(compiled_module, step, fail)
+    out = compile_runtime(model, runtime, tmp_path)
+    assert out.compiled is None and out.forward_note == f"uncompiled: compiling failed (RuntimeError: {step} broke)"
+
+
 def test_without_a_compiler_it_serves_uncompiled_and_says_why(tokenizer, monkeypatch, tmp_path):
     model = tiny_llama(len(tokenizer), attn_implementation=ATTENTION)
     runtime = prepare(model, cache_dir=tmp_path, measure_cost=False, check=False)

@@ -76,6 +76,32 @@ def test_borrowed_reuses_a_free_cache_of_the_same_model_and_shape_reset(pool):
     assert len(pool) == slots.KEEP  # the oldest free caches went
 
 
+def test_free_caches_are_kept_up_to_a_bound_in_bytes_and_a_long_decode_gives_memory_back(pool, monkeypatch):
+    """A cache is kept for the next decode only while the free ones hold at most KEEP_BYTES together (a long prompt's
+    is freed when its decode ends), and a decode whose cache is over TRIM_BYTES gives freed memory back."""
+    model = tiny_llama(64)
+    trims = []
+    monkeypatch.setattr(slots, "give_back_memory", lambda: trims.append(1))
+    with borrowed(model, 1, 32) as small:
+        pass
+    assert [c for *_, c in pool] == [small] and not trims
+    monkeypatch.setattr(slots, "KEEP_BYTES", small.bytes * 3 // 2)  # room for the small one, not for a long one
+    monkeypatch.setattr(slots, "TRIM_BYTES", small.bytes)
+    with borrowed(model, 1, 64) as long:
+        assert long.bytes > small.bytes
+    assert [c for *_, c in pool] == [small] and trims == [1]  # over the bound: not kept, memory given back
+
+
+def test_a_free_cache_of_another_dtype_is_not_reused(pool):
+    """A model moved to another dtype after a decode gets a cache in its new dtype (the free one no longer fits)."""
+    model = tiny_llama(64)
+    with borrowed(model, 1, 32) as before:
+        pass
+    model.to(torch.bfloat16)
+    with borrowed(model, 1, 32) as after:
+        assert after is not before and after.kv.layers[0].keys.dtype == torch.bfloat16
+
+
 def test_a_row_reads_its_slot_rounded_up_and_rows_share_calls_by_sample_or_by_column():
     cache = SlotCache(tiny_llama(64), 2, 4 * KEY_ROUND)
     r = KEY_ROUND
