@@ -16,9 +16,9 @@ kernels/rows.cpp): the weights stream from memory once a call, up to 16 rows (AM
 costs, and each row's bits are its own at any row count.
 
 Nothing is set on the model: inside LinearKernels, `F.linear` calls whose weight has a packed copy are answered from
-it (routed_linear). With grad enabled (training), on another device or dtype, or once the weight was updated in place
-(its version counter moved, as an optimizer step does), the call computes F.linear as before, so a packed copy is
-never stale.
+it (routed_linear). With grad enabled (training), on another device or dtype, or once the weight's version counter
+or storage moved (an optimizer step, `copy_`, `.data = ...`), the call computes F.linear as before; a weight changed by
+any route, `.data` writes included, is packed anew before the next decode (runtime/watch.py).
 """
 
 from __future__ import annotations

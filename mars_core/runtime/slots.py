@@ -35,8 +35,8 @@ KEEP = 2  # free caches kept for the next decodes, all models and shapes togethe
 # kept by count alone: their CUDA graphs are captured over them)
 KEEP_BYTES = 32 << 20
 # a decode whose cache holds more than this (a long prompt) gives the memory its forwards freed back to the system
-# when it ends: glibc keeps freed blocks in each thread's arena, so four Gradio workers that each ran a 1,000-token
-# prompt kept ~150 MB resident with nothing using it (benchmarks/runtime_watch.py)
+# when it ends: glibc keeps freed blocks in each thread's arena, resident with nothing using them
+# (docs/speed.md#what-the-runtime-keeps-is-checked)
 TRIM_BYTES = 8 << 20
 KEY_ROUND = 64  # a row reads its keys up to its slot rounded up to this (docs/speed.md#one-decoder)
 SLOT_ROUND = 128  # a cache's length is a multiple of this, so decodes of similar lengths share a cache

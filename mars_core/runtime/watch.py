@@ -117,7 +117,7 @@ def _repack(model: torch.nn.Module, runtime: Runtime) -> None:
         return
     fresh = pack_linears(model, only=stale) if stale else {}
     linears.update(fresh)
-    for key in gone:
+    for key in [*gone, *(stale - fresh.keys())]:  # gone, or changed and not packed again: no copy answers for it
         linears.pop(key, None)
         digests.pop(key, None)
     digests.update({key: digest(e.weight) for key, e in fresh.items()})

@@ -216,3 +216,19 @@ def test_nothing_is_checked_for_a_plain_runtime(tokenizer):
     runtime = Runtime()
     refresh(model, runtime)
     assert runtime.watch.make is None and not runtime.linears
+
+
+def test_a_changed_weight_that_cannot_be_packed_again_loses_its_copy(tokenizer, tmp_path, monkeypatch):
+    """Where packing anew gives nothing (a torch build without the ops), the changed weight's stale copy is dropped:
+    torch's kernel answers from the weight as it is."""
+    from mars_core.runtime import watch
+
+    model = _model(tokenizer, torch.float32)
+    runtime = prepare(model, cache_dir=tmp_path, measure_cost=False, check=False)
+    w = _middle(model).mlp.down_proj.weight
+    assert id(w) in runtime.linears
+    monkeypatch.setattr(watch, "pack_linears", lambda model, only=None: {})
+    w.data.neg_()
+    refresh(model, runtime)
+    assert id(w) not in runtime.linears and id(w) not in runtime.watch.digests
+    assert answers(model, tokenizer, runtime) == fresh(model, tokenizer, tmp_path)
