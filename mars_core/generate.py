@@ -191,7 +191,7 @@ def _start(model, tokenizer, prompts: Prompts, options: DecodeOptions) -> tuple[
         pad_id=pad,
         mask_id=tokenizer.mask_token_id,
         generator=generator,
-        runtime=options.runtime or prepared(model, tokenizer),
+        runtime=options.runtime or prepared(model),
     )
     steps = strategies.start(options.strategy, model, prompt_ids, spec, control, layout=options.layout,
                              record=options.record)

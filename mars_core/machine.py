@@ -9,12 +9,22 @@ from __future__ import annotations
 import functools
 import platform
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 
 ISA_FLAGS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")  # /proc/cpuinfo flags, fastest kind first
+
+
+COMPILERS = ("c++", "g++", "clang++", "cl")  # what torch's C++ builds (our rows kernel, inductor's loops) call
+
+
+def cxx_compiler() -> str | None:
+    """The C++ compiler on PATH that building C++ at run time would use (the rows kernel, inductor's kernels), or
+    None where there is none."""
+    return next((c for c in COMPILERS if shutil.which(c)), None)
 
 
 @functools.cache

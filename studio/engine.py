@@ -95,7 +95,7 @@ def prepare(name: str | None) -> None:
     config = models.CONFIG
     engine, tokenizer = load_llamacpp(name, weights=config.llamacpp_weights, threads=config.llamacpp_threads,
                                       invariant=config.llamacpp_invariant)
-    made = POOLS[name or "default"] = Pool(engine, tokenizer, llamacpp_runtime(engine, tokenizer))
+    made = POOLS[name or "default"] = Pool(engine, tokenizer, llamacpp_runtime(engine))
     made.idle.extend(made.make() for _ in range(LANES - 1))  # a race's lanes never wait for an engine's load
 
 

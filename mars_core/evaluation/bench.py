@@ -402,7 +402,7 @@ def read_cost(path: Path) -> CostCurve:
     return CostCurve.from_dict(data)
 
 
-def bench_record(args: argparse.Namespace, machine: dict, runtime: Runtime, rows: list[Row], prompts: int,
+def bench_record(args: argparse.Namespace, machine: dict, runtime: Runtime, rows: list[Row], prompts: int, *,
                  llamacpp: dict[str, Served] | None = None, stream: dict | None = None) -> dict:
     """What --json keeps: where and how the run ran (machine, kernels, width check, cost curve; each llama.cpp
     engine's GGUF, threads, curve and width check), then the rows."""
@@ -541,7 +541,8 @@ def main(argv: list[str] | None = None) -> None:
                            {"eager": runtime, **({"compiled": compiled} if compiled and compiled.compiled else {})})
     print("weight stream: " + ", ".join(f"{k} {v}" for k, v in stream.items()))
     if args.json:  # a new folder is made: the run must not be lost to it
-        write_json(args.json, bench_record(args, machine, runtime, rows, len(records), llamacpp, stream), indent=2)
+        write_json(args.json, bench_record(args, machine, runtime, rows, len(records), llamacpp=llamacpp,
+                                                 stream=stream), indent=2)
     path = args.plot or (args.json.rsplit(".", 1)[0] + ".png" if args.json else None)
     if path and speedup_plot(rows, path, f"mars-bench: speedup over transformers generate ({machine_line(machine)})"):
         print(f"plot: {path}")

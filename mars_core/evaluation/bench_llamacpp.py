@@ -69,7 +69,7 @@ def serve(source: str | None, weights: str, threads: int | None = None, invarian
     from ..engines.llamacpp import llamacpp_runtime, load_llamacpp
 
     engine, tokenizer = load_llamacpp(source, weights=weights, threads=threads, invariant=invariant)
-    return Served(weights, engine, tokenizer, llamacpp_runtime(engine, tokenizer))
+    return Served(weights, engine, tokenizer, llamacpp_runtime(engine))
 
 
 def lookup_llama(engine: Any) -> Any:

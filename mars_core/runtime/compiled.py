@@ -19,7 +19,6 @@ one-token and wider forwards (docs/speed.md#the-forward-compiled).
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -27,8 +26,9 @@ from pathlib import Path
 
 import torch
 
+from ..machine import cxx_compiler
 from .forward import symbolic_sizes
-from .linear import ROWS, register_rows
+from .linear import ROWS
 from .runtime import Runtime
 from .timing import cache_root
 from .watch import make_key, make_of
@@ -39,7 +39,7 @@ Progress = Callable[[str], None]  # told each stage: "compiling", "checking", "t
 def compiler_missing(device: torch.device) -> str | None:
     """Why inductor cannot build its kernels for `device` here, or None: on a CPU it needs a C++ compiler at run
     time."""
-    if device.type == "cpu" and not any(shutil.which(c) for c in ("c++", "g++", "clang++", "cl")):
+    if device.type == "cpu" and cxx_compiler() is None:
         return "no C++ compiler on this machine (inductor builds its kernels with one)"
     return None
 
@@ -152,12 +152,11 @@ def _bias(node: torch.fx.Node) -> torch.fx.Node | None:
 
 def _backend(runtime: Runtime, model: torch.nn.Module) -> Callable:
     """The backend for this model's decoder: _inductor_graph, or where the runtime's linears run the rows kernel,
-    inductor over the rows kernel's ops, their packed copies registered with it (kernels/rows.cpp: by the weight's data
-    pointer, dropped once the weight is; watch.refresh registers a copy packed anew). One backend object per kind and
+    inductor over the rows kernel's ops, which find the packed copies pack_linears registered with them
+    (kernels/rows.cpp: by the weight's data pointer, dropped once the weight is). One backend object per kind and
     model make (watch.make_of): dynamo keeps a graph per code object and backend, so models of one make share their
     graphs, and no other make ever runs them."""
     ours = any(e.kernel == ROWS for e in runtime.linears.values())  # packed for it only where it serves
-    register_rows(runtime.linears)
     attention = ours and runtime.rows
     key = (ours, attention, make_key(make_of(model)))
     build = (lambda gm, inputs: _rows_graph(gm, inputs, attention)) if ours else _inductor_graph

@@ -11,35 +11,70 @@ tokens cost 1.4x one, on one without AMX (fp32) 3.6x, so constants tuned on one 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from .curve import CostCurve, interpolate
+from .curve import CostCurve, interpolate, shape_moved
+from .engine import Engine
 from .forward import feed, head, keep, new_cache, visible
 from .runtime import Runtime
 from .slots import cache_slots
-from .timing import machine_busy, read_kept, seconds, write_json
+from .timing import kept, machine_busy, seconds
 
-__all__ = ["CostCurve", "forward_cost", "interpolate", "measure_cost", "spot_seconds"]
+__all__ = ["CostCurve", "Timing", "forward_cost", "interpolate", "measure_cost", "spot_seconds"]
 
-BATCH_SIZES = (1, 4, 16)  # measured batch sizes; others are interpolated (or extrapolated linearly)
-WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # measured tokens per sample
 FORMAT = "v2"  # in a kept curve's name: v2 prices widths past the budget by batch 1's tokens (older: timed anew)
 TOKEN_BUDGET = 32  # widths with batch * width above this are extrapolated, not timed (seconds, not minutes)
 ROUNDS = 5  # timed rounds per width; the fastest is kept
-SPOT_WIDTHS = (1, 4)  # batch-1 widths a kept curve is checked against at load
+STALE = 1.15  # a kept curve that reads this much slower than forwards timed now (spot widths) was timed under load
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How a model's curve is timed, and how a kept one is checked at load."""
+
+    batch_sizes: tuple[int, ...] = (1, 4, 16)  # measured batch sizes; others are interpolated (or extrapolated)
+    widths: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # measured tokens per sample
+    context: int = 128  # tokens cached before the timed forwards
+    spot_widths: tuple[int, ...] = (1, 4)  # batch-1 widths a kept curve is checked against at load
+    spot_rounds: int = 3  # rounds of those (the fastest kept)
+    drift: float | None = None  # also timed again where its shape t(w) / t(1) moved by this factor either way
+
+
+# torch's forward; an engine's (llama.cpp: one row takes other kernels than two, so every narrow width is timed; the
+# planner reads only the shape, which moves between two hosts of one CPU model, so the shape is checked too)
+TORCH = Timing()
+ENGINE = Timing(batch_sizes=(1,), widths=(1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32), context=30,
+                spot_widths=(1, 4, 8), spot_rounds=5, drift=1.2)
+BATCH_SIZES, WIDTHS, SPOT_WIDTHS = TORCH.batch_sizes, TORCH.widths, TORCH.spot_widths
+
+
+def timing_of(model: torch.nn.Module | Engine) -> Timing:
+    """How this model's curve is timed: ENGINE for an Engine, TORCH otherwise."""
+    return ENGINE if isinstance(model, Engine) else TORCH
+
+
+def vocab_size(model: torch.nn.Module | Engine) -> int:
+    """Token ids a measurement may feed: the input embeddings' rows (an Engine: its config's vocab_size)."""
+    if isinstance(model, Engine):
+        return model.config.vocab_size
+    return model.get_input_embeddings().weight.shape[0]
 
 
 @torch.inference_mode()
-def measure_cost(model: torch.nn.Module, runtime: Runtime, *, batch_sizes: tuple[int, ...] = BATCH_SIZES,
-                 widths: tuple[int, ...] = WIDTHS, context: int = 128, rounds: int = ROUNDS,
+def measure_cost(model: torch.nn.Module | Engine, runtime: Runtime, *, batch_sizes: tuple[int, ...] | None = None,
+                 widths: tuple[int, ...] | None = None, context: int | None = None, rounds: int | None = None,
                  budget: int = TOKEN_BUDGET) -> CostCurve:
     """Time the decoders' forward (forward.feed, logits for up to 8 slots, as verified decoding reads them) after a
     `context`-token prefix, under the runtime's kernels, the fastest of interleaved rounds (other work only ever adds
     time, so the minimum is the forward's own cost), made non-decreasing in width; widths past the token budget are
-    extrapolated."""
-    dev, vocab = model.device, model.get_input_embeddings().weight.shape[0]
+    extrapolated. Unset: the model's Timing (timing_of) and ROUNDS."""
+    plan = timing_of(model)
+    batch_sizes, widths = batch_sizes or plan.batch_sizes, widths or plan.widths
+    context, rounds = context or plan.context, rounds or ROUNDS
+    dev, vocab = model.device, vocab_size(model)
     gen = torch.Generator().manual_seed(0)
     rows = []
     for b in batch_sizes:
@@ -89,39 +124,29 @@ def _timed_forward(model: torch.nn.Module, runtime: Runtime, cache, ids: torch.T
     return seconds(forward, dev, after=lambda: keep(cache, fed.sum(1) * kept))
 
 
-STALE = 1.15  # a kept curve that reads this much slower than forwards timed now (SPOT_WIDTHS) was timed under load
-_UNKEPT: dict[str, CostCurve] = {}  # curves timed on a busy machine, by key: this process's, never written
+def spot_seconds(model: torch.nn.Module | Engine, runtime: Runtime) -> list[float]:
+    """Seconds of batch-1 forwards of the spot widths now, the fastest of the Timing's rounds (under a second)."""
+    plan = timing_of(model)
+    return list(measure_cost(model, runtime, batch_sizes=(1,), widths=plan.spot_widths, rounds=plan.spot_rounds
+                             ).seconds[0])
 
 
-def spot_seconds(model: torch.nn.Module, runtime: Runtime) -> list[float]:
-    """Seconds of batch-1 forwards of SPOT_WIDTHS tokens now, the fastest of three each (a fraction of a second)."""
-    return list(measure_cost(model, runtime, batch_sizes=(1,), widths=SPOT_WIDTHS, rounds=3).seconds[0])
+def stale(curve: CostCurve, now: list[float], plan: Timing = TORCH) -> bool:
+    """Whether a kept curve no longer describes this machine, by forwards timed now at the spot widths: it reads STALE
+    times slower at any of them (timed under load: other work inflates the narrow widths most, which misleads the
+    plan), or, where the Timing says so, its shape moved by `drift` either way."""
+    then = curve.at(1, plan.spot_widths)
+    return any(k > STALE * n for k, n in zip(then, now)) or (
+        plan.drift is not None and shape_moved(then, now, plan.drift))
 
 
-def inflated(kept: CostCurve, now: list[float]) -> bool:
-    """Whether the kept curve reads STALE times slower than forwards timed now at any of SPOT_WIDTHS."""
-    return any(k > STALE * n for k, n in zip(kept.at(1, SPOT_WIDTHS), now))
-
-
-def forward_cost(model: torch.nn.Module, runtime: Runtime, cache_dir: str | Path | None = None,
+def forward_cost(model: torch.nn.Module | Engine, runtime: Runtime, cache_dir: str | Path | None = None,
                  refresh: bool = False) -> CostCurve:
-    """The model's cost curve on this machine under the runtime's kernels: read from cache_dir/<key>.json, else
-    measured and written there, unless the machine was busy while it was measured (that curve serves this process
-    only: the next load times again rather than keep a curve other work inflated). A kept curve is checked against
-    forwards timed now, when the machine is quiet: other work the load average missed (one busy thread of two)
-    inflates the timings, the narrow ones most, which misleads the plan, so a curve that reads STALE times slower is
-    timed again."""
-    key = runtime.key(model)
-    path = Path(cache_dir) / f"{key}-{FORMAT}.json" if cache_dir is not None else None
-    if not refresh and key in _UNKEPT:
-        return _UNKEPT[key]
-    curve = None if refresh else read_kept(path, CostCurve.from_dict)  # a damaged file is measured again
-    if curve is not None and (machine_busy() or not inflated(curve, spot_seconds(model, runtime))):
-        return curve
-    crowded = machine_busy()  # asked before timing: the timing itself loads the cores
-    curve = measure_cost(model, runtime)
-    if crowded:
-        _UNKEPT[key] = curve
-    else:
-        write_json(path, curve.to_dict())
-    return curve
+    """The model's cost curve on this machine under the runtime's kernels (an Engine: its own forward), kept as
+    cache_dir/<key>-v2.json (timing.kept: a curve timed while the machine was busy serves this process only). A kept
+    curve is checked against forwards timed now when the machine is quiet, and timed again where it went stale;
+    refresh: timed again whatever is kept."""
+    path = Path(cache_dir) / f"{runtime.key(model)}-{FORMAT}.json" if cache_dir is not None else None
+    plan = timing_of(model)
+    return kept(path, CostCurve.from_dict, lambda: measure_cost(model, runtime), CostCurve.to_dict, fresh=refresh,
+                holds=lambda curve: machine_busy() or not stale(curve, spot_seconds(model, runtime), plan))

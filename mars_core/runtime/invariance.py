@@ -3,7 +3,8 @@ a forward, through the forward the decoders serve (forward.feed, the slot cache)
 
 Bit-identical logits and cache entries for every row mean that verified decoding's answer is one-token decoding's
 by construction (the rows it reads were computed as a one-token forward computes them), and that a sample's answer
-in a batch is its answer alone.
+in a batch is its answer alone. An Engine (llama.cpp) is checked the same way on its own forward: its logits (its
+cache is its own), as many samples as its forward takes.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from pathlib import Path
 
 import torch
 
+from .cost import vocab_size
+from .engine import Engine
 from .forward import feed, head, keep, new_cache, visible
 from .runtime import Runtime, WidthCheck
 from .slots import cache_slots
@@ -19,11 +22,11 @@ from .timing import kept
 
 
 @torch.inference_mode()
-def fed_rows(model: torch.nn.Module, runtime: Runtime, context: torch.Tensor, lengths: torch.Tensor,
+def fed_rows(model: torch.nn.Module | Engine, runtime: Runtime, context: torch.Tensor, lengths: torch.Tensor,
              new: torch.Tensor, width: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """Logits [b, k, V] of the new tokens [b, k] and each layer's keys and values for them ([b, heads, k, d]), feeding
-    each sample's context (its first lengths[i] tokens of context [b, n]) in one forward, then the new tokens `width`
-    at a time."""
+    """Logits [b, k, V] of the new tokens [b, k] and each layer's keys and values for them ([b, heads, k, d]; an
+    Engine: none), feeding each sample's context (its first lengths[i] tokens of context [b, n]) in one forward, then
+    the new tokens `width` at a time."""
     (b, n), k, dev = context.shape, new.shape[1], context.device
     slots = cache_slots(n + k, max(width, n))
     logits = []
@@ -41,12 +44,13 @@ def fed_rows(model: torch.nn.Module, runtime: Runtime, context: torch.Tensor, le
             if run:
                 logits.append(head(model, hidden, runtime))
         at = lengths[:, None] + torch.arange(k, device=dev)  # the new tokens' slots: their positions
+        layers = [] if isinstance(model, Engine) else cache.kv.layers
         entries = [t.gather(2, at[:, None, :, None].expand(-1, t.shape[1], -1, t.shape[-1])).clone()
-                   for layer in cache.kv.layers for t in (layer.keys, layer.values)]
+                   for layer in layers for t in (layer.keys, layer.values)]
     return torch.cat(logits, 1), entries
 
 
-def compare_widths(model: torch.nn.Module, runtime: Runtime, context: torch.Tensor, lengths: torch.Tensor,
+def compare_widths(model: torch.nn.Module | Engine, runtime: Runtime, context: torch.Tensor, lengths: torch.Tensor,
                    new: torch.Tensor, widths: tuple[int, ...]) -> WidthCheck:
     """Feed `new` [b, k] after each sample's context (its first lengths[i] tokens of context [b, n]): alone and one
     token per forward, then the whole batch `w` per forward for each w in widths; count the rows (sample, token)
@@ -73,23 +77,24 @@ STATIC_WIDTHS = (2, 3, 4, 5, 6, 7, 8, 12, 16)
 CONTEXTS = (24, 17)  # the check's batch: two samples of other lengths (a sample alone is the reference)
 
 
-def width_check(model: torch.nn.Module, runtime: Runtime, cache_dir: str | Path | None = None,
-                widths: tuple[int, ...] | None = None, contexts: tuple[int, ...] = CONTEXTS,
-                new: int | None = None, *, fresh: bool = False) -> WidthCheck:
+def width_check(model: torch.nn.Module | Engine, runtime: Runtime, cache_dir: str | Path | None = None, *,
+                widths: tuple[int, ...] | None = None, contexts: tuple[int, ...] = CONTEXTS, new: int | None = None,
+                fresh: bool = False) -> WidthCheck:
     """The check prepare() runs (a few seconds): random tokens, a batch of two samples of other lengths against each
-    alone, at CHECK_WIDTHS (a static runtime: STATIC_WIDTHS, 16 new tokens); kept in cache_dir/width-<key>.json
-    (fresh: taken again and the kept one replaced, as for a forward compiled anew)."""
+    alone (an Engine: as many as its forward takes), at CHECK_WIDTHS (a static runtime: STATIC_WIDTHS, 16 new
+    tokens); kept in cache_dir/width-<key>.json (fresh: taken again and the kept one replaced, as for a forward
+    compiled anew)."""
     widths = widths or (STATIC_WIDTHS if runtime.static else CHECK_WIDTHS)
     new = new or max(8, *widths)
+    contexts = contexts[: model.max_batch] if isinstance(model, Engine) else contexts
     path = Path(cache_dir) / f"width-{runtime.key(model)}.json" if cache_dir is not None else None
 
     def check() -> WidthCheck:
-        vocab = model.get_input_embeddings().weight.shape[0]
+        vocab = vocab_size(model)
         gen = torch.Generator().manual_seed(0)
         ids = torch.randint(vocab, (len(contexts), max(contexts) + new), generator=gen).to(model.device)
         lengths = torch.tensor(contexts, device=model.device)
         after = lengths[:, None] + torch.arange(new, device=model.device)
         return compare_widths(model, runtime, ids[:, : max(contexts)], lengths, ids.gather(1, after), widths)
 
-    # bits, not seconds: always kept (fresh: the kept one does not hold)
-    return kept(path, WidthCheck.from_dict, check, WidthCheck.to_dict, timed=False, holds=lambda _: not fresh)
+    return kept(path, WidthCheck.from_dict, check, WidthCheck.to_dict, timed=False, fresh=fresh)  # bits: always kept

@@ -16,9 +16,12 @@ kernels/rows.cpp): the weights stream from memory once a call, up to 16 rows (AM
 costs, and each row's bits are its own at any row count.
 
 Nothing is set on the model: inside LinearKernels, `F.linear` calls whose weight has a packed copy are answered from
-it (routed_linear). With grad enabled (training), on another device or dtype, or once the weight's version counter
-or storage moved (an optimizer step, `copy_`, `.data = ...`), the call computes F.linear as before; a weight changed by
-any route, `.data` writes included, is packed anew before the next decode (runtime/watch.py).
+it (routed_linear). Whether a copy answers a call is decided in one place per kernel: for oneDNN's copies here
+(LinearKernels.serves), for the rows kernel's in C++ (kernels/rows.cpp `serving`, which the compiled graph and the
+eager forward both call: pack_linears registers its copies there). Either way, with grad enabled (training), on
+another device or dtype, or once the weight's version counter, storage or layout moved (an optimizer step, `copy_`,
+`.data = ...`), the call computes F.linear as before; a weight changed by any route, `.data` writes included, is
+packed anew before the next decode (runtime/watch.py).
 """
 
 from __future__ import annotations
@@ -118,7 +121,8 @@ def pack_linears(model: nn.Module, ours: bool = True, only: set[int] | None = No
     """Packed copies of every CPU nn.Linear weight of a packed dtype (a tied lm_head included), sibling layers that
     read the same input as one matrix (FUSED), each for the kernel linear_kernel picks (ours=False: oneDNN's); {}
     where packing does not apply (packing_pays) or this torch build lacks the oneDNN ops. only: just the layers (and
-    their siblings) whose weight has one of these ids (runtime/watch.py repacks what changed)."""
+    their siblings) whose weight has one of these ids (runtime/watch.py repacks what changed). The rows kernel's
+    copies are registered with it (register_rows): its ops answer from them."""
     if not packing_pays(model):
         return {}
     found, pairs = {}, {}  # found: id(weight) -> (weight, copy or fused, columns, shape)
@@ -138,9 +142,11 @@ def pack_linears(model: nn.Module, ours: bool = True, only: set[int] | None = No
         return {}
     for fused in {id(f): f for _, f, cols, _ in found.values() if cols is not None}.values():
         fused.pair = pairs[fused.shape]
-    return {key: Packed(w, None, version(w), w.data_ptr(), pairs[shape], what, cols, what.kernel)
-            if cols is not None else Packed(w, what, version(w), w.data_ptr(), pairs[shape], kernel=shape[-1])
-            for key, (w, what, cols, shape) in found.items()}
+    linears = {key: Packed(w, None, version(w), w.data_ptr(), pairs[shape], what, cols, what.kernel)
+               if cols is not None else Packed(w, what, version(w), w.data_ptr(), pairs[shape], kernel=shape[-1])
+               for key, (w, what, cols, shape) in found.items()}
+    register_rows(linears)
+    return linears
 
 
 def linear_groups(model: nn.Module) -> list[tuple[nn.Linear, ...]]:
@@ -196,8 +202,9 @@ def _fused(layers: tuple[nn.Linear, ...], pairs: dict, ours: bool = True) -> dic
 
 
 def register_rows(linears: PackedLinears) -> None:
-    """The rows kernel's packed copies registered with it (kernels/rows.cpp, by the weight's data pointer), so a
-    compiled graph's C++ ops find a weight's copy without Python; a weight registered again replaces its entry."""
+    """The rows kernel's packed copies registered with it (kernels/rows.cpp, by the weight's data pointer): its ops
+    (mars_rows::routed, routed_siblings) find a weight's copy there, decide whether it answers the call and compute it,
+    for the compiled graph and the eager forward alike; a weight registered again replaces its entry."""
     for e in linears.values():
         if e.kernel != ROWS:
             continue
@@ -222,8 +229,8 @@ def pointwise(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None =
 
 def packed_linear(x: torch.Tensor, entry: Packed, bias: torch.Tensor | None,
                   kernels: LinearKernels | None = None) -> torch.Tensor:
-    """y = x W^T + b from the packed W (a fused matrix's columns where the layer has siblings: the product the
-    forward's `kernels` computed last for this input and matrix, else computed now)."""
+    """y = x W^T + b from the packed W, unchecked (a fused matrix's columns where the layer has siblings: the product
+    the forward's `kernels` computed last for this input and matrix, else computed now)."""
     if entry.fused is None:
         return packed_rows(x, entry.packed, bias, entry.pair, entry.kernel, entry.weight.shape[0])
     product = kernels.product(x, entry.fused) if kernels is not None else entry.fused.product(x)
@@ -294,16 +301,18 @@ def routed_linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     entry = kernels.serves(input, weight) if kernels is not None else None
     if entry is None:
         return _TORCH_LINEAR(input, weight, bias)
+    if entry.kernel == ROWS:  # the rows kernel decides and computes (its copy, else torch's linear), as compiled
+        return torch.ops.mars_rows.routed(input, weight, bias)
     return packed_linear(input, entry, bias, kernels)
 
 
 class LinearKernels:
     """Inside this context, F.linear on a weight with a packed copy runs the packed kernel for inputs of at least
-    `rows` rows (fewer: torch's own kernel), unless grad is on, the input is elsewhere or of another dtype, or the
-    weight changed since packing. Entering routes `torch.nn.functional.linear` (which nn.Linear calls) through
-    routed_linear, once per process: every call outside such a context, in this thread or another, goes to torch's
-    own as before. (A TorchFunctionMode would route it too, but it sees every op of the forward, which cost more
-    than packing saves: docs/speed.md#width-invariance-verified-is-one-token-decoding-bit-for-bit.)"""
+    `rows` rows (fewer: torch's own kernel; the rows kernel serves every row count), unless grad is on, the input is
+    elsewhere or of another dtype, or the weight changed since packing. Entering routes `torch.nn.functional.linear`
+    (which nn.Linear calls) through routed_linear, once per process: every call outside such a context, in this
+    thread or another, goes to torch's own as before. (A TorchFunctionMode would route it too, but it sees every op
+    of the forward, which cost more than packing saves.)"""
 
     def __init__(self, linears: PackedLinears, rows: int = 1):
         self.linears, self.rows = linears, rows
@@ -326,11 +335,14 @@ class LinearKernels:
         return self._by_storage
 
     def serves(self, x: torch.Tensor, w: torch.Tensor) -> Packed | None:
-        """The packed copy that answers x W^T, or None (torch's kernel answers). A compiled graph may hand the op an
-        alias of the weight (the same storage): it is served by its storage."""
+        """The packed copy that answers x W^T, or None (torch's kernel answers); a rows kernel copy is returned as
+        found: that kernel's op decides (rows.cpp). A compiled graph may hand the op an alias of the weight (the same
+        storage): it is served by its storage."""
         entry = self.linears.get(id(w))
         if entry is None and w.device.type == "cpu":
             entry = self.by_storage().get(w.data_ptr())
+        if entry is not None and entry.kernel == ROWS:
+            return entry
         if (entry is None or entry.ptr != w.data_ptr() or torch.is_grad_enabled() or x.device.type != "cpu"
                 or x.dtype != w.dtype or version(w) != entry.version or x.numel() < self.rows * x.shape[-1]):
             return None
@@ -355,8 +367,9 @@ ROW_COUNTS = (1, 2, 3, 4, 6, 8)  # row counts fewest_packed_rows times both kern
 def kernel_seconds(linears: PackedLinears, rows: tuple[int, ...] = ROW_COUNTS, rounds: int = 5
                    ) -> dict[str, list[float]]:
     """Seconds of one pass over every packed layer, each fed r rows as a forward feeds them (so the weights stream
-    from memory as they do there), with torch's F.linear and with the packed weight, by r in rows."""
-    entries = list(linears.values())
+    from memory as they do there), with torch's F.linear and with oneDNN's packed weight, by r in rows (the rows
+    kernel's copies serve from one row: not timed)."""
+    entries = [e for e in linears.values() if e.kernel == ONEDNN]
     gen = torch.Generator().manual_seed(0)
     inputs = {r: [torch.randn(r, e.weight.shape[1], generator=gen).to(e.weight.dtype) for e in entries] for r in rows}
     kernels = {"torch": lambda e, x: F.linear(x, e.weight), "packed": lambda e, x: packed_linear(x, e, None)}
@@ -368,7 +381,7 @@ def fewest_packed_rows(linears: PackedLinears, rows: tuple[int, ...] = ROW_COUNT
     """The fewest rows R from which the packed kernel is at least as fast as torch's at every count timed: the
     fastest choice by rows, when one kernel for every width is not asked for (what it picks by machine:
     docs/speed.md#packed-linear-layers)."""
-    if not linears:
+    if not any(e.kernel == ONEDNN for e in linears.values()):
         return 1
     seconds = kernel_seconds(linears, rows, rounds)
     wins = [p <= t for p, t in zip(seconds["packed"], seconds["torch"])]

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import threading
 import time
 from pathlib import Path
 
 import torch
 
-from ..machine import cpu_flags
+from ..machine import cpu_flags, cxx_compiler
 from .timing import cache_root
 
 SOURCE = Path(__file__).with_name("kernels") / "rows.cpp"
@@ -117,7 +116,7 @@ def _build() -> str | None:
         return f"MARS_ROWS_FLAVOR={want}, but this CPU has no {NAMES[want]}"
     if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
         return "no bf16 kernels in this torch build"
-    if not any(shutil.which(c) for c in ("c++", "g++", "clang++")):
+    if cxx_compiler() is None:
         return "no C++ compiler on this machine"
     if os.environ.get("MARS_ROWS_KERNEL", "1") == "0":
         return "turned off (MARS_ROWS_KERNEL=0)"

@@ -27,6 +27,7 @@ import torch
 from ..machine import machine_info
 from .attention import kernel_attention
 from .curve import CostCurve
+from .engine import Engine
 from .linear import CHUNK_ROWS, ONEDNN, ROWS, LinearKernels, PackedLinears
 from .rows import build_id, flavor
 from .slots import KEY_ROUND
@@ -103,8 +104,11 @@ class Runtime:
                 stack.enter_context(LinearKernels(self.linears, self.packed_from))
             yield
 
-    def record(self, model: torch.nn.Module) -> dict[str, Any]:
-        """Where and how a measurement under this runtime runs: the machine record and the kernels chosen."""
+    def record(self, model: torch.nn.Module | Engine) -> dict[str, Any]:
+        """Where and how a measurement under this runtime runs: the machine record and the kernels chosen (an Engine:
+        its own record)."""
+        if isinstance(model, Engine):
+            return model.record()
         paired = any(entry.pair for entry in self.linears.values())  # a lone row fed as two: other bits, other speed
         kernels = {entry.kernel for entry in self.linears.values()}
         # the rows kernel (a model's bf16 layers) by its flavor: amx_rows or avx512_bf16_rows
@@ -130,7 +134,7 @@ class Runtime:
         query = torch.empty(0, head, device=model.device, dtype=model.dtype)  # what the kernel is asked about
         return "rows_kernel" if kernel_attention(query) else "rows"
 
-    def key(self, model: torch.nn.Module) -> str:
+    def key(self, model: torch.nn.Module | Engine) -> str:
         """What a measurement under this runtime depends on: the machine, the kernels, the dtype, the model's shape."""
         shape = {k: getattr(model.config, k, None) for k in ("model_type", "hidden_size", "intermediate_size",
                                                               "num_hidden_layers", "num_attention_heads",

@@ -107,21 +107,32 @@ def read_kept(path: Path | None, read: Callable[[dict], T]) -> T | None:
         return None
 
 
+_UNKEPT: dict[Path, Any] = {}  # values timed on a busy machine, by path: this process's, never written
+
+
 def kept(path: Path | None, read: Callable[[dict], T], measure: Callable[[], T], write: Callable[[T], dict], *,
-         timed: bool = True, holds: Callable[[T], bool] | None = None) -> T:
-    """The value kept at path, else measured now and kept there (path None: measured, never kept).
+         timed: bool = True, holds: Callable[[T], bool] | None = None, fresh: bool = False) -> T:
+    """The value kept at path, else measured now and kept there (path None: measured, never kept): every measurement
+    prepare() keeps (kernel rows, width check, cost curve) goes through here.
 
     read turns the kept JSON back into the value (one it cannot read, KeyError/TypeError/ValueError, is measured
     again); write turns a value into JSON; holds, where given, says whether a kept value still holds on this machine
-    now (one that does not is measured again and rewritten). A timed value measured while the machine was busy is not
-    kept: other work inflated it, so it serves this process only and the next one times again."""
-    found = read_kept(path, read)
-    if found is not None and (holds is None or holds(found)):
-        return found
+    now (one that does not is measured again and rewritten); fresh: measured again whatever is kept. A timed value
+    measured while the machine was busy is not kept: other work inflated it, so it serves this process only (the
+    next process times again)."""
+    if not fresh:
+        if path is not None and path in _UNKEPT:
+            return _UNKEPT[path]
+        found = read_kept(path, read)
+        if found is not None and (holds is None or holds(found)):
+            return found
     crowded = timed and machine_busy()  # asked before measuring: the timing itself loads the cores
     measured = measure()
     if not crowded:
         write_json(path, write(measured))
+        _UNKEPT.pop(path, None)
+    elif path is not None:
+        _UNKEPT[path] = measured
     return measured
 
 

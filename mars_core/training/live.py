@@ -144,7 +144,7 @@ def training_arguments(config: LiveConfig, mask_token_id: int | None, output_dir
 
 
 def train_live(model: torch.nn.Module, tokenizer: Any, examples: Sequence[dict], config: LiveConfig,
-               emit: Callable[[Metrics], None], probe: Probe | None = None,
+               emit: Callable[[Metrics], None], probe: Probe | None = None, *,
                stop: threading.Event | None = None) -> tuple[torch.nn.Module, LiveMetrics]:
     """Train a LoRA on `model` (changed in place: pass a copy you own) over chat `examples` until the budget is spent
     or `stop` is set, streaming metrics to `emit`; returns the LoRA-wrapped model (merged() makes a plain one) and

@@ -159,7 +159,7 @@ def run_training(settings: TrainSettings, session: TrainSession, stop: threading
     def work() -> None:
         try:
             outcome["result"] = train_live(copy.deepcopy(base).float(), tokenizer, settings.train, config,
-                                           arrived.put, probe, stop)
+                                           arrived.put, probe, stop=stop)
         except Exception as err:  # noqa: BLE001 - handed to the generator, which says it (guarded)
             outcome["error"] = err
         finally:

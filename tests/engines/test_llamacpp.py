@@ -15,8 +15,10 @@ from tiny import tiny_llama, tiny_tokenizer
 
 llama_cpp = pytest.importorskip("llama_cpp")
 
-from mars_core.engines.llamacpp import LlamaCppEngine, cost_curve, export_gguf, llamacpp_runtime  # noqa: E402
-from mars_core.engines.llamacpp.check import width_check  # noqa: E402
+from mars_core.engines.llamacpp import LlamaCppEngine, export_gguf, llamacpp_runtime  # noqa: E402
+from mars_core.runtime import cost as runtime_cost  # noqa: E402
+from mars_core.runtime.invariance import compare_widths, width_check  # noqa: E402
+from mars_core.runtime.runtime import Runtime  # noqa: E402
 
 PROMPTS = ["Count from one to ten:", "What is the capital of France?", "List three colours:",
            "Step by step: 12 * 3"]
@@ -117,28 +119,43 @@ def test_stream_on_llamacpp(tiny, engine):
 
 
 def test_width_check_invariant_engine(invariant_engine, tiny):
-    """An invariant engine's rows are bit-identical at every width, one included (two rows or more, always)."""
+    """An invariant engine's rows are bit-identical at every width, one included (two rows or more, always): the torch
+    runtime's check (runtime/invariance.py) on the engine's forward."""
     _, tokenizer, _ = tiny
-    prompt = encode_prompt(tokenizer, PROMPTS[0])
-    check = width_check(invariant_engine, prompt, list(range(20, 32)), widths=(2, 3, 8))
+    prompt = torch.tensor([encode_prompt(tokenizer, PROMPTS[0])])
+    check = compare_widths(invariant_engine, Runtime(), prompt, torch.tensor([prompt.shape[1]]),
+                           torch.arange(20, 32)[None], (2, 3, 8))
     assert check.identical and check.rows == 36 and check.max_abs == 0.0
 
 
-def test_runtime_names_the_guarantee(invariant_engine, tiny, tmp_path):
-    """llamacpp_runtime with the tokenizer carries the curve and the width check: guarantee() says identical."""
-    _, tokenizer, _ = tiny
-    runtime = llamacpp_runtime(invariant_engine, tokenizer, cache_dir=tmp_path, rounds=1)
+def test_the_engine_check_is_prepares_and_kept(engine, tmp_path, monkeypatch):
+    """prepare()'s width check on an engine: one sample (its forward takes one), CHECK_WIDTHS, 8 new tokens each,
+    kept by the engine's record; read back, it is not taken again."""
+    check = width_check(engine, Runtime(), tmp_path)
+    assert check.widths == (2, 3, 8) and check.batch == 1 and check.rows == 3 * 8
+    assert (tmp_path / f"width-{Runtime().key(engine)}.json").is_file()
+    monkeypatch.setattr("mars_core.runtime.invariance.compare_widths", lambda *a: pytest.fail("kept: not taken again"))
+    assert width_check(engine, Runtime(), tmp_path) == check
+
+
+def test_runtime_names_the_guarantee(invariant_engine, tmp_path, monkeypatch):
+    """llamacpp_runtime (prepare on the engine) carries the curve and the width check: guarantee() says identical."""
+    monkeypatch.setattr(runtime_cost, "ROUNDS", 1)
+    runtime = llamacpp_runtime(invariant_engine, cache_dir=tmp_path)
     assert runtime.cost is not None and runtime.invariant and runtime.live_cost  # priced again by each decode
     assert runtime.guarantee() == "identical to one-token decoding"
+    assert runtime.cost.widths == runtime_cost.ENGINE.widths and runtime.cost.batch_sizes == (1,)
 
 
-def test_verified_with_llamacpp_cost_curve(tiny, engine, tmp_path):
+def test_verified_with_llamacpp_cost_curve(tiny, engine, tmp_path, monkeypatch):
     """The cost curve is measured once and kept; verified sized by it gives one-token decoding's answer."""
     _, tokenizer, _ = tiny
-    curve = cost_curve(engine, rounds=1, cache_dir=tmp_path)
+    monkeypatch.setattr(runtime_cost, "ROUNDS", 1)
+    curve = runtime_cost.forward_cost(engine, Runtime(), tmp_path)
     assert curve.widths[0] == 1 and all(s > 0 for s in curve.seconds[0])
-    assert cost_curve(engine, cache_dir=tmp_path, measure=False) == curve
-    from mars_core.runtime.runtime import Runtime
+    monkeypatch.setattr(runtime_cost, "spot_seconds", lambda m, rt: curve.at(1, runtime_cost.ENGINE.spot_widths))
+    monkeypatch.setattr(runtime_cost, "measure_cost", lambda m, rt: pytest.fail("a kept curve that holds is read"))
+    assert runtime_cost.forward_cost(engine, Runtime(), tmp_path) == curve
 
     ver = generate(engine, tokenizer, PROMPTS[0], strategy="verified", max_new_tokens=24, runtime=Runtime(cost=curve))
     ar = generate(engine, tokenizer, PROMPTS[0], strategy="ar", max_new_tokens=24)
@@ -243,48 +260,42 @@ def test_the_curve_is_keyed_by_the_build(engine, monkeypatch, tmp_path):
 
     features = cost.build_features(llama_cpp)
     assert "CPU" in features and cost.record(engine)["build"] == features
-    here = cost.curve_path(engine, tmp_path)
+    here = Runtime().key(engine)
     monkeypatch.setattr(llama_cpp, "llama_print_system_info", lambda: features.replace("LLAMAFILE = 1", "").encode()
                         if "LLAMAFILE = 1" in features else (features + " | LLAMAFILE = 1").encode())
-    assert cost.curve_path(engine, tmp_path) != here
+    assert Runtime().key(engine) != here
 
 
 def test_a_kept_curve_whose_shape_moved_is_timed_again(engine, monkeypatch, tmp_path):
-    """The planner reads t(w) / t(1); a kept curve whose shape is off by DRIFT either way from forwards timed now (kept
-    on another host of one CPU model, or timed under load) is timed again and rewritten; within it, it is read."""
-    from mars_core.engines.llamacpp import cost
+    """The planner reads t(w) / t(1); a kept engine curve whose shape is off by the drift factor either way from
+    forwards timed now (kept on another host of one CPU model, or timed under load) is timed again and rewritten;
+    within it, it is read (runtime/cost.py's one rule for kept curves, with the engine's Timing)."""
+    from mars_core.runtime import timing
     from mars_core.runtime.curve import CostCurve
 
+    plan = runtime_cost.ENGINE
     kept = CostCurve((1,), (1, 4, 8), ((0.020, 0.032, 0.039),), {})  # 1.6x at 4, 1.93x at 8
-    fresh = (0.020, 0.030, 0.034, 0.036, 0.040, 0.042, 0.045, 0.047, 0.05, 0.05, 0.06, 0.06, 0.07, 0.07, 0.08, 0.09)
-    assert cost.SPOT_WIDTHS == (1, 4, 8) and len(fresh) == len(cost.WIDTHS)
+    fresh = CostCurve((1,), plan.widths, ((0.02,) * len(plan.widths),), {})
+    assert plan.spot_widths == (1, 4, 8) and plan.drift == 1.2
     timed = []
-    monkeypatch.setattr(cost, "time_widths", lambda e, rounds: timed.append(rounds) or list(fresh))
-    path = cost.curve_path(engine, tmp_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    monkeypatch.setattr(timing, "machine_busy", lambda: False)
+    monkeypatch.setattr(runtime_cost, "machine_busy", lambda: False)
+    monkeypatch.setattr(runtime_cost, "measure_cost", lambda m, rt: timed.append(1) or fresh)
+    path = tmp_path / f"{Runtime().key(engine)}-{runtime_cost.FORMAT}.json"
     path.write_text(kept.to_json())
 
-    monkeypatch.setattr(cost, "spot_seconds", lambda e: [0.025, 0.045, 0.055])  # 1.8x and 2.2x: within 1.2
-    assert cost.cost_curve(engine, cache_dir=tmp_path) == kept and not timed
-    monkeypatch.setattr(cost, "spot_seconds", lambda e: pytest.fail("a read without measuring times nothing"))
-    assert cost.cost_curve(engine, cache_dir=tmp_path, measure=False) == kept
-    path.write_text('{"seconds": [[0.02]]}')  # damaged: read without measuring, it is no curve
-    assert cost.cost_curve(engine, cache_dir=tmp_path, measure=False) is None
-
+    monkeypatch.setattr(runtime_cost, "spot_seconds", lambda m, rt: [0.020, 0.036, 0.045])  # 1.8x, 2.25x: within
+    assert runtime_cost.forward_cost(engine, Runtime(), tmp_path) == kept and not timed
     for now in ([0.020, 0.030, 0.050], [0.020, 0.022, 0.030]):  # 2.5x at 8 (dearer), then 1.1x at 4 (cheaper)
         path.write_text(kept.to_json())
-        monkeypatch.setattr(cost, "spot_seconds", lambda e, now=now: now)
-        curve = cost.cost_curve(engine, cache_dir=tmp_path, rounds=2)
-        assert curve.seconds == (fresh,) and timed[-1] == 2
-        assert CostCurve.from_json(path.read_text()) == curve  # rewritten
+        monkeypatch.setattr(runtime_cost, "spot_seconds", lambda m, rt, now=now: now)
+        assert runtime_cost.forward_cost(engine, Runtime(), tmp_path) == fresh
+        assert CostCurve.from_json(path.read_text()) == fresh  # rewritten
     assert len(timed) == 2
-
     path.write_text("{not json")  # a damaged file is measured again
-    assert cost.cost_curve(engine, cache_dir=tmp_path).seconds == (fresh,) and len(timed) == 3
+    assert runtime_cost.forward_cost(engine, Runtime(), tmp_path) == fresh and len(timed) == 3
 
 
 def test_spot_seconds_times_real_forwards(engine):
-    from mars_core.engines.llamacpp import cost
-
-    now = cost.spot_seconds(engine)
-    assert len(now) == len(cost.SPOT_WIDTHS) and all(0 < s < 5 for s in now)
+    now = runtime_cost.spot_seconds(engine, Runtime())
+    assert len(now) == len(runtime_cost.ENGINE.spot_widths) and all(0 < s < 5 for s in now)

@@ -30,7 +30,7 @@ def tiny(tmp_path_factory):
     engine = LlamaCppEngine(path, n_ctx=512, threads=1, kv_type="f32", invariant=True,
                             eos_token_id=model.generation_config.eos_token_id)
     engine.dtype = "f32"
-    return model, tokenizer, Served("f32", engine, tokenizer, llamacpp_runtime(engine, tokenizer, folder, rounds=1))
+    return model, tokenizer, Served("f32", engine, tokenizer, llamacpp_runtime(engine, folder))
 
 
 def test_llamacpp_rows_beside_torch_rows(tiny):
@@ -103,7 +103,7 @@ def test_cli_refuses_bad_llamacpp_flags(argv, said, capsys):
 
 
 def test_the_gpu_benchmark_refuses_a_build_without_a_gpu(tmp_path):
-    """benchmarks/llamacpp_gpu.sh (the H200 table in speed.md) first asks llama.cpp which devices it has: on a build
+    """benchmarks/llamacpp_gpu.sh (the GPU section of llamacpp.md) first asks llama.cpp which devices it has: on a build
     without a GPU backend it says how to install the CUDA build and stops before any bench runs."""
     import subprocess
     import sys
@@ -122,38 +122,3 @@ def test_the_gpu_benchmark_refuses_a_build_without_a_gpu(tmp_path):
     assert "llama.cpp devices: [('CPU'" in done.stdout
     assert 'CMAKE_ARGS="-DGGML_CUDA=on" pip install' in done.stderr
     assert not list((tmp_path / "out").glob("*.json"))
-
-
-def test_host_time_by_width_logs_every_forward(tiny):
-    """benchmarks/llamacpp_host_time.py: the engine's decodes are logged one per forward, and the host time after
-    each (but the prefill and the last) is binned by the tokens that forward fed."""
-    from benchmarks.llamacpp_host_time import host_by_width, timed_decodes
-    from mars_core.generate import encode_prompt, generate
-
-    _, tokenizer, served = tiny
-    engine = served.engine
-    log = timed_decodes(engine)
-    try:
-        before = engine.forwards
-        out = generate(engine, tokenizer, PROMPTS[0], strategy="verified", block_size=4, max_new_tokens=12,
-                       runtime=served.runtime)
-        assert len(log) == engine.forwards - before == out.forwards
-        assert [w for w, _, _ in log][0] == len(encode_prompt(tokenizer, PROMPTS[0])) + 3  # prompt and G_0
-        bins = host_by_width(log)
-        assert sum(len(v) for v in bins.values()) == len(log) - 2
-        assert all(host >= 0 and forward > 0 for v in bins.values() for host, forward in v)
-        assert all(start < end for _, start, end in log) and all(a[2] <= b[1] for a, b in zip(log, log[1:]))
-    finally:
-        del engine.decode  # the class's own again
-
-
-def test_lookup_odds_by_place_counts_each_draft_after_the_ones_before_it_matched():
-    """benchmarks/lookup_odds.py: a draft is reached only where every draft before it matched and the answer goes on
-    that far; a chain found counts once per place."""
-    from benchmarks.lookup_odds import odds_by_place
-
-    # after "... 5 1 2" the bigram "1 2" proposes 3 4 5: 3 matches, 4 misses the 9; after "1 2 3" the trigram
-    # proposes 4 5 1, and only the answer's last token is left to check it against
-    found, matched, reached = odds_by_place([1, 2, 3, 4, 5], [1, 2, 3, 9], (3, 2), 3)
-    assert (found, matched, reached) == (2, [1, 0, 0], [2, 1, 0])
-    assert odds_by_place([1, 2, 3], [4, 5], (3, 2), 3) == (0, [0, 0, 0], [0, 0, 0])

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from mars_core.runtime import Runtime, cost
+from mars_core.runtime import Runtime, cost, timing
 from mars_core.runtime.cost import CostCurve, forward_cost, interpolate, measure_cost
 
 PLAIN = Runtime()
+
+
+def busy(monkeypatch: pytest.MonkeyPatch, value: bool) -> None:
+    """The load average says the machine is (or is not) busy, to the cost curve's check and to timing.kept alike."""
+    monkeypatch.setattr(cost, "machine_busy", lambda: value)
+    monkeypatch.setattr(timing, "machine_busy", lambda: value)
 
 
 def test_interpolate_is_linear_inside_and_extends_the_end_segments():
@@ -70,8 +76,8 @@ def test_the_curve_is_measured_once_per_machine_and_model(model, tmp_path, monke
     fixed = CostCurve.from_function(lambda b, w: 0.001 * w, widths=(1, 2))
     monkeypatch.setattr(cost, "measure_cost", lambda m, rt: calls.append(m) or fixed)
     monkeypatch.setattr(cost, "spot_seconds", lambda m, rt: [0.001, 0.004])  # the machine as fast as when it was timed
-    monkeypatch.setattr(cost, "machine_busy", lambda: False)
-    monkeypatch.setattr(cost, "_UNKEPT", {})
+    busy(monkeypatch, False)
+    monkeypatch.setattr(timing, "_UNKEPT", {})
     assert forward_cost(model, PLAIN, tmp_path) == fixed
     assert forward_cost(model, PLAIN, tmp_path) == fixed  # read back from the file
     assert len(calls) == 1 and len(list(tmp_path.glob("*.json"))) == 1
@@ -86,12 +92,12 @@ def test_a_curve_timed_on_a_busy_machine_is_used_but_not_kept(model, tmp_path, m
     calls = []
     fixed = CostCurve.from_function(lambda b, w: 0.001 * w, widths=(1, 2))
     monkeypatch.setattr(cost, "measure_cost", lambda m, rt: calls.append(m) or fixed)
-    monkeypatch.setattr(cost, "machine_busy", lambda: True)
-    monkeypatch.setattr(cost, "_UNKEPT", {})
+    busy(monkeypatch, True)
+    monkeypatch.setattr(timing, "_UNKEPT", {})
     assert forward_cost(model, PLAIN, tmp_path) == fixed and not list(tmp_path.glob("*.json"))
     assert forward_cost(model, PLAIN, tmp_path) == fixed and len(calls) == 1  # this process keeps it in memory
-    monkeypatch.setattr(cost, "_UNKEPT", {})  # a new process
-    monkeypatch.setattr(cost, "machine_busy", lambda: False)
+    monkeypatch.setattr(timing, "_UNKEPT", {})  # a new process
+    busy(monkeypatch, False)
     assert forward_cost(model, PLAIN, tmp_path) == fixed and len(calls) == 2 and len(list(tmp_path.glob("*.json"))) == 1
 
 
@@ -104,14 +110,14 @@ def test_a_kept_curve_slower_than_the_machine_now_is_timed_again(model, tmp_path
     assert cost.SPOT_WIDTHS == (1, 4)
     calls = []
     monkeypatch.setattr(cost, "measure_cost", lambda m, rt: calls.append(m) or fresh)
-    monkeypatch.setattr(cost, "_UNKEPT", {})
+    monkeypatch.setattr(timing, "_UNKEPT", {})
     (tmp_path / f"{PLAIN.key(model)}-{cost.FORMAT}.json").write_text(inflated.to_json())
 
-    monkeypatch.setattr(cost, "machine_busy", lambda: True)  # busy now: a timing now would be inflated too
+    busy(monkeypatch, True)  # busy now: a timing now would be inflated too
     monkeypatch.setattr(cost, "spot_seconds", lambda m, rt: pytest.fail("timed on a busy machine"))
     assert forward_cost(model, PLAIN, tmp_path) == inflated and not calls
 
-    monkeypatch.setattr(cost, "machine_busy", lambda: False)
+    busy(monkeypatch, False)
     monkeypatch.setattr(cost, "spot_seconds", lambda m, rt: [0.042, 0.050])  # 1.10x and 1.08x: within the margin
     assert forward_cost(model, PLAIN, tmp_path) == inflated and not calls
 

@@ -41,7 +41,7 @@ def test_the_flavor_is_amx_where_the_cpu_has_it_else_avx512_bf16(fresh_state, mo
 def test_it_can_be_turned_off(fresh_state, monkeypatch):
     monkeypatch.setattr(rows, "cpu_flags", lambda: {"amx_bf16", "amx_tile"})
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
-    monkeypatch.setattr(rows.shutil, "which", lambda name: "/usr/bin/c++")
+    monkeypatch.setattr(rows, "cxx_compiler", lambda: "c++")
     monkeypatch.setenv("MARS_ROWS_KERNEL", "0")
     assert rows.why_not() == "turned off (MARS_ROWS_KERNEL=0)"
 
@@ -51,7 +51,7 @@ def test_a_failed_build_says_why(fresh_state, monkeypatch, tmp_path):
 
     monkeypatch.setattr(rows, "cpu_flags", lambda: {"amx_bf16", "amx_tile"})
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
-    monkeypatch.setattr(rows.shutil, "which", lambda name: "/usr/bin/c++")
+    monkeypatch.setattr(rows, "cxx_compiler", lambda: "c++")
     monkeypatch.setenv("MARS_CACHE", str(tmp_path))
 
     def fail(**kwargs):
@@ -67,7 +67,7 @@ def builds_as(fresh_state, monkeypatch, tmp_path):
     import torch.utils.cpp_extension as ext
 
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
-    monkeypatch.setattr(rows.shutil, "which", lambda name: "/usr/bin/c++")
+    monkeypatch.setattr(rows, "cxx_compiler", lambda: "c++")
     monkeypatch.setenv("MARS_CACHE", str(tmp_path))
     monkeypatch.setattr(ext, "load", lambda **kwargs: None)
     monkeypatch.setattr(rows, "_shapes", lambda: None)

@@ -1,17 +1,17 @@
-"""MARS on llama.cpp: the model as a GGUF, an Engine over llama-cpp-python, and llama.cpp's own cost curve.
+"""MARS on llama.cpp: the model as a GGUF, and an Engine over llama-cpp-python that prepare() measures as it does a
+torch model (its own width check and cost curve).
 
     from mars_core.engines.llamacpp import load_llamacpp, llamacpp_runtime
     engine, tokenizer = load_llamacpp(weights="bf16")
     generate(engine, tokenizer, "Hi", strategy="verified", runtime=llamacpp_runtime(engine))
 
-gguf_export needs only `gguf`; the engine, the loader and the curve need llama-cpp-python (pip install -e
+gguf_export needs only `gguf`; the engine and the loader need llama-cpp-python (pip install -e
 ".[llamacpp]"), imported when first used.
 """
 
 from .gguf_export import WEIGHTS, cached_gguf, export_gguf, gguf_path
 
-__all__ = ["WEIGHTS", "LlamaCppEngine", "cached_gguf", "cost_curve", "export_gguf", "gguf_path", "llamacpp_runtime",
-           "load_llamacpp", "width_check"]
+__all__ = ["WEIGHTS", "LlamaCppEngine", "cached_gguf", "export_gguf", "gguf_path", "llamacpp_runtime", "load_llamacpp"]
 
 
 def __getattr__(name: str):
@@ -20,14 +20,10 @@ def __getattr__(name: str):
         from .engine import LlamaCppEngine
 
         return LlamaCppEngine
-    if name in ("cost_curve", "llamacpp_runtime"):
-        from . import cost
+    if name == "llamacpp_runtime":
+        from .cost import llamacpp_runtime
 
-        return getattr(cost, name)
-    if name == "width_check":
-        from .check import width_check
-
-        return width_check
+        return llamacpp_runtime
     if name == "load_llamacpp":
         from .load import load_llamacpp
 

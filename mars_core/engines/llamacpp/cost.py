@@ -1,35 +1,22 @@
-"""llama.cpp's own cost curve: seconds of one cached forward by width, the curve verified decoding sizes trees by.
+"""What a llama.cpp engine's measurements depend on (record: the CPU, the build, the GGUF, threads, mode), and how
+the page names where it runs.
 
 Widths cost differently on llama.cpp than on torch (one row takes ggml's dot products, two or more tinyBLAS: about
-2x at width 2 in BF16 and Q8_0, 1.2x in F32), so the planner must read this engine's curve, not torch's. Measured
-once per machine, GGUF, threads and mode, and kept on disk (runtime.timing); the fastest of interleaved rounds. The
-planner reads only its shape, t(w) / t(1), and that moves between two hosts of one CPU model and under load, so a
-kept curve is checked against a few forwards timed at load and timed again where its shape has moved.
+2x at width 2 in BF16 and Q8_0, 1.2x in F32), so the planner reads this engine's own curve: prepare(engine) times it
+and checks its width invariance on the engine's forward, as for a torch model (runtime/prepare.py), kept by record().
 
-    runtime = llamacpp_runtime(engine, tokenizer)  # Runtime(cost=curve, width_check=...): generate(..., runtime=)
+    runtime = llamacpp_runtime(engine)  # prepare(engine): Runtime(cost=curve, width_check=..., live_cost=True)
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 from pathlib import Path
 from types import ModuleType
 
-import torch
-
 from ...machine import cpu_flags, cpu_name
-from ...runtime.curve import CostCurve, shape_moved
 from ...runtime.engine import Engine
-from ...runtime.runtime import Runtime, WidthCheck
-from ...runtime.timing import cache_root, kept, machine_busy, read_kept, seconds
-from .check import causal, width_check
-
-WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32)
-CONTEXT = 30  # tokens cached before the timed forward (a short chat prompt)
-SPOT_WIDTHS = (1, 4, 8)  # widths a kept curve is checked at when it is read
-DRIFT = 1.2  # a kept curve whose t(w) / t(1) is off by this factor either way from one timed now is timed again
+from ...runtime.prepare import prepare
+from ...runtime.runtime import Runtime
 
 
 def record(engine: Engine) -> dict:
@@ -66,80 +53,8 @@ def runs_on(gpu: str | None, threads: int, llama_cpp: ModuleType) -> str:
     return f"{threads} thread{'s' if threads > 1 else ''}" + ("" if has_tinyblas(llama_cpp) else ", tinyBLAS off")
 
 
-def curve_path(engine: Engine, cache_dir: Path | None = None) -> Path:
-    """Where this engine's curve is kept: <cache>/llamacpp_cost/<hash of record()>.json."""
-    key = hashlib.sha256(json.dumps(record(engine), sort_keys=True).encode()).hexdigest()[:16]
-    return (cache_dir or cache_root() / "llamacpp_cost") / f"{key}.json"
-
-
-def chain_inputs(width: int, start: int, token: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """ids, positions and what each sees of `width` new tokens in a causal run after `start` cached ones."""
-    ids = torch.full((1, width), token, dtype=torch.long)
-    positions = torch.arange(start, start + width)[None]
-    return ids, positions, causal(width)
-
-
-def time_widths(engine: Engine, widths: tuple[int, ...] = WIDTHS, rounds: int = 5, context: int = CONTEXT,
-                token: int = 1) -> list[float]:
-    """Fastest seconds of one forward per width (every slot's logits read, as verified does), after `context`
-    cached tokens; rounds interleave the widths, so a burst of other work spoils one round, not one width."""
-    cache = engine.new_cache()
-    engine.hidden_states(*chain_inputs(context, 0, token), cache)
-    cache.keep(context)
-    best = [float("inf")] * len(widths)
-    for _ in range(rounds + 1):  # the first round warms up
-        for i, width in enumerate(widths):
-            ids, positions, seen = chain_inputs(width, context, token)
-            best[i] = min(best[i], seconds(lambda: engine.hidden_states(ids, positions, seen, cache)))
-            cache.keep(0)
-    return best
-
-
-def spot_seconds(engine: Engine) -> list[float]:
-    """Seconds of forwards of SPOT_WIDTHS tokens now, the fastest of five interleaved rounds (under a second; fewer
-    rounds read the shape too noisily for DRIFT: docs/speed.md#a-kept-curve-checked-at-load)."""
-    return time_widths(engine, SPOT_WIDTHS, rounds=5)
-
-
-def drifted(curve: CostCurve, now: list[float]) -> bool:
-    """Whether the curve's shape at SPOT_WIDTHS is off by DRIFT either way from forwards timed now (shape_moved)."""
-    return shape_moved(curve.at(1, SPOT_WIDTHS), now, DRIFT)
-
-
-def cost_curve(engine: Engine, rounds: int = 5, cache_dir: Path | None = None, measure: bool = True
-               ) -> CostCurve | None:
-    """This engine's curve: the one kept on disk where forwards timed now still fit its shape (drifted), else
-    measured now and kept, with the load it was timed under; measure=False reads the kept one (or None), untimed."""
-    path = curve_path(engine, cache_dir)
-    if not measure:
-        return read_kept(path, CostCurve.from_dict)
-
-    def timed() -> CostCurve:
-        times = time_widths(engine, rounds=rounds)
-        machine = {**record(engine), "busy": machine_busy(), "load_average": os.getloadavg()[0]}
-        return CostCurve((1,), WIDTHS, (tuple(times),), machine)
-
-    return kept(path, CostCurve.from_dict, timed, CostCurve.to_dict, timed=False,
-                holds=lambda curve: not drifted(curve, spot_seconds(engine)))
-
-
-CHECK_PROMPT = "Name three rivers in Europe and say which is longest."
-CHECK_TEXT = "The Danube, the Rhine and the Volga; the Volga is the longest of the three."
-
-
-def kept_width_check(engine: Engine, tokenizer, cache_dir: Path | None = None) -> WidthCheck:
-    """check.width_check on a chat prompt and 16 tokens of text, kept beside the curve (same machine and mode)."""
-    from ...generate import encode_prompt
-
-    path = curve_path(engine, cache_dir).with_suffix(".width.json")
-    prompt, text = encode_prompt(tokenizer, CHECK_PROMPT), encode_prompt(tokenizer, CHECK_TEXT)[:16]
-    return kept(path, WidthCheck.from_dict, lambda: width_check(engine, prompt, text), WidthCheck.to_dict,
-                timed=False)
-
-
-def llamacpp_runtime(engine: Engine, tokenizer=None, cache_dir: Path | None = None, **kwargs) -> Runtime:
-    """A Runtime whose cost curve is llama.cpp's (kwargs: cost_curve's): verified then sizes its trees by it, priced
-    again by each decode's own forwards (live_cost: the curve's shape moves with other load on a shared CPU). With
-    the tokenizer, also what a width check found on this machine, so runtime.guarantee() says what verified keeps."""
-    check = kept_width_check(engine, tokenizer, cache_dir) if tokenizer is not None else None
-    return Runtime(cost=cost_curve(engine, cache_dir=cache_dir, **kwargs), width_check=check, live_cost=True)
+def llamacpp_runtime(engine: Engine, cache_dir: Path | None = None) -> Runtime:
+    """prepare(engine): a Runtime whose cost curve is llama.cpp's (verified sizes its trees by it, priced again by each
+    decode's own forwards: the curve's shape moves with other load on a shared CPU) and whose width check says what
+    verified keeps on this machine (runtime.guarantee())."""
+    return prepare(engine, cache_dir=cache_dir)

@@ -168,11 +168,11 @@ class LlamaCppEngine(Engine):
         params.no_perf = False
         return params
 
-    def prepare(self, tokenizer: Any = None) -> Any:
-        """llama.cpp's own runtime (cost.llamacpp_runtime): its cost curve, and with the tokenizer its width check."""
-        from .cost import llamacpp_runtime
+    def record(self) -> dict[str, Any]:
+        """Where and how its forwards run (cost.record): what its kept width check and cost curve are keyed by."""
+        from .cost import record
 
-        return llamacpp_runtime(self, tokenizer)
+        return record(self)
 
     def close(self) -> None:
         """Free llama.cpp's context, batch and model."""

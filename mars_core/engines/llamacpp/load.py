@@ -21,7 +21,7 @@ def default_kv(weights: str) -> str:
     return "f32" if weights == "f32" else "f16"
 
 
-def load_llamacpp(source: str | os.PathLike | None = None, weights: str = "bf16", threads: int | None = None,
+def load_llamacpp(source: str | os.PathLike | None = None, *, weights: str = "bf16", threads: int | None = None,
                   n_ctx: int = 4096, invariant: bool = False, kv_type: str | None = None, gpu_layers: int = -1
                   ) -> tuple[LlamaCppEngine, Any]:
     """(llama.cpp engine, tokenizer) of a MARS checkpoint (None: the embedded model), its GGUF written once per
