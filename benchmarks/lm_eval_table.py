@@ -2,7 +2,7 @@
 decoding, threshold mode at τ = 0.95 and 0.9, and verified mode, through lm-evaluation-harness and `mars_studio`.
 
     python benchmarks/lm_eval_table.py --limits mars_humaneval_chat:20,mars_gsm_symbolic:30 \
-        --out assets/lm_eval_smollm2.json
+        --out assets/records/lm_eval/lm_eval_smollm2.json
 
 Each (mode, task) is one lm_eval.simple_evaluate run, the same as
     mars-lm-eval --model mars_studio --model_args pretrained=default,strategy=ar,dtype=fp32,max_new_tokens=256 \
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--threads", type=int, default=None, help="torch threads (1 is fastest on a busy 2-core CPU)")
-    p.add_argument("--out", default="assets/lm_eval_smollm2.json")
+    p.add_argument("--out", default="assets/records/lm_eval/lm_eval_smollm2.json")
     args = p.parse_args(argv)
 
     import lm_eval

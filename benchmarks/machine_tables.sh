@@ -1,22 +1,40 @@
 #!/usr/bin/env bash
-# The speed tables of docs/speed.md for the machine this runs on: verified mode against transformers' generate and
-# prompt lookup, batch 1 (held-out and never-trained) and batches 4, 8 and 16, in fp32 and in bf16, the embedded
-# model, 64 new tokens. Run it on a quiet machine (nothing else on the cores); about 45 min on 2 CPU cores.
-#   bash benchmarks/machine_tables.sh [OUT_DIR] [DTYPES]        # default: runs/machine_tables "fp32 bf16"
-# Each JSON records the machine (CPU, AMX / AVX512-BF16 / AVX-512 / AVX2, threads, torch, dtype) and the cost curve
-# verified mode sized its trees by; `--layout fixed` is the same decoder with the fixed rules, for comparison.
+# docs/speed.md's table for the machine this runs on, and the README's row for its kind: mars-bench at batch 1 (18
+# held-out prompts, 3 rounds) and at batches 4 and 8 (16 prompts, 2 rounds), the embedded model in the dtype load()
+# picks here, 64 new tokens, B = 4, drafts >= 0.3; transformers' generate and prompt lookup, our one-token and
+# verified decoding (on the compiled forward too where our rows kernel serves: AMX or AVX512-BF16, bf16), and
+# llama.cpp's one-token decoding of the same weights where llama-cpp-python is installed. Each JSON is stamped with
+# this checkout's commit and today's date, then the tables are rendered. Run it on a quiet machine (nothing else on
+# the cores): about 25 minutes on 2 CPU cores.
+#   bash benchmarks/machine_tables.sh [OUT_DIR]        # default: assets/records/speed
+#   DRY=1 bash benchmarks/machine_tables.sh             # print the commands, run nothing
+# The files are named <kind>_<dtype>_b1.json and <kind>_<dtype>_batches.json (kind: amx, avx512_bf16, avx512, avx2),
+# so a new run of a kind replaces its records; the tables file every record by the machine it names, not by its name.
 set -eu
-OUT=${1:-runs/machine_tables}
-DTYPES=${2:-fp32 bf16}
+OUT=${1:-assets/records/speed}
+PY=${PYTHON:-python}
+read -r KIND DTYPE < <($PY -c "
+from mars_core.evaluation.tables._records import dtype, kind
+from mars_core.load import resolve_dtype
+from mars_core.machine import machine_info
+print(kind(machine_info()), dtype(str(resolve_dtype('auto')).removeprefix('torch.')))")
+[ -n "$KIND" ] && [ -n "$DTYPE" ] || { echo "machine_tables.sh: could not tell this machine's kind" >&2; exit 1; }
+METHODS=hf_generate,hf_prompt_lookup,ar,mars_verified
+BATCH_METHODS=hf_generate,ar,mars_verified
+if [ "$DTYPE" = bf16 ] && { [ "$KIND" = amx ] || [ "$KIND" = avx512_bf16 ]; }; then
+  METHODS=$METHODS,ar_compiled,mars_verified_compiled
+  BATCH_METHODS=hf_generate,ar_compiled,mars_verified_compiled
+fi
+LLAMACPP=""
+if $PY -c "import llama_cpp" 2>/dev/null; then
+  [ "$DTYPE" = bf16 ] && WEIGHTS=${LLAMACPP_WEIGHTS:-bf16} || WEIGHTS=${LLAMACPP_WEIGHTS:-f32,q8_0}
+  METHODS=$METHODS,llamacpp_ar
+  LLAMACPP="--llamacpp-weights $WEIGHTS"
+fi
+run() { if [ -n "${DRY:-}" ]; then echo "$*"; else "$@"; fi; }
+bench() { run $PY -m mars_core.evaluation.bench --block-sizes 4 --verified-thresholds 0.3 --max-new-tokens 64 "$@"; }
 mkdir -p "$OUT"
-bench() { python -m mars_core.bench --block-sizes 4 --verified-thresholds 0.3 --max-new-tokens 64 "$@"; }
-for dtype in $DTYPES; do
-  bench --dtype "$dtype" --methods hf_generate,hf_prompt_lookup,mars_verified --batch-sizes 1 --limit 18 \
-    --repeats 3 --json "$OUT/b1_heldout_$dtype.json"
-  bench --dtype "$dtype" --methods hf_generate,mars_verified --batch-sizes 4,8,16 --limit 16 --repeats 2 \
-    --json "$OUT/batches_$dtype.json"
-  bench --dtype "$dtype" --methods hf_generate,hf_prompt_lookup,mars_verified --batch-sizes 1 --limit 18 \
-    --split never_trained --repeats 3 --json "$OUT/b1_never_trained_$dtype.json"
-  bench --dtype "$dtype" --methods hf_generate,mars_verified --batch-sizes 1 --limit 18 --layout fixed \
-    --repeats 3 --json "$OUT/b1_heldout_fixed_$dtype.json"
-done
+bench --methods "$METHODS" $LLAMACPP --batch-sizes 1 --limit 18 --repeats 3 --json "$OUT/${KIND}_${DTYPE}_b1.json"
+bench --methods "$BATCH_METHODS" --batch-sizes 4,8 --limit 16 --repeats 2 --json "$OUT/${KIND}_${DTYPE}_batches.json"
+run $PY -m mars_core.evaluation.tables --stamp "$OUT/${KIND}_${DTYPE}_b1.json" "$OUT/${KIND}_${DTYPE}_batches.json"
+run $PY -m mars_core.evaluation.tables

@@ -17,14 +17,14 @@ sys.path.insert(0, str(ROOT))
 from mars_core.evaluation.eval import calibration_plot  # noqa: E402
 
 REPORTS = {  # (adapter, split) -> report
-    ("wide", "held-out"): "assets/eval_smollm2_mars_b4_wide.json",
-    ("finished", "held-out"): "assets/eval_smollm2_mars_b4_finished.json",
-    ("B = 8", "held-out"): "assets/eval_smollm2_mars_b8.json",
-    ("xl", "held-out"): "assets/eval_smollm2_mars_b4.json",
-    ("wide", "never-trained"): "assets/eval_smollm2_mars_b4_wide_never_trained.json",
-    ("finished", "never-trained"): "assets/eval_smollm2_mars_b4_finished_never_trained.json",
-    ("B = 8", "never-trained"): "assets/eval_smollm2_mars_b8_never_trained.json",
-    ("xl", "never-trained"): "assets/eval_smollm2_mars_b4_never_trained.json",
+    ("wide", "held-out"): "assets/records/model/eval_smollm2_mars_b4_wide.json",
+    ("finished", "held-out"): "assets/records/model/eval_smollm2_mars_b4_finished.json",
+    ("B = 8", "held-out"): "assets/records/model/eval_smollm2_mars_b8.json",
+    ("xl", "held-out"): "assets/records/model/eval_smollm2_mars_b4.json",
+    ("wide", "never-trained"): "assets/records/model/eval_smollm2_mars_b4_wide_never_trained.json",
+    ("finished", "never-trained"): "assets/records/model/eval_smollm2_mars_b4_finished_never_trained.json",
+    ("B = 8", "never-trained"): "assets/records/model/eval_smollm2_mars_b8_never_trained.json",
+    ("xl", "never-trained"): "assets/records/model/eval_smollm2_mars_b4_never_trained.json",
 }
 COLOURS = {"wide": "tab:gray", "finished": "tab:blue", "B = 8": "tab:orange", "xl": "tab:green"}
 

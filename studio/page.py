@@ -24,7 +24,8 @@ CSS = (".gradio-container {max-width: 1400px !important; margin: 0 auto; min-wid
 THEME = gr.themes.Soft(primary_hue="blue")
 
 
-def default_model_note(report: str = os.path.join(ROOT, "assets", "eval_smollm2_mars_b4.json")) -> str:
+def default_model_note(report: str = os.path.join(ROOT, "assets", "records", "model", "eval_smollm2_mars_b4.json"),
+                       ) -> str:
     """One line on the embedded model: its held-out tokens per forward at τ = 0.9 and in verified mode, read from
     the shipped eval (the verified figure only where the eval has verified rows)."""
     try:

@@ -117,3 +117,34 @@ def test_the_readme_holds_the_ci_test_command():
     ci = (ROOT / ".ci" / "run").read_text()
     command = re.search(r"^TEST_CMD='(.+)'$", ci, re.MULTILINE).group(1)
     assert command in README.read_text().splitlines(), "README.md's test command differs from .ci/run's"
+
+
+DOCS_MAX_LINES = 2200  # README and docs/ together: a reference a reader finishes
+PAGE_MAX_LINES = {"docs/speed.md": 300}
+CHANGELOG_MAX_LINES = 300
+
+
+def test_the_docs_stay_a_reference():
+    """History goes to git and CHANGELOG.md, not the pages: the docs' total, speed.md and the changelog stay short."""
+    total = sum(page.read_text().count("\n") for page in PAGES)
+    assert total <= DOCS_MAX_LINES, f"README and docs/ have {total} lines, at most {DOCS_MAX_LINES}"
+    for name, most in PAGE_MAX_LINES.items():
+        lines = (ROOT / name).read_text().count("\n")
+        assert lines <= most, f"{name} has {lines} lines, at most {most}"
+    lines = (ROOT / "CHANGELOG.md").read_text().count("\n")
+    assert lines <= CHANGELOG_MAX_LINES, f"CHANGELOG.md has {lines} lines, at most {CHANGELOG_MAX_LINES}"
+
+
+CODE_LINK = re.compile(r"\b(docs/[\w/.-]+\.md)#([\w%-]+)")
+
+
+def test_docs_links_in_the_code_resolve():
+    """The code cites the docs by page and section (docs/speed.md#the-rows-kernel): each cited heading exists."""
+    files = [*ROOT.glob("mars_core/**/*.py"), *ROOT.glob("mars_core/**/*.cpp"), *ROOT.glob("studio/**/*.py"),
+             ROOT / "app.py", *ROOT.glob("benchmarks/*"), *ROOT.glob("tests/**/*.py")]
+    broken = []
+    for file in (f for f in files if f.is_file() and f.name != "test_docs.py"):
+        for page, anchor in CODE_LINK.findall(file.read_text(errors="ignore")):
+            if not (ROOT / page).is_file() or anchor not in anchors(ROOT / page):
+                broken.append(f"{file.relative_to(ROOT)}: {page}#{anchor}")
+    assert not broken, "\n".join(broken)

@@ -17,7 +17,7 @@ def lookup_rows(rows: list[list[int]], starts: list[int], ends: list[int], ngram
     """Prompt lookup per row (text in start..end-1): the `width` tokens that followed the latest earlier occurrence of
     the row's last n tokens, for the longest n in ngrams that occurs. (drafts, count). Rows are searched on the host,
     newest first: a few microseconds a row, where torch's batched search cost a quarter of a millisecond a forward
-    (docs/speed.md#where-verifieds-time-goes-on-llamacpp); a caller that finds nothing (count all 0) makes no
+    (docs/llamacpp.md#speed); a caller that finds nothing (count all 0) makes no
     tensor."""
     found = [_latest(row, s, e, ngrams) for row, s, e in zip(rows, starts, ends)]
     drafts = [[row[min(max(after, 0) + j, len(row) - 1)] for j in range(width)] for row, after in zip(rows, found)]

@@ -34,7 +34,7 @@ def confidence_of(probs: torch.Tensor, tokens: torch.Tensor, kind: str) -> torch
 def first_argmax(x: torch.Tensor) -> torch.Tensor:
     """Index of the first of equal maxima along the last dim, as torch.argmax and so transformers' greedy search break
     ties. On the CPU in float32 numpy's argmax does it: 10x faster than torch's max(-1) on a 2-core AVX2 machine,
-    0.04 against 0.42 ms for 7 rows of a 49152-token vocabulary (docs/speed.md#the-argmax-on-the-cpu)."""
+    0.04 against 0.42 ms for 7 rows of a 49152-token vocabulary (docs/speed.md#where-a-forwards-time-goes)."""
     if x.device.type == "cpu" and x.dtype == torch.float32 and x.shape[-1] > 0:
         return torch.from_numpy(x.detach().numpy().argmax(-1))
     return x.max(-1).indices

@@ -10,7 +10,7 @@ keys given once (a stride-0 view over the rows); so do one-row forwards of sampl
 
 On a CPU where the rows kernel serves (runtime/rows.py), a row's attention is instead computed by that kernel's
 attention (kernels/rows.cpp): each row of each head on its own, its visible keys in slot order, in one call for the
-whole forward, so it needs no grouping and no Python loop (docs/speed.md#the-amx-rows-kernel).
+whole forward, so it needs no grouping and no Python loop (docs/speed.md#the-rows-kernel).
 
 Models loaded by mars_core.load() use the attention registered here under ATTENTION ("mars"). It is transformers'
 SDPA, except inside keys_by_rows(plan) (a runtime that asks for rows, with the plan its cache made for the forward):

@@ -79,11 +79,11 @@ def _inductor_cache_beside_ours() -> None:
 def _inductor_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     """inductor's compile of dynamo's graph, its own C++ loops (norms, rotary, activations, cache writes) run by one
     thread: a decoding forward's loops are a few rows each, and an OpenMP region a loop (several a layer) cost more
-    to open and join than the work they split (docs/speed.md#loops-of-one-thread-and-attention-16-keys-at-a-time).
+    to open and join than the work they split (docs/speed.md#the-forward-compiled).
     The runtime's kernels keep every thread. Its code checks no buffer's sizes and strides as it runs (one Python call
     each, hundreds a forward): dynamo's guards check the inputs', watch.refresh the model's make (watch.make_of),
     and our ops return contiguous tensors of the shapes their fakes say
-    (docs/speed.md#fewer-calls-around-the-kernels-verified-at-303-generate)."""
+    (docs/speed.md#the-forward-compiled)."""
     from torch._inductor import config
     from torch._inductor.compile_fx import compile_fx
 

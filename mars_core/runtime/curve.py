@@ -27,7 +27,7 @@ def shape_moved(then: list[float], now: list[float], factor: float) -> bool:
     """Whether two timings of the same widths (the narrowest first) differ in shape, t(w) / t(first), by more than
     `factor` either way at some width. The planner reads only the shape, and it moves between two hosts of one CPU
     model and under load, so a kept curve whose shape moved is timed again
-    (docs/speed.md#a-kept-curve-checked-at-load)."""
+    (docs/llamacpp.md#speed)."""
     return any(max(a, b) / min(a, b) > factor for a, b in zip((t / then[0] for t in then[1:]),
                                                                (n / now[0] for n in now[1:])))
 

@@ -4,8 +4,7 @@ torch sends an fp32 `F.linear` to MKL's sgemm, which is slow for the few rows a 
 one row with another kernel than several (its result for a row depends on how many rows travel with it). oneDNN
 with each weight reordered once for it (as inductor's freezing pass does for bf16) is faster at every width on the
 machines measured, makes width nearly free, and gives each row the same bits at every row count. bf16 runs oneDNN
-already but reorders the weight on every call. (Numbers by machine: docs/speed.md; `python
-benchmarks/linear_kernels.py` prints them by layer shape and width.)
+already but reorders the weight on every call. (Numbers by machine: docs/speed.md#packed-linear-layers.)
 
     linears = pack_linears(model)          # the packed copies, by weight; the model itself is left as it was
     with LinearKernels(linears, rows=1):   # inside, every F.linear on a packed weight runs the packed kernel
@@ -183,7 +182,7 @@ def _probe(pairs: dict, copy: torch.Tensor, w: torch.Tensor, kernel: str = ONEDN
     """The weight's shape key (its output features first, its kernel last), probed for oneDNN's one-row difference
     unless a weight of that shape showed it already: the kernel oneDNN picks depends on the shape alone, but whether
     its one-row bits differ shows on some weights only, so each weight is probed until one of its shape does
-    (docs/speed.md#one-row-fed-as-two). The rows kernel computes a row alike at every row count: never probed."""
+    (docs/speed.md#packed-linear-layers). The rows kernel computes a row alike at every row count: never probed."""
     key = (*w.shape, w.dtype, kernel)
     if not pairs.get(key):
         pairs[key] = kernel == ONEDNN and one_row_differs(copy, w.shape[1], w.dtype)
@@ -243,7 +242,7 @@ def packed_rows(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None
     oneDNN's runs calls of at most CHUNK_ROWS rows, so a row's bits do not depend on how many rows share its forward
     (docs/speed.md#one-decoder); where this CPU's oneDNN kernel for one row differs from its kernel for two (pair), a
     lone row is fed beside a copy of itself; two rows cost about 10% more than one in that layer
-    (docs/speed.md#one-row-fed-as-two)."""
+    (docs/speed.md#packed-linear-layers)."""
     if kernel == ROWS:
         return torch.ops.mars_rows.linear(x, packed, out, bias)
     rows = x.numel() // x.shape[-1]

@@ -1,7 +1,7 @@
 """The rows kernel (kernels/rows.cpp): bf16 linear layers whose weights stream from memory once a call and whose
 rows cost what one row costs up to 16 (AMX tiles) or 8 (AVX512-BF16's vdpbf16ps), each row's bits its own, and
 attention by rows. Built once per machine into the cache folder with torch's C++ extension builder, loaded in every
-process after (docs/speed.md#the-amx-rows-kernel, #the-rows-kernel-without-amx-avx512-bf16).
+process after (docs/speed.md#the-rows-kernel).
 
     if rows_kernel():                    # built (or loaded) here on first call; where not, why_not() says why
         y = torch.ops.mars_rows.linear(x, torch.ops.mars_rows.pack(w), w.shape[0], None)

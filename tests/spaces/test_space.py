@@ -110,7 +110,7 @@ def test_the_recipe_copies_what_the_space_needs_and_says_its_size(tmp_path):
     assert {f.split("/")[0] for f in files} == NEEDED
     assert not [f for f in files if "__pycache__" in f or f.endswith(".pyc")]
     assert {f for f in files if f.startswith(("assets/", "data/"))} == {
-        "assets/race_example.json", "assets/eval_smollm2_mars_b4.json", "data/heldout.jsonl",
+        "assets/race_example.json", "assets/records/model/eval_smollm2_mars_b4.json", "data/heldout.jsonl",
         *(f"assets/smollm2-mars-b4/{p.name}" for p in (ROOT / "assets" / "smollm2-mars-b4").iterdir())}
     stated = re.search(r"What is pushed: ([\d.]+) MB, of which ([\d.]+) MB is the adapter's weights",
                        RECIPE.read_text())

@@ -733,7 +733,7 @@ def test_default_model_note_reads_the_shipped_eval(tmp_path):
     note = app.default_model_note(str(report))
     assert "1.23 tokens per forward" in note and "verified, 2.47 tokens per forward" in note
     assert app.default_model_note(str(tmp_path / "missing.json")) == ""
-    assert app.default_model_note() != ""  # the shipped assets/eval_smollm2_mars_b4.json has τ = 0.9 rows
+    assert app.default_model_note() != ""  # the shipped assets/records/model/eval_smollm2_mars_b4.json has τ = 0.9 rows
 
 
 def test_the_recorded_example_is_what_the_page_shows_first(tmp_path, monkeypatch):

@@ -22,7 +22,8 @@ class VerifiedConfig:
     # those at or above this floor are priced like groups; None (the default): no siblings, a chain. A matched
     # sibling's bonus token is read at a row that sees the cache, then a gap, then itself: width-invariant kernels
     # make rows that see a prefix identical to a one-token forward, not that one, so with siblings the answer is
-    # one-token decoding's up to rounding only (docs/speed.md#width-invariance)
+    # one-token decoding's up to rounding only
+    # (docs/speed.md#width-invariance-verified-is-one-token-decoding-bit-for-bit)
     sibling_floor: float | None = None
     lookup_drafts: int = 7  # longest prompt-lookup chain checked in one forward (0: mask drafts only)
     lookup_ngrams: tuple[int, ...] = (3, 2)  # n-gram sizes prompt lookup matches, the longest that matches wins

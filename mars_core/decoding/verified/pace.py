@@ -2,7 +2,7 @@
 
 The curve (runtime.cost) is timed once, at load. On a shared CPU the price of width then moves with other load:
 within minutes a llama.cpp F32 forward of 4 tokens read 1.32x one of 1 token in the curve and 1.8-1.9x inside the
-decodes (docs/speed.md#width-priced-by-the-decodes-own-forwards), and trees priced at 1.32x did not pay. Where the
+decodes (docs/llamacpp.md#speed), and trees priced at 1.32x did not pay. Where the
 runtime asks (Runtime.live_cost), and on a GPU (where the step around the forward decides), each step after the
 prefill is timed, from its forward to its host copy, and the seconds the plan reads become
     t(w) = t1 + k (s_w - s_1)

@@ -21,7 +21,7 @@ YIELD_PRIOR = 1.0  # where the running mean starts, and where it returns from be
 # What a fed group is worth now, per draft it is expected to get matched next forward: those drafts are checked
 # next forward at that forward's width cost, and that forward's plan counts their commits again, so counting them
 # whole here counts them twice. Half measured best (docs/speed.md#packed-linear-layers, and on llama.cpp
-# docs/speed.md#where-verifieds-time-goes-on-llamacpp).
+# docs/llamacpp.md#speed).
 GROUP_YIELD_WEIGHT = 0.5
 
 
@@ -117,7 +117,7 @@ def drafts_pay(seconds: list[float], draft_yield: float, g: int) -> bool:
     forward that feeds no group (its drafts priced by the one next forward alone) would stop the drafts for good;
     where it does not, verified decoding feeds plain forwards until y, moving back toward its prior in them
     (update_yield), makes drafts pay again, or for good where they pay at no y <= 1
-    (docs/speed.md#restarts-where-drafts-pay)."""
+    (docs/speed.md#trees-sized-to-the-machine)."""
     return (1 + draft_yield) * seconds[1] > seconds[min(1 + 2 * g, len(seconds) - 1)]
 
 
@@ -128,7 +128,7 @@ def drafts_may_pay(tokens: torch.Tensor, capped: torch.Tensor, live: torch.Tenso
     expected commits over 1 + K_max tokens), a group (every live sample's fed groups' odds sum to 1 at most; g tokens
     more), a sibling (every one fed; 1 + g more), each over the least seconds of any width from there on. Where none
     could, the search is skipped: most forwards where width is dear (llama.cpp's Q8_0 on an AVX2 CPU,
-    docs/speed.md#where-verifieds-time-goes-on-llamacpp). A few numbers per K, so reckoned on the host (one copy)."""
+    docs/llamacpp.md#speed). A few numbers per K, so reckoned on the host (one copy)."""
     parts = [tokens, (capped * live).amax(-1).to(tokens.dtype), live.sum()[None].to(tokens.dtype)]
     if sib is not None:  # [K] every sibling fed
         drafts = torch.arange(sib.shape[1], device=sib.device)

@@ -36,6 +36,14 @@ constexpr int64_t BLOCK = 16;  // rows of x a tile holds
 constexpr int64_t DEPTH = 32;  // k a tile multiply consumes (16 pairs of bf16)
 constexpr int VROWS = 8;       // rows of x the vector path keeps in registers (2 accumulators a row; 12 or 14 no faster)
 
+// A call's x against packed W: what every panel of the call reads (a thread's panels and scratch are its own)
+struct PanelJob {
+  const char* w;  // packed W, [panels][pairs][32][2] bf16
+  const char* x;  // x's rows, `width` bf16 each, k zero-padded to whole tiles of 32 (with AMX, rows to whole 16s)
+  int64_t rows;   // x's rows, as padded (with AMX a multiple of 16)
+  int64_t width;  // bf16 a row of x, a multiple of 32 (pairs * 2)
+};
+
 #ifdef MARS_AMX
 
 struct TileConfig {  // the palette-1 layout _tile_loadconfig reads
@@ -52,8 +60,9 @@ bool amx_ready() {  // Linux gives a thread the tile state only once the process
 // Panels [p0, p1) for every block of 16 rows. Tiles: 0, 1 the sums (16 rows x 16 fp32 columns each), 2 a block of x
 // (16 rows x 32 bf16), 3, 4 the panel's two halves (16 pairs x 16 columns).
 template <typename Emit>
-void panels(const char* w, const char* x, int64_t blocks, int64_t depth, float* scratch, int64_t p0, int64_t p1,
-            const Emit& emit) {
+void panels(const PanelJob& job, float* scratch, int64_t p0, int64_t p1, const Emit& emit) {
+  const char *w = job.w, *x = job.x;
+  const int64_t blocks = job.rows / BLOCK, depth = job.width / DEPTH;  // blocks of 16 rows; tiles of 32 k a row
   TileConfig cfg;
   for (int t = 0; t < 5; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
   _tile_loadconfig(&cfg);
@@ -108,8 +117,9 @@ constexpr auto KERNELS = kernels_for(std::make_integer_sequence<int, VROWS>{});
 
 // Panels [p0, p1) for every group of up to VROWS rows of x's M rows (width bf16 a row).
 template <typename Emit>
-void panels(const char* w, const char* x, int64_t M, int64_t width, float* scratch, int64_t p0, int64_t p1,
-            const Emit& emit) {
+void panels(const PanelJob& job, float* scratch, int64_t p0, int64_t p1, const Emit& emit) {
+  const char *w = job.w, *x = job.x;
+  const int64_t M = job.rows, width = job.width;
   const int64_t pairs = width / 2, panel_bytes = pairs * PANEL * 4;
   const int32_t* xs = reinterpret_cast<const int32_t*>(x);
   for (int64_t p = p0; p < p1; ++p)
@@ -225,7 +235,7 @@ at::Tensor product(const at::Tensor& x, const at::Tensor& packed, Columns cols, 
   sizes.back() = width_out;
   auto y = at::empty(sizes, x.options());
   c10::BFloat16* out = y.data_ptr<c10::BFloat16>();
-  const char* w = static_cast<const char*>(packed.data_ptr());
+  const PanelJob job{static_cast<const char*>(packed.data_ptr()), dst, padded_rows, width};
   // rows [m0, m0 + rows) of one panel's sums, its columns among [col0, col1), to y, each rounded to bf16 once, the
   // bias added in fp32 first
   auto emit = [&](int64_t p, int64_t m0, int64_t rows, const float* sums) {
@@ -242,10 +252,10 @@ at::Tensor product(const at::Tensor& x, const at::Tensor& packed, Columns cols, 
   at::parallel_for(col0 / PANEL, (col1 + PANEL - 1) / PANEL, 1, [&](int64_t p0, int64_t p1) {
     alignas(64) float scratch[BLOCK * PANEL];
 #ifdef MARS_AMX
-    panels(w, dst, blocks, width / DEPTH, scratch, p0, p1,
+    panels(job, scratch, p0, p1,
            [&](int64_t p, int64_t blk, const float* sums) { emit(p, blk * BLOCK, BLOCK, sums); });
 #elif defined(__AVX512BF16__)
-    panels(w, dst, M, width, scratch, p0, p1, emit);
+    panels(job, scratch, p0, p1, emit);
 #endif
   });
   return y;
@@ -332,11 +342,28 @@ inline __m512 exp_shifted16(__m512 x) {
   return _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
 }
 
+// What a pass over one row's query heads of one key head reads: the keys and values the row sees, and the call's
+// shapes
+template <typename T>
+struct HeadPass {
+  const T* const* rows;  // the keys the row sees, in slot order, then to `whole` the first key again
+  const T* keys;         // the key head's keys (a seen key's offset from here is its value's from `values`)
+  const T* values;       // the key head's values
+  int64_t n;             // the keys the row sees
+  int64_t whole;         // n rounded up to 16
+  int64_t vecs;          // vectors of 16 a head (d / 16)
+  int64_t padded;        // a head's scores' stride in score: the slots rounded up to 16
+  int64_t d;             // values a head (out's stride from head to head)
+  float scale;           // the factor on q . key
+};
+
 // Scores q . key * scale of H query heads (q: their vecs vectors each) over the keys `rows` points at (in slot order,
 // whole 16 of them): score[h * padded + e]. Each key's vectors are loaded once for the H heads.
 template <int H, typename T>
-void head_scores(const __m512* q, const T* const* rows, int64_t whole, int64_t vecs, int64_t padded, float scale,
-                 float* score) {
+void head_scores(const HeadPass<T>& pass, const __m512* q, float* score) {
+  const T* const* rows = pass.rows;
+  const int64_t whole = pass.whole, vecs = pass.vecs, padded = pass.padded;
+  const float scale = pass.scale;
   for (int64_t e = 0; e < whole; e += 16) {
     __m512 dots[H][16], sums[H];
     for (int key = 0; key < 16; ++key) {
@@ -372,8 +399,9 @@ void head_softmax(float* score, int64_t n, int64_t whole, int64_t padded, float*
 // from `keys`): four vectors of each head at once, each one chain over the values in slot order (a head of fewer
 // vectors: the last one again), each value's vectors loaded once for the H heads.
 template <int H, typename T>
-void head_outputs(const float* score, const float* inv, const T* const* rows, const T* keys, const T* values,
-                  int64_t n, int64_t vecs, int64_t padded, T* out, int64_t d) {
+void head_outputs(const HeadPass<T>& pass, const float* score, const float* inv, T* out) {
+  const T *const *rows = pass.rows, *keys = pass.keys, *values = pass.values;
+  const int64_t n = pass.n, vecs = pass.vecs, padded = pass.padded, d = pass.d;
   alignas(64) float tail[16];
   for (int64_t j0 = 0; j0 < vecs; j0 += 4) {
     int64_t at[4];
@@ -404,12 +432,11 @@ void head_outputs(const float* score, const float* inv, const T* const* rows, co
 // vector over the seen values in slot order; the H heads only share the loads of the keys and values they read.
 // score: H * padded floats.
 template <int H, typename T>
-void heads_pass(const __m512* q, const T* const* rows, const T* keys, const T* values, int64_t n, int64_t whole,
-                int64_t vecs, int64_t padded, float scale, float* score, T* out, int64_t d) {
+void heads_pass(const HeadPass<T>& pass, const __m512* q, float* score, T* out) {
   float inv[H];
-  head_scores<H>(q, rows, whole, vecs, padded, scale, score);
-  head_softmax<H>(score, n, whole, padded, inv);
-  head_outputs<H>(score, inv, rows, keys, values, n, vecs, padded, out, d);
+  head_scores<H>(pass, q, score);
+  head_softmax<H>(score, pass.n, pass.whole, pass.padded, inv);
+  head_outputs<H>(pass, score, inv, out);
 }
 
 constexpr int64_t HEADS = 4;  // the most query heads of one key head a pass computes together
@@ -439,12 +466,12 @@ void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const
       for (int64_t g = 0; g < group; ++g)
         for (int64_t j = 0; j < vecs; ++j) qv[g * vecs + j] = load16(qp + ((s * hq + kh * group + g) * w + r) * d + 16 * j);
       T* o = op + ((s * w + r) * hq + kh * group) * d;
+      const HeadPass<T> seen{rows.data(), keys, values, n, whole, vecs, padded, d, scale};  // what each pass reads
       for (int64_t g0 = 0; g0 < group; g0 += HEADS) {  // HEADS heads a pass, the rest in a last pass
         const __m512* qg = qv.data() + g0 * vecs;
         const auto pass = std::min(HEADS, group - g0);
         auto run = [&](auto heads) {
-          heads_pass<decltype(heads)::value>(qg, rows.data(), keys, values, n, whole, vecs, padded, scale,
-                                             score.data(), o + g0 * d, d);
+          heads_pass<decltype(heads)::value>(seen, qg, score.data(), o + g0 * d);
         };
         if (pass == 4) run(std::integral_constant<int, 4>{});
         else if (pass == 3) run(std::integral_constant<int, 3>{});

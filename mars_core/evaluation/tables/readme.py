@@ -1,0 +1,81 @@
+"""README.md's table: the headline, one row per machine kind, from the newest batch-1 held-out record of each kind
+(docs/speed.md's tables hold every row) and the newest identity record of that kind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from . import _records as R
+from .speed import FORWARDS, GPU_RUNS, IDENTITY, SPEED, WEIGHTS
+
+# machine kind, dtype load() picks there, the docs/speed.md section of its table
+KINDS = (("amx", "bf16", "on-an-intel-xeon-with-amx-bf16"),
+         ("avx512_bf16", "bf16", "on-an-amd-epyc-with-avx512-bf16-bf16"),
+         ("avx2", "fp32", "on-avx2-only-a-laptops-kind-fp32"),
+         ("gpu", "bf16", "on-an-h100"))
+
+
+def _batch1(record: dict[str, Any]) -> tuple[str, dict, dict | None] | None:
+    """The fastest forward's verified and one-token rows at batch 1 (compiled, else eager, else static)."""
+    for forward, one, verified in FORWARDS:
+        v = R.summary(record, verified, 1)
+        if v is not None and v["threshold"] is not None and v["threshold"] < 1:
+            return forward, v, R.summary(record, one, 1)
+    return None
+
+
+def _newest(found: list[tuple[str, dict[str, Any]]]) -> tuple[str, dict[str, Any]] | None:
+    return max(found, key=lambda item: (R.date(item[1]), item[0]), default=None)
+
+
+def _identity(records_dir: Path, kind: str, dtype: str) -> str:
+    found = []
+    for name, rec in R.read_all(records_dir, IDENTITY) + R.read_all(records_dir, "gpu_*/exactness*.json"):
+        for run in rec["dtypes"].values():
+            if R.kind(run["machine"]) == kind and R.dtype(run["machine"].get("dtype")) == dtype:
+                found.append((name, {**rec, "run": run}))
+    newest = _newest(found)
+    if newest is None:
+        return "not measured"
+    splits = newest[1]["run"]["splits"].values()
+    return f"{sum(s['identical'] for s in splits)} of {sum(s['prompts'] for s in splits)}"
+
+
+def headline(records_dir: Path) -> str:
+    """One row per machine kind: verified decoding at batch 1 on 18 held-out prompts against `generate` and
+    llama.cpp's one-token decoding of the same weights, whether it is one-token decoding's answer, when measured."""
+    rows = []
+    speed = R.read_all(records_dir, SPEED) + [
+        (f"{p.parent.name}/{p.name}", R.read(records_dir, f"{p.parent.name}/{p.name}"))
+        for p in sorted(Path(records_dir).glob("gpu_*/*.json")) if p.name == GPU_RUNS[0]]
+    for kind, dtype, anchor in KINDS:
+        found = [(name, rec) for name, rec in speed
+                 if R.kind(rec["machine"]) == kind and R.dtype(rec["machine"].get("dtype")) == dtype
+                 and rec.get("split") == "heldout" and _batch1(rec)]
+        newest = _newest(found)
+        if newest is None:
+            continue
+        name, rec = newest
+        forward, verified, one = _batch1(rec)
+        v = verified["tokens_per_second"]
+        gen = R.summary(rec, "hf_generate", 1)
+        engines = [f"{R.times(R.ratio(v, row['tokens_per_second']))} {label}"
+                   for w, label in WEIGHTS.items() if (row := R.summary(rec, "llamacpp_ar", 1, w))]
+        rows.append([
+            R.machine_cell(rec["machine"]),
+            forward,
+            R.num(verified["tokens_per_forward"], 2),
+            f"**{R.times(R.ratio(v, gen and gen['tokens_per_second']))}**",
+            R.times(R.ratio(v, one and one["tokens_per_second"])),
+            ", ".join(engines) or R.DASH,
+            _identity(records_dir, kind, dtype),
+            R.provenance(rec),
+            f"[speed](docs/speed.md#{anchor})",
+        ])
+    return R.table(("machine (2 cores; the GPU: its host's 16)", "forward", "tokens per forward",
+                    "verified × `generate`", "× one-token", "× llama.cpp one-token, same weights",
+                    "verified = one-token, answers", "measured", "details"), rows)
+
+
+TABLES = {"headline": headline}

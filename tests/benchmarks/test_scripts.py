@@ -1,0 +1,80 @@
+"""benchmarks/ is kept, not accumulated: at most 12 scripts, each one a kept doc or an open issue uses, and each run
+here: on a tiny model where it takes one, else its --help (benchmarks/load_test.py runs end to end in
+tests/studio/test_load_test.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tiny import tiny_qwen2, tiny_tokenizer
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCHMARKS = ROOT / "benchmarks"
+SCRIPTS = sorted(p.name for p in BENCHMARKS.iterdir() if p.suffix in (".py", ".sh") and p.name != "__init__.py")
+# the scripts an open issue needs (73: the speed tables and identity; 75: the load test; 76: the GPU run)
+NEEDED = {"load_test.py", "static_gpu.sh", "static_profile.py", "gpu_model.sh", "exactness.py", "machine_tables.sh"}
+
+
+def run(*args: str, timeout: int = 300, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(list(args), cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **env})
+
+
+def test_at_most_twelve_scripts_and_the_needed_ones_among_them():
+    assert len(SCRIPTS) <= 12, SCRIPTS
+    assert NEEDED <= set(SCRIPTS)
+
+
+def test_each_script_is_named_by_a_doc_or_an_open_issue():
+    """A script no page or open issue names is one probe's leftover: it goes (git keeps it)."""
+    text = "\n".join(p.read_text() for p in [ROOT / "README.md", ROOT / "CHANGELOG.md", *(ROOT / "docs").glob("*.md")])
+    for name in SCRIPTS:
+        assert f"benchmarks/{name}" in text or name in NEEDED, f"no doc names benchmarks/{name}"
+
+
+@pytest.mark.parametrize("name", [n for n in SCRIPTS if n.endswith(".sh")])
+def test_each_shell_script_parses(name):
+    done = run("bash", "-n", str(BENCHMARKS / name), timeout=30)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("name", [n for n in SCRIPTS if n.endswith(".py")])
+def test_each_python_script_answers_help(name):
+    done = run(sys.executable, str(BENCHMARKS / name), "--help", timeout=180)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "usage:" in done.stdout
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("tiny_model")
+    tokenizer = tiny_tokenizer(mask_token=True)
+    tiny_qwen2(len(tokenizer), max_position_embeddings=1024).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_static_profile_runs_on_a_tiny_model(tiny_model, tmp_path):
+    out = tmp_path / "profile.txt"
+    done = run(sys.executable, str(BENCHMARKS / "static_profile.py"), "--model", str(tiny_model), "--dtype", "fp32",
+               "--limit", "1", "--max-new-tokens", "6", "--out", str(out), OMP_NUM_THREADS="1")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    report = out.read_text()
+    assert "1 prompts x 6 tokens, batch 1" in report and "verified" in report
+
+
+def test_machine_tables_dry_run_names_this_kind_s_records(tmp_path):
+    """DRY=1 prints the runs it would make: both mars-bench runs into <kind>_<dtype>_*.json, the stamp, the render."""
+    done = run("bash", str(BENCHMARKS / "machine_tables.sh"), str(tmp_path), DRY="1", PYTHON=sys.executable,
+               timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 4 and "--batch-sizes 1 " in lines[0] and "--batch-sizes 4,8 " in lines[1]
+    assert lines[0].endswith("_b1.json") and lines[1].endswith("_batches.json") and str(tmp_path) in lines[0]
+    assert "--stamp" in lines[2] and lines[3].endswith("-m mars_core.evaluation.tables")
+    assert not list(tmp_path.glob("*.json"))
