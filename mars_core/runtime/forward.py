@@ -88,7 +88,7 @@ def _forward(model: torch.nn.Module, cache: SlotCache, ids: torch.Tensor, positi
              fed: torch.Tensor, *, runtime: Runtime) -> torch.Tensor:
     index = cache.place(fed)
     mask = cache.mask(seen, index)
-    plan = cache.key_plan(index, full=runtime.static) if runtime.rows else None
+    plan = cache.key_plan(index, full=runtime.static, alone=runtime.units_alone) if runtime.rows else None
     decoder, mask = model.get_decoder(), as_model_mask(mask, model)
     if runtime.compiled is None or not runtime.compiled.serves:  # not compiled, or for another make (watch.py)
         with runtime.active(), keys_by_rows(plan):

@@ -1,9 +1,9 @@
 """prepare(model): the runtime for serving a model on this machine, its decisions measured once and kept.
 
 One pipeline, read top to bottom: pack (the linear layers' copies for this CPU's kernels), check (width invariance:
-runtime/invariance.py), time (the cost curve: runtime/cost.py), keep (every measurement through timing.kept, by what
-it depends on: Runtime.key), stamp (what the copies were made from: runtime/watch.py). An Engine (llama.cpp) runs the
-same steps on its own forward; it has nothing to pack.
+runtime/invariance.py; where attention's SDPA units fail it, a call a row), time (the cost curve: runtime/cost.py),
+keep (every measurement through timing.kept, by what it depends on: Runtime.key), stamp (what the copies were made
+from: runtime/watch.py). An Engine (llama.cpp) runs the same steps on its own forward; it has nothing to pack.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def prepare(model: torch.nn.Module | Engine, *, invariant: bool = True, pack: bo
     folder = Path(cache_dir) if cache_dir is not None else cache_root() / "forward_cost"
     runtime = packed(model, invariant=invariant, pack=pack, static=static, cache_dir=folder)
     if check:
-        runtime = replace(runtime, width_check=width_check(model, runtime, folder))
+        runtime = checked(model, runtime, folder)
     if measure_cost:
         runtime = replace(runtime, cost=forward_cost(model, runtime, folder))
     if not isinstance(model, Engine):
@@ -64,6 +64,19 @@ def packed(model: torch.nn.Module | Engine, *, invariant: bool, pack: bool, stat
     if runtime.linears and not invariant:
         runtime = replace(runtime, packed_from=kept_rows(model, runtime, cache_dir))
     return runtime
+
+
+def checked(model: torch.nn.Module | Engine, runtime: Runtime, cache_dir: Path) -> Runtime:
+    """The runtime with its width check (runtime/invariance.py, kept). Where attention by SDPA units fails it on this
+    machine (seen on an AMD EPYC with AVX2, Zen 3, 2 threads: a unit's bits depended on how many units shared its
+    SDPA call, as they do not with MKL_NUM_THREADS=1), each row's unit as an SDPA call of its own, where that
+    passes."""
+    runtime = replace(runtime, width_check=width_check(model, runtime, cache_dir))
+    if runtime.width_check.identical or isinstance(model, Engine) or runtime.attention(model) != "rows":
+        return runtime
+    alone = replace(runtime, units_alone=True)
+    alone = replace(alone, width_check=width_check(model, alone, cache_dir))
+    return alone if alone.width_check.identical else runtime
 
 
 def kept_rows(model: torch.nn.Module, runtime: Runtime, cache_dir: Path | None) -> int:

@@ -79,6 +79,8 @@ class Runtime:
     linears: PackedLinears = field(default_factory=dict, repr=False, compare=False)  # packed weights, by weight
     packed_from: int = 1  # a packed layer answers inputs of at least this many rows (fewer: torch's kernel)
     rows: bool = False  # attention row by row: a row's numbers do not depend on the forward's width
+    # a row's attention in an SDPA call of its own (where one call's rows came out with other bits than alone: prepare)
+    units_alone: bool = False
     cost: CostCurve | None = None  # seconds of a forward by batch and width; None: verified's fixed rules
     live_cost: bool = False  # verified re-prices width by its own timed forwards (CPU; decoding/verified/pace.py)
     width_check: WidthCheck | None = None  # what a check on this machine found (None: not checked)
@@ -113,7 +115,7 @@ class Runtime:
         kernels = {entry.kernel for entry in self.linears.values()}
         # the rows kernel (a model's bf16 layers) by its flavor: amx_rows or avx512_bf16_rows
         linear = (f"{flavor()}_rows" if ROWS in kernels else ONEDNN) if kernels else "torch"
-        attention = self._attention(model)
+        attention = self.attention(model)
         # which build of the rows kernel answers (its bits and speed are that source's), where it serves
         build = {"rows_build": build_id()} if ROWS in kernels or attention == "rows_kernel" else {}
         return {**machine_info(model.device, model.dtype), "linear": linear, **build,
@@ -125,14 +127,17 @@ class Runtime:
                 "forward": "inductor" if self.compiled is not None else "eager",
                 "keys": "whole cache" if self.static else f"slot rounded to {KEY_ROUND}"}
 
-    def _attention(self, model: torch.nn.Module) -> str:
-        """How attention runs: by rows in the rows kernel (rows_kernel) or SDPA unit by unit (rows), or SDPA."""
+    def attention(self, model: torch.nn.Module) -> str:
+        """How attention runs: by rows in the rows kernel (rows_kernel) or SDPA unit by unit (rows; "rows, a call
+        each": each row's unit an SDPA call of its own), or SDPA."""
         if not self.rows:
             return "sdpa"
         config = model.config
         head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         query = torch.empty(0, head, device=model.device, dtype=model.dtype)  # what the kernel is asked about
-        return "rows_kernel" if kernel_attention(query) else "rows"
+        if kernel_attention(query):
+            return "rows_kernel"
+        return "rows, a call each" if self.units_alone else "rows"
 
     def key(self, model: torch.nn.Module | Engine) -> str:
         """What a measurement under this runtime depends on: the machine, the kernels, the dtype, the model's shape."""

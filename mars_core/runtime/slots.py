@@ -133,15 +133,18 @@ class SlotCache:
         """Keep the first advance[i] fed columns of the last forward (their slots are their positions)."""
         self.at += advance
 
-    def key_plan(self, index: torch.Tensor, full: bool) -> KeyPlan:
+    def key_plan(self, index: torch.Tensor, full: bool, alone: bool = False) -> KeyPlan:
         """Which keys each row of the next forward reads, grouped into attention calls (module doc): a row written at
         slot s reads up to s+1 rounded up to KEY_ROUND, or all T slots where `full`. Rows are grouped by sample or
-        by column, whichever makes fewer calls. Read on the host, once a forward (on a CPU that is no sync)."""
+        by column, whichever makes fewer calls; alone: a call per row (where SDPA's bits for a row depend on how
+        many rows share its call: Runtime.units_alone). Read on the host, once a forward (on a CPU that is no sync)."""
         b, width = index.shape
         if full:
             keys = [[self.slots] * width for _ in range(b)]
         else:
             keys = [[min(-(-(s + 1) // KEY_ROUND) * KEY_ROUND, self.slots) for s in row] for row in index.tolist()]
+        if alone:
+            return [KeyGroup(e, slice(c, c + 1), sample=i) for i, row in enumerate(keys) for c, e in enumerate(row)]
         by_sample = [KeyGroup(e, _run(cols, index.device), sample=i)
                      for i, row in enumerate(keys) for e, cols in _grouped(row).items()]
         by_col = [KeyGroup(e, _run(samples, index.device), col=c)

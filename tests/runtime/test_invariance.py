@@ -4,6 +4,8 @@ one-token decoding, and a sample's answer in a batch its answer alone, by constr
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -61,11 +63,48 @@ def test_prepare_checks_and_states_the_guarantee(tmp_path):
     assert Runtime().guarantee().startswith("identical to one-token decoding up to rounding")
 
 
+def test_where_sdpa_units_fail_the_check_prepare_gives_each_row_a_call(tmp_path, monkeypatch):
+    """On a CPU where a unit's bits depend on how many units share its SDPA call (an AVX2 EPYC, Zen 3), prepare() checks
+    a call per row and serves it where that passes; where it fails too, the first runtime and its verdict stay."""
+    import importlib
+
+    from mars_core.runtime.runtime import WidthCheck
+
+    prep = importlib.import_module("mars_core.runtime.prepare")
+
+    model = tiny_qwen2(300, attn_implementation=ATTENTION)
+    verdict = {False: WidthCheck((2,), 2, 8, 8, 1e-6), True: WidthCheck((2,), 2, 8, 0, 0.0)}
+    asked = []
+    monkeypatch.setattr(prep, "width_check", lambda m, rt, folder: asked.append(rt.units_alone) or verdict[
+        rt.units_alone])
+    runtime = prepare(model, measure_cost=False, cache_dir=tmp_path)
+    assert asked == [False, True] and runtime.units_alone and runtime.invariant
+    assert runtime.attention(model) == "rows, a call each" and runtime.key(model) != replace(
+        runtime, units_alone=False).key(model)  # kept apart: other calls, other cost
+    verdict[True] = WidthCheck((2,), 2, 8, 3, 1e-6)
+    runtime = prepare(model, measure_cost=False, cache_dir=tmp_path)
+    assert not runtime.units_alone and runtime.width_check.differing == 8
+    verdict[False] = WidthCheck((2,), 2, 8, 0, 0.0)
+    asked.clear()
+    assert not prepare(model, measure_cost=False, cache_dir=tmp_path).units_alone and asked == [False]
+
+
+@pytest.mark.parametrize("build", [tiny_qwen2, tiny_llama], ids=["qwen2", "llama"])
+def test_a_call_per_row_is_width_and_batch_invariant(build):
+    model = build(300, attn_implementation=ATTENTION)
+    runtime = replace(prepare(model, check=False, measure_cost=False), units_alone=True)
+    context, lengths, new = batch_of_lengths(300, 3, 40, 16)
+    check = compare_widths(model, runtime, context, lengths, new, (2, 3, 8, 16))
+    assert check.rows == 3 * 16 * 4 and check.identical, check
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
 @pytest.mark.parametrize("full", [False, True], ids=["rounded", "whole-cache"])
-def test_rows_attention_computes_attention(dtype, full):
+@pytest.mark.parametrize("alone", [False, True], ids=["grouped", "a-call-each"])
+def test_rows_attention_computes_attention(dtype, full, alone):
     """Row by row is still attention: the numbers of SDPA over the whole forward, up to rounding, with GQA, two
-    samples of other lengths, rows of a tree that see only part of the forward, grouped by sample or by column."""
+    samples of other lengths, rows of a tree that see only part of the forward, grouped by sample or by column (or a
+    call per row)."""
     torch.manual_seed(0)
     b, hq, hkv, w, d, slots = 2, 6, 2, 5, 16, 160
     cache = SlotCache(tiny_llama(64), b, slots)
@@ -77,7 +116,7 @@ def test_rows_attention_computes_attention(dtype, full):
     q = torch.randn(b, hq, w, d, dtype=dtype)
     k, v = torch.randn(b, hkv, slots, d, dtype=dtype), torch.randn(b, hkv, slots, d, dtype=dtype)
     want = F.scaled_dot_product_attention(q, k.repeat_interleave(3, 1), v.repeat_interleave(3, 1), attn_mask=mask)
-    got = attention_by_rows(q, k, v, mask, None, cache.key_plan(index, full))
+    got = attention_by_rows(q, k, v, mask, None, cache.key_plan(index, full, alone))
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(got.float(), want.transpose(1, 2).float(), atol=tol, rtol=tol)
 

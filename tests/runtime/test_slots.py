@@ -113,4 +113,8 @@ def test_a_row_reads_its_slot_rounded_up_and_rows_share_calls_by_sample_or_by_co
     assert [(g.sample, g.sel) for g in same] == [(0, slice(0, 3)), (1, slice(0, 3))]
     full = cache.key_plan(torch.tensor([[5, 6], [r, r + 1]]), full=True)
     assert {g.keys for g in full} == {4 * r} and len(full) == 2
+    alone = cache.key_plan(torch.tensor([[5, 6, 7], [8, 9, r + 1]]), full=False, alone=True)  # a call a row
+    assert [(g.keys, g.sample, g.sel) for g in alone] == [
+        (r, 0, slice(0, 1)), (r, 0, slice(1, 2)), (r, 0, slice(2, 3)),
+        (r, 1, slice(0, 1)), (r, 1, slice(1, 2)), (2 * r, 1, slice(2, 3))]
     assert cache_slots(100, 20) % slots.SLOT_ROUND == 0 and cache_slots(100, 20) > 121
