@@ -103,7 +103,8 @@ def whole_model(dtype: str, widths: list[int]) -> None:
     linears = pack_linears(model)
     runtimes = {"plain torch (SDPA, F.linear)": Runtime(), "packed linear layers only": Runtime(linears=linears),
                 "attention by rows only": Runtime(rows=True),
-                "prepare(): packed from 1 row + attention by rows": Runtime(linears=linears, rows=True)}
+                "prepare(): packed from 1 row + attention by rows": Runtime(linears=linears, rows=True),
+                "... with a call per row (prepare()'s fallback)": Runtime(linears=linears, rows=True, units_alone=True)}
     print(f"\nembedded model, {model.dtype}, 32 new tokens after a chat prompt, widths {widths}:")
     print("| runtime | rows differing (logits or cache) | max abs logit difference |")
     print("|---|---|---|")

@@ -77,6 +77,7 @@ def machine_line(info: dict[str, Any]) -> str:
               "avx512_bf16_rows": ", AVX512-BF16 rows linear"}.get(info.get("linear"), "")
     if linear and info.get("packed_from_rows", 1) > 1:
         linear += f" from {info['packed_from_rows']} rows (torch's below)"
-    attention = {"rows": ", attention row by row", "rows_kernel": ", attention row by row (rows kernel)"}.get(
+    attention = {"rows": ", attention row by row", "rows, a call each": ", attention row by row (a call each)",
+                 "rows_kernel": ", attention row by row (rows kernel)"}.get(
         info.get("attention"), "")
     return f"{where}{isa}, {info['threads']} threads, torch {info['torch']}{dtype}{linear}{attention}"

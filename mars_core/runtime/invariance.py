@@ -19,6 +19,7 @@ from .forward import feed, head, keep, new_cache, visible
 from .runtime import Runtime, WidthCheck
 from .slots import cache_slots
 from .timing import kept
+from .watch import make_key, make_of
 
 
 @torch.inference_mode()
@@ -87,7 +88,9 @@ def width_check(model: torch.nn.Module | Engine, runtime: Runtime, cache_dir: st
     widths = widths or (STATIC_WIDTHS if runtime.static else CHECK_WIDTHS)
     new = new or max(8, *widths)
     contexts = contexts[: model.max_batch] if isinstance(model, Engine) else contexts
-    path = Path(cache_dir) / f"width-{runtime.key(model)}.json" if cache_dir is not None else None
+    # kept by the kernels and by the model's make (a LoRA-wrapped model's forward is another forward than the merged)
+    make = "" if isinstance(model, Engine) else f"-{make_key(make_of(model))[:16]}"
+    path = Path(cache_dir) / f"width-{runtime.key(model)}{make}.json" if cache_dir is not None else None
 
     def check() -> WidthCheck:
         vocab = vocab_size(model)

@@ -17,9 +17,10 @@ costs, and each row's bits are its own at any row count.
 Nothing is set on the model: inside LinearKernels, `F.linear` calls whose weight has a packed copy are answered from
 it (routed_linear). Whether a copy answers a call is decided in one place per kernel: for oneDNN's copies here
 (LinearKernels.serves), for the rows kernel's in C++ (kernels/rows.cpp `serving`, which the compiled graph and the
-eager forward both call: pack_linears registers its copies there). Either way, with grad enabled (training), on
-another device or dtype, or once the weight's version counter, storage or layout moved (an optimizer step, `copy_`,
-`.data = ...`), the call computes F.linear as before; a weight changed by any route, `.data` writes included, is
+eager forward both call: pack_linears registers its copies there; with grad on, the op computes torch's linear and
+has F.linear's gradients). Either way, with grad enabled (training), on another device or dtype, or once the
+weight's version counter, storage or layout moved (an optimizer step, `copy_`, `.data = ...`), the call computes
+F.linear as before; a weight changed by any route, `.data` writes included, is
 packed anew before the next decode (runtime/watch.py).
 """
 
@@ -200,10 +201,17 @@ def _fused(layers: tuple[nn.Linear, ...], pairs: dict, ours: bool = True) -> dic
             for lin, a, b in zip(layers, bounds, bounds[1:])}
 
 
+_ROWS_AUTOGRAD: list[bool] = []  # mars_rows::routed's autograd formula registered (once a process)
+
+
 def register_rows(linears: PackedLinears) -> None:
     """The rows kernel's packed copies registered with it (kernels/rows.cpp, by the weight's data pointer): its ops
     (mars_rows::routed, routed_siblings) find a weight's copy there, decide whether it answers the call and compute it,
     for the compiled graph and the eager forward alike; a weight registered again replaces its entry."""
+    if any(e.kernel == ROWS for e in linears.values()) and not _ROWS_AUTOGRAD:
+        # gradients where an eager forward with grad on reaches the op (it computes torch's linear then): F.linear's
+        torch.library.register_autograd("mars_rows::routed", _linear_backward, setup_context=_linear_context)
+        _ROWS_AUTOGRAD.append(True)
     for e in linears.values():
         if e.kernel != ROWS:
             continue

@@ -121,7 +121,7 @@ def kept(path: Path | None, read: Callable[[dict], T], measure: Callable[[], T],
     measured while the machine was busy is not kept: other work inflated it, so it serves this process only (the
     next process times again)."""
     if not fresh:
-        if path is not None and path in _UNKEPT:
+        if timed and path is not None and path in _UNKEPT:
             return _UNKEPT[path]
         found = read_kept(path, read)
         if found is not None and (holds is None or holds(found)):

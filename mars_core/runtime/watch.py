@@ -52,7 +52,8 @@ def make_of(model: torch.nn.Module) -> Make:
 
 
 def make_key(make: Make) -> str:
-    """A make as a short string (a dict key that outlives no process: types are named by repr)."""
+    """A make as a short string (types named by repr: the same for the same code and model in every process, so a
+    kept width check is named by it too)."""
     return hashlib.sha256(repr(make).encode()).hexdigest()
 
 
@@ -60,8 +61,18 @@ _SCALARS = frozenset((bool, int, float, str, type(None)))
 
 
 def _plain_attributes(module: torch.nn.Module) -> tuple:
-    """A module's attributes of plain values (numbers, strings, flags, and lists, tuples or dicts of them), by name."""
-    return tuple((k, v) for k, v in module.__dict__.items() if _plain(v))
+    """A module's attributes of plain values (numbers, strings, flags, and lists, tuples or dicts of them), by name,
+    copied as they are now: a list changed in place later (peft's merged_adapters) must not change the make kept."""
+    return tuple((k, _frozen(v)) for k, v in module.__dict__.items() if _plain(v))
+
+
+def _frozen(value: object) -> object:
+    """A plain value as an immutable copy (a list as a tuple, a dict as its sorted items)."""
+    if type(value) is list:
+        return ("list", tuple(value))
+    if type(value) is dict:
+        return ("dict", tuple(sorted(value.items())))
+    return value
 
 
 def _plain(value: object) -> bool:

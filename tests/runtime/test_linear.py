@@ -37,7 +37,7 @@ def matrices(runtime: Runtime) -> set[int]:
     return {id(e.fused) if e.fused else id(e) for e in runtime.linears.values()}
 
 
-OPS = {ONEDNN: "mkldnn::_linear_pointwise", ROWS: "mars_rows::linear"}
+OPS = {ONEDNN: "mkldnn::_linear_pointwise", ROWS: "mars_rows::routed"}  # the rows kernel's op decides and computes
 # ours= for pack_linears: oneDNN, and the rows kernel where it serves
 BF16_KERNELS = [False, *([True] if rows_kernel() else [])]
 
@@ -151,6 +151,26 @@ def test_training_and_in_place_updates_fall_back_to_f_linear():
     with torch.no_grad(), LinearKernels(linears):
         assert packed_ops(lambda: layer(x)) == 0
         torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))
+
+
+@pytest.mark.skipif(not rows_kernel(), reason="no rows kernel on this CPU")
+def test_gradients_through_the_rows_kernel_op_are_f_linears():
+    """With grad on, the rows kernel's op computes torch's linear and its gradients are F.linear's (training beside
+    serving: a forward inside the runtime with grad on still trains)."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(64, 40).to(torch.bfloat16)
+    linears = pack_linears(layer)
+    assert all(e.kernel == ROWS for e in linears.values())
+    x = torch.randn(3, 64, dtype=torch.bfloat16, requires_grad=True)
+    with LinearKernels(linears):
+        layer(x).float().square().sum().backward()
+    got = (x.grad, layer.weight.grad, layer.bias.grad)
+    assert all(g is not None for g in got)
+    x.grad = None
+    layer.zero_grad()
+    F.linear(x, layer.weight, layer.bias).float().square().sum().backward()
+    for a, b in zip(got, (x.grad, layer.weight.grad, layer.bias.grad)):
+        torch.testing.assert_close(a.float(), b.float(), atol=2e-2, rtol=2e-2)
 
 
 def test_a_model_in_a_runtime_answers_as_before():

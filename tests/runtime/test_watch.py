@@ -206,6 +206,11 @@ def test_the_make_sees_what_a_traced_forward_reads_from_the_modules(tokenizer):
     assert make_of(model) == make
     model.train()
     assert make_of(model) != make
+    model.eval()
+    model.model.norm.adapters = []  # a list changed in place later (peft's merged_adapters: merge_adapter appends)
+    listed = make_of(model)
+    model.model.norm.adapters.append("default")
+    assert make_of(model) != listed  # the kept make is a copy, not the live list
 
 
 def test_nothing_is_checked_for_a_plain_runtime(tokenizer):
