@@ -20,8 +20,8 @@ it (routed_linear). Whether a copy answers a call is decided in one place per ke
 eager forward both call: pack_linears registers its copies there; with grad on, the op computes torch's linear and
 has F.linear's gradients). Either way, with grad enabled (training), on another device or dtype, or once the
 weight's version counter, storage or layout moved (an optimizer step, `copy_`, `.data = ...`), the call computes
-F.linear as before; a weight changed by any route, `.data` writes included, is
-packed anew before the next decode (runtime/watch.py).
+F.linear as before; a weight changed by any route, `.data` writes included, is packed anew before the next decode
+(runtime/watch.py).
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ FUSED = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 class Fused:
     """The packed matrix of sibling layers: the first sibling called on an input computes every sibling's columns, the
     others read theirs (the input is the same object) from the forward's LinearKernels, which holds that one product
-    until the forward ends. The biases are the layers' own, read at each call (a bias changed in place is served)."""
+    until the forward ends (oneDNN's; a rows kernel matrix is registered with that kernel, whose op computes each
+    sibling's own columns). The biases are the layers' own, read at each call (a bias changed in place is served)."""
 
     def __init__(self, packed: torch.Tensor, layers: tuple[nn.Linear, ...], shape: tuple, kernel: str = ONEDNN) -> None:
         self.packed, self.layers, self.shape, self.kernel = packed, layers, shape, kernel
@@ -85,7 +86,7 @@ class Fused:
 
     def product(self, x: torch.Tensor) -> torch.Tensor:
         """x through the whole fused matrix: every sibling's columns."""
-        return packed_rows(x, self.packed, self.bias(), self.pair, self.kernel, self.shape[0])
+        return packed_rows(x, self.packed, self.bias(), self.pair)
 
 
 @dataclass(frozen=True)
@@ -236,23 +237,21 @@ def pointwise(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None =
 
 def packed_linear(x: torch.Tensor, entry: Packed, bias: torch.Tensor | None,
                   kernels: LinearKernels | None = None) -> torch.Tensor:
-    """y = x W^T + b from the packed W, unchecked (a fused matrix's columns where the layer has siblings: the product
+    """y = x W^T + b from oneDNN's packed W, unchecked (the rows kernel's copies answer through its own op,
+    mars_rows::routed; a fused matrix's columns where the layer has siblings: the product
     the forward's `kernels` computed last for this input and matrix, else computed now)."""
     if entry.fused is None:
-        return packed_rows(x, entry.packed, bias, entry.pair, entry.kernel, entry.weight.shape[0])
+        return packed_rows(x, entry.packed, bias, entry.pair)
     product = kernels.product(x, entry.fused) if kernels is not None else entry.fused.product(x)
     return product[..., entry.cols].contiguous()
 
 
-def packed_rows(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, pair: bool, kernel: str = ONEDNN,
-                out: int = 0) -> torch.Tensor:
-    """x W^T + b over a W packed for `kernel` (`out` columns). The rows kernel takes any number of rows alike.
-    oneDNN's runs calls of at most CHUNK_ROWS rows, so a row's bits do not depend on how many rows share its forward
+def packed_rows(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, pair: bool) -> torch.Tensor:
+    """x W^T + b over a W oneDNN packed, in calls of at most CHUNK_ROWS rows, so a row's bits do not depend on how
+    many rows share its forward
     (docs/speed.md#one-decoder); where this CPU's oneDNN kernel for one row differs from its kernel for two (pair), a
     lone row is fed beside a copy of itself; two rows cost about 10% more than one in that layer
     (docs/speed.md#packed-linear-layers)."""
-    if kernel == ROWS:
-        return torch.ops.mars_rows.linear(x, packed, out, bias)
     rows = x.numel() // x.shape[-1]
     if rows > CHUNK_ROWS:
         flat = x.reshape(rows, -1)
