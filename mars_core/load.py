@@ -46,6 +46,7 @@ __all__ = [
     "resolve_device",
     "resolve_dtype",
     "bf16_supported",
+    "rows_kernel_serves",
     "cache_root",
     "gguf_cache_dir",
     "convert_gguf",
@@ -192,12 +193,25 @@ def bf16_supported(device: torch.device) -> bool:
     return False
 
 
+def rows_kernel_serves(device: torch.device) -> bool:
+    """Whether our rows kernel serves a bf16 model's linear layers on this device: a CPU with AMX, AVX512-BF16 or AVX2
+    (there its bf16 weights, widened in registers, are half fp32's bytes a token; docs/speed.md). Builds the kernel on
+    first call where none is kept (about a minute)."""
+    if device.type != "cpu":
+        return False
+    from .runtime import rows
+
+    return rows.flavor() is not None and rows.rows_kernel()
+
+
 def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device | None = None) -> torch.dtype:
-    """"auto"/None -> bf16 where the hardware supports it, else fp32; "bf16"/"fp32"/"fp16" or a torch.dtype."""
+    """"auto"/None -> bf16 where the hardware's matmuls or our rows kernel serve it, else fp32; "bf16"/"fp32"/"fp16" or
+    a torch.dtype."""
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype is None or str(dtype).lower() == "auto":
-        return torch.bfloat16 if bf16_supported(device or resolve_device()) else torch.float32
+        device = device or resolve_device()
+        return torch.bfloat16 if bf16_supported(device) or rows_kernel_serves(device) else torch.float32
     key = str(dtype).lower().removeprefix("torch.")
     if key not in _DTYPES:
         raise ValueError(f"Unknown dtype {dtype!r}: use 'auto', 'bf16', 'fp32', 'fp16' or a torch.dtype.")

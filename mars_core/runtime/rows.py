@@ -1,7 +1,7 @@
 """The rows kernel (kernels/rows.cpp): bf16 linear layers whose weights stream from memory once a call and whose
-rows cost what one row costs up to 16 (AMX tiles) or 8 (AVX512-BF16's vdpbf16ps), each row's bits its own, and
-attention by rows. Built once per machine into the cache folder with torch's C++ extension builder, loaded in every
-process after (docs/speed.md#the-rows-kernel).
+rows cost what one row costs up to 16 (AMX tiles), 8 (AVX512-BF16's vdpbf16ps) or 3 (AVX2: the bf16 weights widened
+to fp32 in registers), each row's bits its own, and attention by rows. Built once per machine into the cache folder
+with torch's C++ extension builder, loaded in every process after (docs/speed.md#the-rows-kernel).
 
     if rows_kernel():                    # built (or loaded) here on first call; where not, why_not() says why
         y = torch.ops.mars_rows.linear(x, torch.ops.mars_rows.pack(w), w.shape[0], None)
@@ -22,12 +22,15 @@ from .timing import cache_root
 
 SOURCE = Path(__file__).with_name("kernels") / "rows.cpp"
 FLAGS = ("-O3", "-march=native", "-fopenmp")  # native: built on the machine that runs it, kept by its CPU's flags
-# /proc/cpuinfo flags of the kernel's two bf16 dot products: AMX's tiles, or AVX512-BF16 (AVX-512 vectors); the
-# first this CPU has is the one built, unless MARS_ROWS_FLAVOR names another it has
-FLAVORS = {"amx": {"amx_bf16", "amx_tile"}, "avx512_bf16": {"avx512_bf16", "avx512f"}}
-NAMES = {"amx": "AMX", "avx512_bf16": "AVX512-BF16"}  # each flavor in a page's words
-# what a flavor asked for adds to FLAGS: AVX512-BF16 on an AMX CPU is built without the AMX path (rows.cpp)
-FORCED_FLAGS = {"amx": (), "avx512_bf16": ("-DMARS_NO_AMX",)}
+# /proc/cpuinfo flags of the kernel's three bf16 dot products: AMX's tiles, AVX512-BF16 (AVX-512 vectors), or AVX2's
+# fp32 FMAs on weights widened in registers (laptops; AMD before Zen 4; AVX-512 without BF16); the first this CPU has
+# is the one built, unless MARS_ROWS_FLAVOR names another it has
+FLAVORS = {"amx": {"amx_bf16", "amx_tile"}, "avx512_bf16": {"avx512_bf16", "avx512f"}, "avx2": {"avx2", "fma"}}
+NAMES = {"amx": "AMX", "avx512_bf16": "AVX512-BF16", "avx2": "AVX2"}  # each flavor in a page's words
+# what a flavor asked for adds to FLAGS: AVX512-BF16 on an AMX CPU is built without the AMX path, AVX2 on an AVX-512
+# CPU without AVX-512 and AMX at all (the compiler may then use none of their instructions anywhere in the kernel)
+FORCED_FLAGS = {"amx": (), "avx512_bf16": ("-DMARS_NO_AMX",),
+                "avx2": ("-mno-avx512f", "-mno-amx-tile", "-mno-amx-bf16", "-mno-amx-int8")}
 _LOCK = threading.Lock()
 # "why": None once loaded, else why not; "seconds": to build or load it; "flavor": the flavor the loaded build runs
 _STATE: dict[str, str | float | None] = {}
@@ -35,8 +38,8 @@ _FAKES: list[bool] = []  # the ops' fakes registered (once a process)
 
 
 def asked() -> str | None:
-    """The flavor MARS_ROWS_FLAVOR asks for ("amx" or "avx512_bf16"; tests use it to run the AVX512-BF16 path on an
-    AMX machine), or None where it is not set."""
+    """The flavor MARS_ROWS_FLAVOR asks for ("amx", "avx512_bf16" or "avx2"; tests use it to run the AVX512-BF16 or
+    AVX2 path on an AMX machine), or None where it is not set."""
     return os.environ.get("MARS_ROWS_FLAVOR") or None
 
 
@@ -78,7 +81,7 @@ def why_not() -> str | None:
 def flavor() -> str | None:
     """Which bf16 dot product serves: once the kernel is loaded, the flavor its build runs (the compiler may have
     built AVX512-BF16 on an AMX CPU); before, the one it would be built for: MARS_ROWS_FLAVOR's where this CPU has it,
-    else "amx" (tiles, preferred) or "avx512_bf16"; None: neither (or not the one asked for)."""
+    else "amx" (tiles, preferred), "avx512_bf16" or "avx2"; None: none (or not the one asked for)."""
     if _STATE.get("flavor"):
         return _STATE["flavor"]
     can = runnable()
@@ -109,12 +112,12 @@ def rows_kernel() -> bool:
 def _build() -> str | None:
     can, want = runnable(), asked()
     if not can:
-        return "no AMX or AVX512-BF16 on this CPU"
+        return "no AMX, AVX512-BF16 or AVX2 with FMA on this CPU"
     if want is not None and want not in FLAVORS:
-        return f"MARS_ROWS_FLAVOR={want} names no flavor (amx or avx512_bf16)"
+        return f"MARS_ROWS_FLAVOR={want} names no flavor ({', '.join(FLAVORS)})"
     if want is not None and want not in can:
         return f"MARS_ROWS_FLAVOR={want}, but this CPU has no {NAMES[want]}"
-    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+    if (want or can[0]) != "avx2" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
         return "no bf16 kernels in this torch build"
     if cxx_compiler() is None:
         return "no C++ compiler on this machine"

@@ -17,6 +17,7 @@ llama_cpp = pytest.importorskip("llama_cpp")
 
 from mars_core.engines.llamacpp import LlamaCppEngine, export_gguf, llamacpp_runtime  # noqa: E402
 from mars_core.runtime import cost as runtime_cost  # noqa: E402
+from mars_core.runtime.curve import CostCurve  # noqa: E402
 from mars_core.runtime.invariance import compare_widths, width_check  # noqa: E402
 from mars_core.runtime.runtime import Runtime  # noqa: E402
 
@@ -162,6 +163,50 @@ def test_verified_with_llamacpp_cost_curve(tiny, engine, tmp_path, monkeypatch):
     assert ver.generated_tokens == ar.generated_tokens
 
 
+EACH_TOKEN_A_FORWARD = CostCurve.from_function(lambda b, w: 0.01 * w)  # no width pays: w tokens cost w forwards
+FREE_WIDTH = CostCurve.from_function(lambda b, w: 0.01)  # every width pays
+
+
+def fed_widths(engine, monkeypatch) -> list[int]:
+    """The tokens each of the engine's forwards is fed from now on (the list grows as it runs)."""
+    widths, forward = [], engine.hidden_states
+    monkeypatch.setattr(engine, "hidden_states", lambda ids, *rest: widths.append(ids.shape[1]) or forward(ids, *rest))
+    return widths
+
+
+def test_verified_where_no_width_pays_is_one_token_decoding(tiny, engine, monkeypatch):
+    """On a curve where no width pays, verified decoding takes one-token decoding's own step path: the same forwards
+    (the prompt, then width 1 each), the same answer, even on the plain engine, whose rows differ with the width;
+    where width pays it still drafts (trees wider than a token, fewer forwards)."""
+    _, tokenizer, _ = tiny
+    widths = fed_widths(engine, monkeypatch)
+    ar = generate(engine, tokenizer, PROMPTS[0], strategy="ar", max_new_tokens=24, runtime=Runtime())
+    ar_widths = widths[:]
+    widths.clear()
+    kw = dict(strategy="verified", threshold=0.01, block_size=4, max_new_tokens=24)
+    ver = generate(engine, tokenizer, PROMPTS[0], runtime=Runtime(cost=EACH_TOKEN_A_FORWARD), **kw)
+    assert ver.token_ids == ar.token_ids and widths == ar_widths and set(widths[1:]) == {1}
+    widths.clear()
+    drafting = generate(engine, tokenizer, PROMPTS[0], runtime=Runtime(cost=FREE_WIDTH), **kw)
+    assert max(widths[1:]) > 1 and drafting.forwards < ar.forwards
+
+
+@pytest.mark.parametrize("weights, trees", [("f32", True), ("bf16", True), ("q8_0", False)])
+def test_the_measured_curves_say_where_width_pays(weights, trees):
+    """llama.cpp's curves measured on the 2-core AVX2 EPYC (docs/llamacpp.md): F32 and BF16 feed trees at B = 4, Q8_0,
+    where a group of 3 masks after a draft costs 2.8x a token, is one-token decoding (it read 0.93-0.96x of it with
+    trees: their bookkeeping, no width that paid)."""
+    import json
+    from pathlib import Path
+
+    from mars_core.decoding.verified import one_token_only
+
+    record = Path(__file__).resolve().parents[2] / "assets/records/llamacpp/avx2_epyc_b1_tinyblas_same_session.json"
+    curve = CostCurve.from_dict(json.loads(record.read_text())["llamacpp"][weights]["cost_curve"])
+    assert one_token_only(curve, 1, 4) is not trees
+    assert not one_token_only(curve, 1, 1) and not one_token_only(None, 1, 4)  # no masks, no curve: nothing to say
+
+
 def test_sequence_ids_of_verified_trees():
     """Every path of a verified tree (drafts, groups G_j, siblings e_a with H_a) is one sequence; seq 0 holds the
     pending tokens and the drafts; the mask llama.cpp implies is the mask given."""
@@ -271,7 +316,6 @@ def test_a_kept_curve_whose_shape_moved_is_timed_again(engine, monkeypatch, tmp_
     forwards timed now (kept on another host of one CPU model, or timed under load) is timed again and rewritten;
     within it, it is read (runtime/cost.py's one rule for kept curves, with the engine's Timing)."""
     from mars_core.runtime import timing
-    from mars_core.runtime.curve import CostCurve
 
     plan = runtime_cost.ENGINE
     kept = CostCurve((1,), (1, 4, 8), ((0.020, 0.032, 0.039),), {})  # 1.6x at 4, 1.93x at 8

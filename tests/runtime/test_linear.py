@@ -56,7 +56,7 @@ def test_packed_layer_computes_f_linear(dtype, tol, ours):
     layer = torch.nn.Linear(96, 40).to(dtype)  # 40 outputs: a part-filled panel of the rows kernel; 96 = 3 tiles
     x = torch.randn(3, 7, 96, dtype=dtype).transpose(0, 1)  # 3D and not contiguous, as attention hands it on
     want = F.linear(x, layer.weight, layer.bias)
-    packs = dtype in packed_dtypes()  # bf16 needs oneDNN's bf16 kernels: not on an AVX2-only CPU
+    packs = dtype in packed_dtypes(ours)  # bf16: oneDNN's bf16 kernels (not on an AVX2-only CPU), or the rows kernel
     linears = pack_linears(layer, ours=ours)
     kernel = ROWS if ours and dtype == torch.bfloat16 else ONEDNN  # fp32 is oneDNN's on every CPU
     assert len(linears) == packs and all(e.kernel == kernel for e in linears.values())
@@ -73,7 +73,7 @@ def test_packed_layer_computes_f_linear(dtype, tol, ours):
 def test_a_row_gets_the_same_bits_at_every_row_count(dtype, ours):
     """Width invariance of the packed kernel: row r of a 1..33-row input equals row r fed alone, bit for bit, at
     the embedded model's layer shapes (q, k/v, up, down, head)."""
-    if dtype not in packed_dtypes():
+    if dtype not in packed_dtypes(ours):
         pytest.skip("oneDNN has no bf16 kernels on this CPU")
     torch.manual_seed(0)
     for n, k in ((576, 576), (192, 576), (1536, 576), (576, 1536), (4096, 576)):
@@ -84,7 +84,7 @@ def test_a_row_gets_the_same_bits_at_every_row_count(dtype, ours):
             assert all(torch.equal(layer(x[:m]), alone[:m]) for m in range(2, 34)), (n, k)
 
 
-@pytest.mark.parametrize("dtype", packed_dtypes())
+@pytest.mark.parametrize("dtype", packed_dtypes(ours=False))
 def test_a_lone_row_is_fed_as_two_where_the_cpu_computes_it_apart(dtype):
     """Where oneDNN's kernel for one row gives other bits than its kernel for two (one_row_differs, probed once per
     shape when packing), a lone row is fed beside a copy of itself and gets the bits it gets beside another row."""
@@ -126,14 +126,15 @@ def test_a_shape_is_paired_when_any_of_its_weights_shows_the_one_row_difference(
     assert probed == [64, 64, 64, 32]  # the fourth (32, 64) weight needs no probe: its shape already pairs
 
 
-def test_bf16_packs_exactly_where_onednn_has_bf16_kernels():
-    """On a CPU without them (AVX2 only) oneDNN refuses to reorder a bf16 weight: bf16 is then not a packed dtype,
-    and pack_linears leaves a bf16 layer as it was."""
+def test_bf16_packs_exactly_where_onednn_has_bf16_kernels_or_the_rows_kernel_serves():
+    """On a CPU without them (AVX2 only) oneDNN refuses to reorder a bf16 weight: bf16 is then packed only for the
+    rows kernel (where it serves), and pack_linears(ours=False) leaves a bf16 layer as it was."""
     bf16 = torch.nn.Linear(16, 8).to(torch.bfloat16)
     supported = torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    assert (torch.bfloat16 in packed_dtypes()) == supported and torch.float32 in packed_dtypes()
-    assert packing_pays(bf16) == supported
-    assert len(pack_linears(bf16)) == supported
+    assert (torch.bfloat16 in packed_dtypes(ours=False)) == supported and torch.float32 in packed_dtypes()
+    assert (torch.bfloat16 in packed_dtypes()) == (supported or rows_kernel())
+    assert packing_pays(bf16, ours=False) == supported and packing_pays(bf16) == (supported or rows_kernel())
+    assert len(pack_linears(bf16, ours=False)) == supported and len(pack_linears(bf16)) == (supported or rows_kernel())
     if not supported:
         with pytest.raises(RuntimeError):
             torch.ops.mkldnn._reorder_linear_weight(bf16.weight.detach(), 16)

@@ -1,4 +1,4 @@
-"""The rows kernel (runtime/rows.py, kernels/rows.cpp; AMX or AVX512-BF16, whichever this CPU has): F.linear's
+"""The rows kernel (runtime/rows.py, kernels/rows.cpp; AMX, AVX512-BF16 or AVX2, the first this CPU has): F.linear's
 numbers, each row's bits its own whatever rows travel with it, and a clear reason wherever it does not serve."""
 
 from __future__ import annotations
@@ -26,14 +26,15 @@ def fresh_state(monkeypatch):
     monkeypatch.delenv("MARS_ROWS_FLAVOR", raising=False)
 
 
-def test_a_cpu_without_amx_or_avx512_bf16_is_told_so(fresh_state, monkeypatch):
+def test_a_cpu_without_amx_avx512_bf16_or_avx2_with_fma_is_told_so(fresh_state, monkeypatch):
     monkeypatch.setattr(rows, "cpu_flags", lambda: {"avx2", "avx512f"})
-    assert rows.why_not() == "no AMX or AVX512-BF16 on this CPU" and not rows.rows_kernel()
+    assert rows.why_not() == "no AMX, AVX512-BF16 or AVX2 with FMA on this CPU" and not rows.rows_kernel()
 
 
 @pytest.mark.parametrize("flags,flavor", [({"amx_bf16", "amx_tile", "avx512f", "avx512_bf16"}, "amx"),
-                                          ({"avx512f", "avx512_bf16"}, "avx512_bf16"), ({"avx2", "avx512f"}, None)])
-def test_the_flavor_is_amx_where_the_cpu_has_it_else_avx512_bf16(fresh_state, monkeypatch, flags, flavor):
+                                          ({"avx512f", "avx512_bf16"}, "avx512_bf16"), ({"avx2", "avx512f"}, None),
+                                          ({"avx2", "fma", "avx512f"}, "avx2"), ({"avx2", "fma"}, "avx2")])
+def test_the_flavor_is_amx_where_the_cpu_has_it_else_avx512_bf16_else_avx2(fresh_state, monkeypatch, flags, flavor):
     monkeypatch.setattr(rows, "cpu_flags", lambda: flags)
     assert rows.flavor() == flavor
 
@@ -106,12 +107,15 @@ def test_a_flavor_asked_for_is_built_apart_and_one_the_cpu_lacks_is_refused(fres
     assert "-DMARS_NO_AMX" in rows.compile_flags() and rows.flavor() == "avx512_bf16"
     assert rows.build_id() != plain and rows._folder() != folder
     assert b"!defined(MARS_NO_AMX)" in rows.SOURCE.read_bytes()
+    monkeypatch.setattr(rows, "cpu_flags", lambda: {"amx_bf16", "amx_tile", "avx512f", "avx512_bf16", "avx2", "fma"})
+    monkeypatch.setenv("MARS_ROWS_FLAVOR", "avx2")  # the AVX2 path on an AVX-512 CPU: built with no AVX-512 at all
+    assert "-mno-avx512f" in rows.compile_flags() and rows.flavor() == "avx2" and rows.build_id() != plain
     monkeypatch.setattr(rows, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
     monkeypatch.setenv("MARS_ROWS_FLAVOR", "amx")
     assert rows.flavor() is None and rows.why_not() == "MARS_ROWS_FLAVOR=amx, but this CPU has no AMX"
     monkeypatch.setattr(rows, "_STATE", {})
     monkeypatch.setenv("MARS_ROWS_FLAVOR", "sse")
-    assert rows.why_not() == "MARS_ROWS_FLAVOR=sse names no flavor (amx or avx512_bf16)"
+    assert rows.why_not() == "MARS_ROWS_FLAVOR=sse names no flavor (amx, avx512_bf16, avx2)"
 
 
 serves = pytest.mark.skipif(not rows.rows_kernel(), reason=f"no rows kernel here: {rows.why_not()}")

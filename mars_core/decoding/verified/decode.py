@@ -21,11 +21,12 @@ from ..commit import Committed, decode_loop
 from ..control import DecodeControl
 from ..feed import decode_cache, right_pad
 from ..lookup import expected_run
+from ..sliding import sliding_decode
 from ..spec import DecodeSpec, Step
 from .chain import Chain, Choice, mask_chain, next_chain, next_tree, track_lookup
 from .config import VerifiedConfig
 from .pace import Pace
-from .plan import FLOORS, YIELD_PRIOR, group_odds, seconds_by_width, sibling_odds
+from .plan import FLOORS, YIELD_PRIOR, group_odds, one_token_only, seconds_by_width, sibling_odds
 from .record import Forward
 from .tree import Tree, leading, read_logits, tree_inputs
 from .verify import DecodeState, Verdict, checked_path, commit_verdict, settle, track_yield, verify
@@ -144,18 +145,29 @@ def advance(r: VerifiedDecode) -> None:
                        drafts=max(counts), any_sibling=bool(took[0]))
 
 
+def one_token_decode(model: torch.nn.Module, prompts: list[list[int]], spec: DecodeSpec, control: DecodeControl
+                     ) -> Generator[Step, torch.Tensor | None, None]:
+    """Strategy "ar"'s decode (sliding at B = 1: no mask slots, no verify, one-token decoding's cost): verified's where
+    no width pays on the curve, its answer one-token decoding's by construction."""
+    return sliding_decode(model, prompts, replace(spec, block_size=1), control)
+
+
 @torch.inference_mode()
 def verified_decode(
     model: torch.nn.Module, prompts: list[list[int]], spec: DecodeSpec, control: DecodeControl, *,
     layout: VerifiedConfig | None = None, record: Callable[[Forward], None] | None = None,
 ) -> Generator[Step, torch.Tensor | None, None]:
     """Yield one Step per forward. send() a bool [b] tensor to stop samples (stop strings). layout: how trees are
-    shaped (None: VerifiedConfig()); record: called with each forward's Forward."""
+    shaped (None: VerifiedConfig()); record: called with each forward's Forward. Where no width pays on the curve
+    (plan.one_token_only), it is one-token decoding itself, unless a caller asked for the trees' records."""
     config, g, static = layout or VerifiedConfig(), spec.block_size - 1, spec.runtime.static
     if static:  # fixed widths: every group up to the drafts checked, no siblings
         config = replace(config, group_floor=0.0, sibling_floor=None)
     depth = max(g, config.lookup_drafts) if g > 0 else 0
     curve = (config.cost or spec.runtime.cost) if config.use_cost else None
+    if record is None and one_token_only(curve, len(prompts), spec.block_size):
+        yield from one_token_decode(model, prompts, spec, control)
+        return
     state, tree = prefill(prompts, spec, control.snapshot().threshold, depth, model.device)
     seconds = seconds_by_width(curve, len(prompts), depth, g, model.device)
     # a CPU step's time is known when its host copy returns; on a GPU the step (launches and all) is what decides

@@ -9,6 +9,7 @@ and the sibling e_a (d_a's second choice) is used with probability about c_1 ...
 
 from __future__ import annotations
 
+import math
 from itertools import accumulate
 
 import torch
@@ -76,9 +77,7 @@ def plan_by_cost(conf: torch.Tensor, count: torch.Tensor, done: torch.Tensor, se
     host = seconds.tolist()  # one copy: the narrow widths and the bound read floats
     t1, t_group = host[1], host[min(1 + g, len(host) - 1)]  # a group's drafts: 1 + g wide
     y = float(draft_yield)  # one host read (a sync on a GPU), for the proposals' worth and drafts_pay
-    # a group's proposals are worth at least one matched draft: a low running yield would otherwise stop every group,
-    # and with them every draft, until forwards without drafts moved it back toward its prior (update_yield)
-    proposals = GROUP_YIELD_WEIGHT * t1 / t_group * max(1.0, y)
+    proposals = proposals_worth(host, g, y)
     # a plain forward feeds no group, so the next has no mask drafts, nor the one after: priced by the next forward
     # alone (above), G_0 lost to it wherever a group of masks cost over 1.37x a token (y <= 1), and the drafts stopped
     # for good. The floors must hold one <= 1 (K = 0 with G_0), the plan left where a plain forward is none
@@ -109,6 +108,32 @@ def plan_by_cost(conf: torch.Tensor, count: torch.Tensor, done: torch.Tensor, se
     best = rate.flatten().argmax()  # the first of equals: fewer drafts, fewer branches
     k, f = best // len(floors), best % len(floors)
     return capped[k], fed[k, f], sib_fed[k, f]
+
+
+def proposals_worth(seconds: list[float], g: int, draft_yield: float) -> float:
+    """What a fed group's proposals are worth now, in tokens: w y r (plan_by_cost), with y at least one matched draft:
+    a low running yield would otherwise stop every group, and with them every draft, until forwards without drafts
+    moved it back toward its prior (update_yield)."""
+    return GROUP_YIELD_WEIGHT * seconds[1] / seconds[min(1 + g, len(seconds) - 1)] * max(1.0, draft_yield)
+
+
+def width_pays(curve: CostCurve, batch: int, g: int) -> bool:
+    """Whether any tree may commit more tokens per second than a one-token forward on this curve, its drafts matching
+    as the plan assumes before it has seen any (YIELD_PRIOR a forward): a forward that checks that many certain drafts
+    and hangs the next group (1 + ceil(YIELD_PRIOR) + g tokens) commits 1 + YIELD_PRIOR tokens and its group's
+    proposals (proposals_worth), priced as plan_by_cost prices them. Where none does (llama.cpp's Q8_0 on an AVX2 CPU:
+    a group of 3 masks after a draft costs 2.8-3x a token, docs/llamacpp.md#speed), the plan would feed plain forwards
+    at the price of its bookkeeping: verified decoding is then one-token decoding (decode.verified_decode)."""
+    drafts = math.ceil(YIELD_PRIOR)
+    seconds = curve.at(batch, range(2 + drafts + g))  # widths 0 .. 1 + drafts + g
+    gain = 1 + YIELD_PRIOR + proposals_worth(seconds, g, YIELD_PRIOR)
+    return gain * seconds[1] > seconds[1 + drafts + g]
+
+
+def one_token_only(curve: CostCurve | None, batch: int, block_size: int) -> bool:
+    """Whether verified decoding of `batch` samples at this block size is one-token decoding by the curve: it has mask
+    slots to draft with (B > 1), and no width pays on the curve it sizes its trees by (width_pays)."""
+    return curve is not None and block_size > 1 and not width_pays(curve, batch, block_size - 1)
 
 
 def drafts_pay(seconds: list[float], draft_yield: float, g: int) -> bool:

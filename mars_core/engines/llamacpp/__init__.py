@@ -11,7 +11,8 @@ gguf_export needs only `gguf`; the engine and the loader need llama-cpp-python (
 
 from .gguf_export import WEIGHTS, cached_gguf, export_gguf, gguf_path
 
-__all__ = ["WEIGHTS", "LlamaCppEngine", "cached_gguf", "export_gguf", "gguf_path", "llamacpp_runtime", "load_llamacpp"]
+__all__ = ["SHIPPED", "WEIGHTS", "LlamaCppEngine", "cached_gguf", "export_gguf", "gguf_path", "llamacpp_runtime",
+           "load_llamacpp"]
 
 
 def __getattr__(name: str):
@@ -24,8 +25,8 @@ def __getattr__(name: str):
         from .cost import llamacpp_runtime
 
         return llamacpp_runtime
-    if name == "load_llamacpp":
-        from .load import load_llamacpp
+    if name in ("load_llamacpp", "SHIPPED"):
+        from . import load
 
-        return load_llamacpp
+        return getattr(load, name)
     raise AttributeError(name)

@@ -39,6 +39,22 @@ def build_features(llama_cpp: ModuleType) -> str:
     return llama_cpp.llama_print_system_info().decode(errors="replace").strip(" |")
 
 
+NOT_ISA = ("LLAMAFILE", "OPENMP", "REPACK", "ACCELERATE", "KLEIDIAI")  # ggml-cpu's switches that are not instructions
+
+
+def build_isa(llama_cpp: ModuleType) -> list[str]:
+    """The instruction sets llama.cpp's CPU backend says it runs with (its "CPU : ..." section's features "= 1": ["AVX",
+    "AVX2", "F16C", "FMA", ...], AVX512* and AMX* where the build has them): what this engine's rows ran on."""
+    section, isa = None, []
+    for field in build_features(llama_cpp).split("|"):
+        if " : " in field:  # "CPU : SSE3 = 1" opens the CPU section ("CUDA : ARCHS = 900" another)
+            section, field = field.split(" : ", 1)
+        name, _, value = field.partition("=")
+        if section is not None and section.strip() == "CPU" and value.strip() == "1" and name.strip() not in NOT_ISA:
+            isa.append(name.strip())
+    return isa
+
+
 def has_tinyblas(llama_cpp: ModuleType) -> bool:
     """Whether this build takes llamafile's tinyBLAS from two rows on (the default); without it (CMAKE_ARGS=
     "-DGGML_LLAMAFILE=OFF") every width takes the dot products and a row's logits do not depend on the width."""

@@ -1,12 +1,14 @@
-// y = x W^T + b in bf16 on a CPU with AMX or AVX512-BF16, for the few rows a decoding forward feeds.
+// y = x W^T + b in bf16 on a CPU with AMX, AVX512-BF16 or AVX2 (+FMA), for the few rows a decoding forward feeds.
 //
 // W is packed once into panels of 32 output columns, its k dimension in pairs (the layout both bf16 dot products
 // read): panel p holds W[32p .. 32p+31, :] as [K/2][32][2]. A call streams every panel from memory once. With AMX the
 // rows of x go through the tile unit 16 at a time; with AVX512-BF16 (vdpbf16ps) 8 at a time, a pair of x broadcast
-// against a pair of each of 16 columns. Either way up to that many rows cost what one row costs (the weights' read),
-// each output is one chain of multiply-adds over k in the same order whatever the number of rows, and a row is
-// computed from that row alone: a row's bits do not depend on how many rows, or which, share the call (width and
-// batch invariance, checked by runtime/invariance.py). A machine runs one of the two, so their bits never meet.
+// against a pair of each of 16 columns. With AVX2 (laptops; AMD before Zen 4) the bf16 weights are widened to fp32 in
+// registers (a bf16 is fp32's upper half) and 3 rows at a time go through fp32 FMAs. Either way up to that many rows
+// cost what one row costs (the weights' read), each output is computed in the same order whatever the number of rows,
+// and a row is computed from that row alone: a row's bits do not depend on how many rows, or which, share the call
+// (width and batch invariance, checked by runtime/invariance.py). A machine runs one of the three, so their bits never
+// meet.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
@@ -29,17 +31,21 @@
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && !defined(MARS_NO_AMX)  // MARS_NO_AMX: the AVX512-BF16 path
 #define MARS_AMX 1
 #endif
+#if !defined(MARS_AMX) && !defined(__AVX512BF16__) && defined(__AVX2__) && defined(__FMA__)
+#define MARS_WIDEN 1  // bf16 weights widened to fp32 in registers, fp32 FMAs (AVX2)
+#endif
 
 namespace {
 constexpr int64_t PANEL = 32;  // output columns a panel holds (two tiles of 16 fp32)
 constexpr int64_t BLOCK = 16;  // rows of x a tile holds
 constexpr int64_t DEPTH = 32;  // k a tile multiply consumes (16 pairs of bf16)
 constexpr int VROWS = 8;       // rows of x the vector path keeps in registers (2 accumulators a row; 12 or 14 no faster)
+constexpr int WROWS = 3;       // rows of x the AVX2 path keeps in registers (12 sums, 2 weights, 2 x of 16 ymm)
 
 // A call's x against packed W: what every panel of the call reads (a thread's panels and scratch are its own)
 struct PanelJob {
   const char* w;  // packed W, [panels][pairs][32][2] bf16
-  const char* x;  // x's rows, `width` bf16 each, k zero-padded to whole tiles of 32 (with AMX, rows to whole 16s)
+  const char* x;  // x's rows, `width` bf16 each (widening: fp32), k zero-padded to whole tiles of 32 (AMX: rows to 16s)
   int64_t rows;   // x's rows, as padded (with AMX a multiple of 16)
   int64_t width;  // bf16 a row of x, a multiple of 32 (pairs * 2)
 };
@@ -130,6 +136,50 @@ void panels(const PanelJob& job, float* scratch, int64_t p0, int64_t p1, const E
       emit(p, m, std::min<int64_t>(VROWS, M - m), scratch);
     }
 }
+#elif defined(MARS_WIDEN)
+// One panel (32 columns, 4 groups of 8) for R rows of x (fp32, ldx floats apart): sums[r * 32 + c]. A pair's 32-bit
+// word holds its even k in the low half and its odd k in the high half, so a shift and a mask widen 8 columns' pair
+// to two fp32 vectors; each sum is one chain of FMAs over k in order, whatever R is. The panel streams from memory
+// once for the R rows (4 rows would need 16 sums and spill).
+template <int R>
+void widened_panel(const char* wp, const float* x, int64_t ldx, int64_t pairs, float* sums) {
+  __m256 acc[R][4];
+  for (int r = 0; r < R; ++r)
+    for (int g = 0; g < 4; ++g) acc[r][g] = _mm256_setzero_ps();
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  for (int64_t j = 0; j < pairs; ++j)
+    for (int g = 0; g < 4; ++g) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + j * PANEL * 4 + g * 32));
+      const __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+      const __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(v, high));
+      for (int r = 0; r < R; ++r) {
+        acc[r][g] = _mm256_fmadd_ps(_mm256_broadcast_ss(x + r * ldx + 2 * j), even, acc[r][g]);
+        acc[r][g] = _mm256_fmadd_ps(_mm256_broadcast_ss(x + r * ldx + 2 * j + 1), odd, acc[r][g]);
+      }
+    }
+  for (int r = 0; r < R; ++r)
+    for (int g = 0; g < 4; ++g) _mm256_storeu_ps(sums + r * PANEL + g * 8, acc[r][g]);
+}
+
+using PanelKernel = void (*)(const char*, const float*, int64_t, int64_t, float*);
+template <int... R>
+constexpr std::array<PanelKernel, sizeof...(R)> kernels_for(std::integer_sequence<int, R...>) {
+  return {&widened_panel<R + 1>...};
+}
+constexpr auto KERNELS = kernels_for(std::make_integer_sequence<int, WROWS>{});
+
+// Panels [p0, p1) for every group of up to WROWS rows of x's M rows (fp32, width a row).
+template <typename Emit>
+void panels(const PanelJob& job, float* scratch, int64_t p0, int64_t p1, const Emit& emit) {
+  const float* xs = reinterpret_cast<const float*>(job.x);
+  const int64_t M = job.rows, width = job.width, pairs = width / 2, panel_bytes = pairs * PANEL * 4;
+  for (int64_t p = p0; p < p1; ++p)
+    for (int64_t m = 0; m < M; m += WROWS) {
+      const int64_t rows = std::min<int64_t>(WROWS, M - m);
+      KERNELS[rows - 1](job.w + p * panel_bytes, xs + m * width, width, pairs, scratch);
+      emit(p, m, rows, scratch);
+    }
+}
 #endif
 }  // namespace
 
@@ -139,11 +189,15 @@ std::string flavor() { return "amx"; }
 #elif defined(__AVX512BF16__)
 bool available() { return true; }
 std::string flavor() { return "avx512_bf16"; }
+#elif defined(MARS_WIDEN)
+bool available() { return true; }
+std::string flavor() { return "avx2"; }
 #else
 bool available() { return false; }
 std::string flavor() { return "none"; }
 #endif
 
+#ifdef __AVX512F__
 namespace {
 // 16 fp32 to bf16 as c10::BFloat16(float) rounds them (round to nearest even on the bits; a NaN to 0x7FC0), the
 // lanes of `lanes` stored at out
@@ -156,6 +210,7 @@ inline void store_bf16x16(c10::BFloat16* out, __mmask16 lanes, __m512 f) {
   _mm512_mask_cvtepi32_storeu_epi16(out, lanes, r);
 }
 }  // namespace
+#endif
 
 namespace {
 // Each op's checks of its inputs: a wrong input is refused with the op's name and what is wrong (a RuntimeError in
@@ -213,7 +268,7 @@ struct Columns {  // columns [col0, col1) of a packed matrix of n
 // output is its own chain over k, so a column's bits are those the whole matrix's product gives it.
 at::Tensor product(const at::Tensor& x, const at::Tensor& packed, Columns cols, const std::vector<float>& b) {
   const int64_t K = x.size(-1), pairs = packed.size(1), col0 = cols.col0, col1 = cols.col1, width_out = col1 - col0;
-  TORCH_CHECK(available(), "mars_rows.linear: no AMX tile state or AVX512-BF16 on this CPU");
+  TORCH_CHECK(available(), "mars_rows.linear: no AMX tile state, AVX512-BF16 or AVX2 on this CPU");
   TORCH_CHECK(b.empty() || static_cast<int64_t>(b.size()) == width_out, "mars_rows.linear: a bias of ", b.size(),
               " values for ", width_out, " columns");
   const int64_t M = c10::multiply_integers(x.sizes().slice(0, x.dim() - 1)), width = pairs * 2;
@@ -223,6 +278,14 @@ at::Tensor product(const at::Tensor& x, const at::Tensor& packed, Columns cols, 
   const int64_t padded_rows = M;
 #endif
   auto xs = x.reshape({M, K}).contiguous();
+#ifdef MARS_WIDEN
+  auto padded = at::zeros({padded_rows, width}, x.options().dtype(at::kFloat));  // widened once, k to whole 32s
+  const c10::BFloat16* src = xs.data_ptr<c10::BFloat16>();
+  float* wide = padded.data_ptr<float>();
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) wide[m * width + k] = static_cast<float>(src[m * K + k]);
+  const char* dst = reinterpret_cast<const char*>(wide);
+#else
   auto padded = at::empty({padded_rows, width}, x.options());  // whole tiles of k
   const char* src = static_cast<const char*>(xs.data_ptr());
   char* dst = static_cast<char*>(padded.data_ptr());
@@ -231,6 +294,7 @@ at::Tensor product(const at::Tensor& x, const at::Tensor& packed, Columns cols, 
     if (m < M) std::memcpy(row, src + m * K * 2, K * 2);
     std::memset(row + (m < M ? K * 2 : 0), 0, (m < M ? width - K : width) * 2);
   }
+#endif
   auto sizes = x.sizes().vec();
   sizes.back() = width_out;
   auto y = at::empty(sizes, x.options());
@@ -240,6 +304,12 @@ at::Tensor product(const at::Tensor& x, const at::Tensor& packed, Columns cols, 
   // bias added in fp32 first
   auto emit = [&](int64_t p, int64_t m0, int64_t rows, const float* sums) {
     const int64_t c0 = p * PANEL, lo = std::max(c0, col0), hi = std::min(c0 + PANEL, col1);
+#ifndef __AVX512F__  // c10::BFloat16(float) rounds to nearest even, as store_bf16x16 does
+    for (int64_t r = 0; r < rows && m0 + r < M; ++r)
+      for (int64_t c = lo; c < hi; ++c)
+        out[(m0 + r) * width_out + c - col0] =
+            c10::BFloat16(sums[r * PANEL + c - c0] + (b.empty() ? 0.f : b[c - col0]));
+#else
     for (int64_t r = 0; r < rows && m0 + r < M; ++r) {
       for (int64_t c = lo; c < hi; c += 16) {  // 16 columns a vector (a panel's tail: its own lanes)
         const __mmask16 lanes = hi - c >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (hi - c)) - 1);
@@ -248,13 +318,14 @@ at::Tensor product(const at::Tensor& x, const at::Tensor& packed, Columns cols, 
                       _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, sums + r * PANEL + c - c0), add));
       }
     }
+#endif
   };
   at::parallel_for(col0 / PANEL, (col1 + PANEL - 1) / PANEL, 1, [&](int64_t p0, int64_t p1) {
     alignas(64) float scratch[BLOCK * PANEL];
 #ifdef MARS_AMX
     panels(job, scratch, p0, p1,
            [&](int64_t p, int64_t blk, const float* sums) { emit(p, blk * BLOCK, BLOCK, sums); });
-#elif defined(__AVX512BF16__)
+#elif defined(__AVX512BF16__) || defined(MARS_WIDEN)
     panels(job, scratch, p0, p1, emit);
 #endif
   });
@@ -289,6 +360,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, int64_t n, cons
   return product(x, packed, Columns{n, 0, n}, b);
 }
 
+#ifdef __AVX512F__
 namespace {
 // 16 values as fp32 (bf16 is fp32's upper half: exact)
 inline __m512 load16(const float* x) { return _mm512_loadu_ps(x); }
@@ -482,6 +554,125 @@ void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const
   });
 }
 }  // namespace
+#elif defined(__AVX2__) && defined(__FMA__)
+namespace {
+// 8 values as fp32 (bf16 is fp32's upper half: exact)
+inline __m256 load8(const float* x) { return _mm256_loadu_ps(x); }
+inline __m256 load8(const c10::BFloat16* x) {
+  const __m128i half = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16));
+}
+
+// The 8 keys' dots from their partial sums v[8]: key e's 8 lanes summed ((0+1)+(2+3))+((4+5)+(6+7)), into lane e
+inline __m256 reduce8(const __m256* v) {
+  const __m256 t0 = _mm256_hadd_ps(v[0], v[1]), t1 = _mm256_hadd_ps(v[2], v[3]);
+  const __m256 t2 = _mm256_hadd_ps(v[4], v[5]), t3 = _mm256_hadd_ps(v[6], v[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);  // lane e (e < 4): key e's lanes 0-3, 4-7
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// e^x for 8 of softmax's shifted scores (x <= 0): x = n ln2 + r with |r| <= ln2 / 2, e^r by its Taylor polynomial to
+// r^6, 2^n from the exponent bits (as exp_shifted16 on AVX-512)
+inline __m256 exp_shifted8(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.f));
+  const __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504f), _mm256_set1_ps(0.5f)));
+  const __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860677e-6f),
+                                    _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x));
+  __m256 p = _mm256_set1_ps(1.f / 720);
+  for (const float c : {1.f / 120, 1.f / 24, 1.f / 6, 0.5f, 1.f, 1.f}) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
+
+// What one query head of one row reads: the keys it sees (slot order, then to `whole` the first key again), where
+// the values are, and the shapes
+template <typename T>
+struct SeenKeys {
+  const T* const* rows;  // the seen keys, in slot order, padded to `whole` with the first
+  const T* keys;         // the key head's keys (a seen key's offset from here is its value's from `values`)
+  const T* values;       // the key head's values
+  int64_t n, whole, d;   // keys seen, n rounded up to 8, values a head
+  float scale;           // the factor on q . key
+};
+
+// One query head's attention over its seen keys: scores (each one chain over d a key, 8 keys side by side), softmax
+// (max, e^(x - max), their sum in slot order), out = sum_e p_e v_e (one chain a vector of 8 over the values in slot
+// order) / the sum. q: d / 8 vectors; score: whole floats.
+template <typename T>
+void head_attend(const SeenKeys<T>& seen, const __m256* q, float* score, T* out) {
+  const int64_t vecs = seen.d / 8, n = seen.n;
+  for (int64_t e = 0; e < seen.whole; e += 8) {
+    __m256 sums[8];
+    for (int key = 0; key < 8; ++key) {
+      const T* row = seen.rows[e + key];
+      sums[key] = _mm256_mul_ps(q[0], load8(row));
+      for (int64_t j = 1; j < vecs; ++j) sums[key] = _mm256_fmadd_ps(q[j], load8(row + 8 * j), sums[key]);
+    }
+    _mm256_storeu_ps(score + e, _mm256_mul_ps(reduce8(sums), _mm256_set1_ps(seen.scale)));
+  }
+  float top = n ? score[0] : 0.f;
+  for (int64_t e = 1; e < n; ++e) top = std::max(top, score[e]);
+  for (int64_t e = 0; e < seen.whole; e += 8)
+    _mm256_storeu_ps(score + e, exp_shifted8(_mm256_sub_ps(_mm256_loadu_ps(score + e), _mm256_set1_ps(top))));
+  float sum = 0.f;
+  for (int64_t e = 0; e < n; ++e) sum += score[e];
+  const __m256 inv = _mm256_set1_ps(sum > 0.f ? 1.f / sum : 0.f);
+  alignas(32) float tail[8];
+  for (int64_t j0 = 0; j0 < vecs; j0 += 4) {
+    int64_t at[4];
+    for (int u = 0; u < 4; ++u) at[u] = 8 * std::min(j0 + u, vecs - 1);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t e = 0; e < n; ++e) {
+      const T* row = seen.values + (seen.rows[e] - seen.keys);
+      const __m256 weight = _mm256_set1_ps(score[e]);
+      for (int u = 0; u < 4; ++u) acc[u] = _mm256_fmadd_ps(weight, load8(row + at[u]), acc[u]);
+    }
+    for (int64_t u = 0; u < std::min<int64_t>(4, vecs - j0); ++u) {
+      _mm256_store_ps(tail, _mm256_mul_ps(acc[u], inv));
+      for (int l = 0; l < 8; ++l) out[8 * (j0 + u) + l] = static_cast<T>(tail[l]);
+    }
+  }
+}
+
+template <typename T>
+void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask, float scale,
+            at::Tensor& out) {
+  const int64_t b = q.size(0), hq = q.size(1), w = q.size(2), d = q.size(3), hkv = k.size(1), slots = k.size(2);
+  const int64_t group = hq / hkv, vecs = d / 8, padded = (slots + 7) / 8 * 8;
+  const T *qp = q.data_ptr<T>(), *kp = k.data_ptr<T>(), *vp = v.data_ptr<T>();
+  const bool* mp = mask.data_ptr<bool>();
+  T* op = out.data_ptr<T>();
+  at::parallel_for(0, b * w * hkv, 1, [&](int64_t i0, int64_t i1) {  // a unit: one row's query heads of a key head
+    std::vector<__m256> qv(vecs);
+    std::vector<float> score(padded);
+    std::vector<const T*> rows(padded);
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t s = i / (w * hkv), r = i / hkv % w, kh = i % hkv;
+      const T *keys = kp + (s * hkv + kh) * slots * d, *values = vp + (s * hkv + kh) * slots * d;
+      const bool* visible = mp + (s * w + r) * slots;
+      int64_t n = 0;
+      for (int64_t t = 0; t < slots; ++t)
+        if (visible[t]) rows[n++] = keys + t * d;
+      const int64_t whole = (n + 7) / 8 * 8;
+      for (int64_t e = n; e < whole; ++e) rows[e] = keys;
+      const SeenKeys<T> seen{rows.data(), keys, values, n, whole, d, scale};
+      for (int64_t g = 0; g < group; ++g) {
+        const T* qh = qp + ((s * hq + kh * group + g) * w + r) * d;
+        for (int64_t j = 0; j < vecs; ++j) qv[j] = load8(qh + 8 * j);
+        head_attend(seen, qv.data(), score.data(), op + ((s * w + r) * hq + kh * group + g) * d);
+      }
+    }
+  });
+}
+}  // namespace
+#else
+namespace {
+template <typename T>
+void attend(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, float, at::Tensor&) {
+  TORCH_CHECK(false, "mars_rows.attention: built without AVX-512 or AVX2");
+}
+}  // namespace
+#endif
 
 // softmax(q k^T * scale, where mask) v, each row of each head on its own, its keys in slot order: q [b, Hq, w, d],
 // k and v [b, Hkv, T, d] (query head h reads key head h / (Hq / Hkv)), mask bool [b, 1, w, T] (True = attend; any
