@@ -356,16 +356,25 @@ def load(
     trust_remote_code: bool = False,
     mask_token: str | None = None,
     attn_implementation: str = ATTENTION,
+    weights: str | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load (model, tokenizer) in eval mode, with mask/pad tokens, a chat template and left padding. It only loads:
     the kernels, the width check and the cost curve of serving it on this machine are mars_core.prepare(model)'s.
 
     attn_implementation: "mars" (the default) is transformers' SDPA, computed row by row inside a width-invariant
-    runtime (mars_core.runtime.attention); any name transformers knows is taken as it is."""
+    runtime (mars_core.runtime.attention); any name transformers knows is taken as it is. weights: "bf16" as trained,
+    "int8" rounded onto the int8 grid (runtime/grid.py: the model served is then that model, half the bytes a token
+    on the rows kernel's AVX2 path), "auto" int8 where that path serves a bf16 model, else as trained; None (default):
+    MARS_WEIGHTS where set (the app's, mars-bench's and mars-eval's switch), else "auto"."""
+    from .runtime.grid import resolve_weights, round_to_grid
+
     device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, device)
+    bits = resolve_weights(weights or os.environ.get("MARS_WEIGHTS"), torch_dtype) if device.type == "cpu" else "bf16"
     model, tokenizer = _open(resolve_source(name_or_path), torch_dtype, attn_implementation, trust_remote_code)
     prepare_tokenizer(model, tokenizer, mask_token=mask_token)
+    if bits == "int8":
+        round_to_grid(model)
     return model.to(device).eval(), tokenizer
 
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from mars_core.load import load
 from mars_core.runtime import Runtime, prepare, rows
-from mars_core.runtime.linear import ROWS
+from mars_core.runtime.linear import ROWS, packed_bits
 from mars_core.serving import LoadTracker
 
 log = logging.getLogger("mars_studio")
@@ -287,11 +287,12 @@ def compile_in_background(key: str) -> None:
 
 def forward_note(name: str | None) -> str:
     """What runs a served model's forward, for the small print: "compiled …", "compiling (…)" or "uncompiled…", and
-    where its linear layers run on our rows kernel (AMX or AVX512-BF16), that."""
+    where its linear layers run on our rows kernel (AMX, AVX512-BF16 or AVX2; 8-bit weights where so served), that."""
     key = name or "default"
     runtime = RUNTIMES.get(key)
     ours = runtime is not None and any(e.kernel == ROWS for e in runtime.linears.values())
-    kernel = f"; linear layers on our {rows.NAMES.get(rows.flavor(), '')} kernel" if ours else ""
+    bits = " (8-bit weights)" if ours and packed_bits(runtime.linears) == 8 else ""
+    kernel = f"; linear layers on our {rows.NAMES.get(rows.flavor(), '')} kernel{bits}" if ours else ""
     if key in COMPILING:
         stage, began, _ = COMPILING[key]
         return f"uncompiled while its compiled forward is {stage}, {time.monotonic() - began:.0f} s in{kernel}"

@@ -196,13 +196,24 @@ def forward_seconds(model, tokenizer, prompts: list[str], new_tokens: int, conte
         return median_seconds(lambda: run(new, context), repeats, model.device)
 
 
+def served_bytes(model: torch.nn.Module, runtime: Runtime) -> int:
+    """The bytes of the weights a forward reads: every parameter once (the tied embedding once), a layer served from
+    an int8 copy (runtime/grid.py) at that copy's bytes."""
+    params = {id(p): p.numel() * p.element_size() for p in model.parameters()}
+    for entry in runtime.linears.values():
+        copy = entry.fused.packed if entry.fused is not None else entry.packed
+        if copy is not None and copy.dtype == torch.int8 and id(entry.weight) in params:  # its share of the copy
+            params[id(entry.weight)] = copy.numel() * entry.weight.shape[0] // (copy.shape[0] * 32)
+    return sum(params.values())
+
+
 def weight_stream(model, tokenizer, prompts: list[str], runtimes: dict[str, Runtime], rounds: int = 5) -> dict:
     """The weight stream beside the forward: the bytes of the weights a forward reads (every parameter, the tied
     embedding once), the time to read as many bytes once (a sum over a buffer of that size, in fp32: a read at
     memory speed) and a one-token forward (batch 1, 128 tokens of context) under each runtime, in ms. Taken in
     `rounds` rounds, each a read then every runtime's forward, a ratio a round: a shared VM's memory speed moves
     between minutes, so a ratio compares times taken seconds apart; the medians are recorded."""
-    size = sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
+    size = served_bytes(model, next(iter(runtimes.values())))
     buffer = torch.ones(size // 4, device=model.device)
     reads, forwards = [], {name: [] for name in runtimes}
     for _ in range(rounds):

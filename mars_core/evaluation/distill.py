@@ -147,7 +147,7 @@ def build(
     if model is None:
         from ..load import load
 
-        model, tokenizer = load(model_name)
+        model, tokenizer = load(model_name, weights="bf16")  # the model as trained
     train_p, held_p = split_prompts(train_counts or DEFAULT_TRAIN, heldout_per_category, seed)
     train_p, held_p = unseen(train_p, exclude), unseen(held_p, exclude)
     rows = distill(model, tokenizer, held_p + train_p, batch_size=batch_size, max_new_tokens=max_new_tokens,
@@ -208,7 +208,7 @@ def build_never_trained(
     if model is None:
         from ..load import load
 
-        model, tokenizer = load(model_name)
+        model, tokenizer = load(model_name, weights="bf16")  # the model as trained
     partial = out / ".never_trained_partial.jsonl"
     rows = distill(model, tokenizer, never_trained_prompts(seed=seed), batch_size=batch_size,
                    max_new_tokens=max_new_tokens, partial=partial, progress=progress)
@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> None:
         from ..training.data import read_jsonl
 
         records, name = shard(read_jsonl(args.prompts), args.shard)
-        model, tokenizer = load(args.model, dtype=args.dtype)
+        model, tokenizer = load(args.model, dtype=args.dtype, weights="bf16")  # the model as trained
         rows = answer_prompts(args.out, records, model, tokenizer, name=name, batch_size=args.batch_size,
                               max_new_tokens=args.max_new_tokens)
         print(f"{name}: {len(rows)} records answered")

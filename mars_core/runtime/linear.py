@@ -152,6 +152,12 @@ def pack_linears(model: nn.Module, ours: bool = True, only: set[int] | None = No
     return linears
 
 
+def packed_bits(linears: PackedLinears) -> int:
+    """The bits a weight of the rows kernel's copies: 8 where any is an int8 copy (runtime/grid.py), else 16."""
+    copies = (e.fused.packed if e.fused is not None else e.packed for e in linears.values() if e.kernel == ROWS)
+    return 8 if any(c.dtype == torch.int8 for c in copies) else 16
+
+
 def linear_groups(model: nn.Module) -> list[tuple[nn.Linear, ...]]:
     """The model's packable linear layers as pack_linears packs them: siblings that read one input together (FUSED:
     same in-features, all with or all without a bias), every other layer alone, each weight once."""

@@ -28,7 +28,7 @@ from ..machine import machine_info
 from .attention import kernel_attention
 from .curve import CostCurve
 from .engine import Engine
-from .linear import CHUNK_ROWS, ONEDNN, ROWS, LinearKernels, PackedLinears
+from .linear import CHUNK_ROWS, ONEDNN, ROWS, LinearKernels, PackedLinears, packed_bits
 from .rows import build_id, flavor
 from .slots import KEY_ROUND
 
@@ -113,12 +113,13 @@ class Runtime:
             return model.record()
         paired = any(entry.pair for entry in self.linears.values())  # a lone row fed as two: other bits, other speed
         kernels = {entry.kernel for entry in self.linears.values()}
-        # the rows kernel (a model's bf16 layers) by its flavor: amx_rows or avx512_bf16_rows
+        # the rows kernel (a model's bf16 layers) by its flavor: amx_rows, avx512_bf16_rows or avx2_rows
         linear = (f"{flavor()}_rows" if ROWS in kernels else ONEDNN) if kernels else "torch"
         attention = self.attention(model)
         # which build of the rows kernel answers (its bits and speed are that source's), where it serves
         build = {"rows_build": build_id()} if ROWS in kernels or attention == "rows_kernel" else {}
-        return {**machine_info(model.device, model.dtype), "linear": linear, **build,
+        bits = {"weight_bits": packed_bits(self.linears)} if ROWS in kernels else {}  # int8 copies: other bytes
+        return {**machine_info(model.device, model.dtype), "linear": linear, **build, **bits,
                 "packed_from_rows": self.packed_from if self.linears else 0,
                 **({"one_row": "fed as two"} if paired else {}),
                 "rows_per_call": CHUNK_ROWS if ONEDNN in kernels else 0,

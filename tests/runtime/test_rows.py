@@ -136,6 +136,53 @@ def test_it_computes_f_linear(n, k, bias):
     assert (got.float() - exact).abs().max() <= (F.linear(x, w, b).float() - exact).abs().max() * 1.5 + 1e-6
 
 
+int8_path = pytest.mark.skipif(rows.flavor() != "avx2" or not rows.rows_kernel(),
+                               reason="the int8 path is the AVX2 build's (MARS_ROWS_FLAVOR=avx2 runs it elsewhere)")
+
+
+@serves
+def test_the_grid_is_integers_up_to_127_times_a_power_of_two_a_block():
+    """grid(): each block of 32 inputs of a column holds q s, s the smallest power of two with its largest |w| <= 127
+    s (the tail block of 577 inputs: one), an all-zero block zeros; rounding again changes nothing; within bf16's
+    reach of the weight (half a step of s)."""
+    g = torch.Generator().manual_seed(0)
+    w = (torch.randn(40, 577, generator=g) * 0.05).bfloat16()
+    w[3, 32:64] = 0
+    q = torch.ops.mars_rows.grid(w)
+    assert q.dtype == torch.bfloat16 and q.shape == w.shape and torch.equal(torch.ops.mars_rows.grid(q), q)
+    for start in range(0, 577, 32):
+        block, was = q[:, start : start + 32].float(), w[:, start : start + 32].float()
+        most = was.abs().amax(1).clamp_min(1e-30)
+        scale = torch.exp2(torch.ceil(torch.log2(most / 127)))
+        assert torch.equal(block / scale[:, None], torch.round(block / scale[:, None]))  # integers
+        assert (block.abs() / scale[:, None]).max() <= 127
+        assert ((block - was).abs() <= scale[:, None] / 2).all()
+    assert torch.equal(q[3, 32:64], torch.zeros(32, dtype=torch.bfloat16))
+
+
+@serves
+@int8_path
+@pytest.mark.parametrize("n,k", [(40, 96), (1000, 577), (576, 1536)])
+def test_a_weight_on_the_grid_packs_as_int8_and_gives_the_bf16_copys_bits(n, k):
+    """pack() of a weight on the int8 grid is an int8 copy (k int8 and k / 8 bytes of scales a column, about half a
+    bf16 copy's bytes) whose products are the bf16 copy's bit for bit, each row its own at every row count; a weight
+    off the grid, or int8=False, packs as bf16."""
+    g = torch.Generator().manual_seed(2)
+    w = torch.ops.mars_rows.grid((torch.randn(n, k, generator=g) * 0.05).bfloat16())
+    narrow, wide = torch.ops.mars_rows.pack(w), torch.ops.mars_rows.pack(w, False)
+    assert narrow.dtype == torch.int8 and wide.dtype == torch.bfloat16
+    assert narrow.numel() == wide.numel() * 2 * 9 // 16  # k + k/8 bytes a column against 2k
+    off = w.clone()
+    off[0, 0] += off[0, 0].abs().clamp_min(1e-3) * 2 ** -7  # one weight a bf16 step off the grid
+    assert torch.ops.mars_rows.pack(off).dtype == torch.bfloat16
+    b = torch.randn(n, generator=g).bfloat16()
+    x = torch.randn(9, k, generator=g).bfloat16()
+    alone = torch.cat([torch.ops.mars_rows.linear(x[r : r + 1], narrow, n, b) for r in range(9)])
+    for m in range(1, 10):
+        assert torch.equal(torch.ops.mars_rows.linear(x[:m], narrow, n, b), alone[:m]), m
+    assert torch.equal(torch.ops.mars_rows.linear(x, wide, n, b), alone)
+
+
 @serves
 def test_a_row_gets_its_own_bits_beside_any_rows():
     """Row r fed alone, among 1..40 rows (more than two blocks of 16 rows for AMX, five groups of 8 for AVX512-BF16)

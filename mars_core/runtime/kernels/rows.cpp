@@ -33,6 +33,9 @@
 #endif
 #if !defined(MARS_AMX) && !defined(__AVX512BF16__) && defined(__AVX2__) && defined(__FMA__)
 #define MARS_WIDEN 1  // bf16 weights widened to fp32 in registers, fp32 FMAs (AVX2)
+#define MARS_INT8 true  // and int8 copies of weights on the int8 grid (pack8)
+#else
+#define MARS_INT8 false
 #endif
 
 namespace {
@@ -41,6 +44,7 @@ constexpr int64_t BLOCK = 16;  // rows of x a tile holds
 constexpr int64_t DEPTH = 32;  // k a tile multiply consumes (16 pairs of bf16)
 constexpr int VROWS = 8;       // rows of x the vector path keeps in registers (2 accumulators a row; 12 or 14 no faster)
 constexpr int WROWS = 3;       // rows of x the AVX2 path keeps in registers (12 sums, 2 weights, 2 x of 16 ymm)
+constexpr int QROWS = 2;       // and its int8 path (its 4 scales too: 3 rows spill, and run slower than 2 and 1)
 
 // A call's x against packed W: what every panel of the call reads (a thread's panels and scratch are its own)
 struct PanelJob {
@@ -48,6 +52,7 @@ struct PanelJob {
   const char* x;  // x's rows, `width` bf16 each (widening: fp32), k zero-padded to whole tiles of 32 (AMX: rows to 16s)
   int64_t rows;   // x's rows, as padded (with AMX a multiple of 16)
   int64_t width;  // bf16 a row of x, a multiple of 32 (pairs * 2)
+  bool int8;      // W packed by pack8 (AVX2 only)
 };
 
 #ifdef MARS_AMX
@@ -143,9 +148,9 @@ void panels(const PanelJob& job, float* scratch, int64_t p0, int64_t p1, const E
 // once for the R rows (4 rows would need 16 sums and spill).
 template <int R>
 void widened_panel(const char* wp, const float* x, int64_t ldx, int64_t pairs, float* sums) {
-  __m256 acc[R][4];
+  __m256 acc[R * 4];
   for (int r = 0; r < R; ++r)
-    for (int g = 0; g < 4; ++g) acc[r][g] = _mm256_setzero_ps();
+    for (int g = 0; g < 4; ++g) acc[r * 4 + g] = _mm256_setzero_ps();
   const __m256i high = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
   for (int64_t j = 0; j < pairs; ++j)
     for (int g = 0; g < 4; ++g) {
@@ -153,12 +158,12 @@ void widened_panel(const char* wp, const float* x, int64_t ldx, int64_t pairs, f
       const __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
       const __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(v, high));
       for (int r = 0; r < R; ++r) {
-        acc[r][g] = _mm256_fmadd_ps(_mm256_broadcast_ss(x + r * ldx + 2 * j), even, acc[r][g]);
-        acc[r][g] = _mm256_fmadd_ps(_mm256_broadcast_ss(x + r * ldx + 2 * j + 1), odd, acc[r][g]);
+        acc[r * 4 + g] = _mm256_fmadd_ps(_mm256_broadcast_ss(x + r * ldx + 2 * j), even, acc[r * 4 + g]);
+        acc[r * 4 + g] = _mm256_fmadd_ps(_mm256_broadcast_ss(x + r * ldx + 2 * j + 1), odd, acc[r * 4 + g]);
       }
     }
   for (int r = 0; r < R; ++r)
-    for (int g = 0; g < 4; ++g) _mm256_storeu_ps(sums + r * PANEL + g * 8, acc[r][g]);
+    for (int g = 0; g < 4; ++g) _mm256_storeu_ps(sums + r * PANEL + g * 8, acc[r * 4 + g]);
 }
 
 using PanelKernel = void (*)(const char*, const float*, int64_t, int64_t, float*);
@@ -168,15 +173,50 @@ constexpr std::array<PanelKernel, sizeof...(R)> kernels_for(std::integer_sequenc
 }
 constexpr auto KERNELS = kernels_for(std::make_integer_sequence<int, WROWS>{});
 
-// Panels [p0, p1) for every group of up to WROWS rows of x's M rows (fp32, width a row).
+// One int8 panel (pack8's layout: [depth][32] int8, then [depth / 32][32] fp32 scales, each a power of two) for R
+// rows of x: sums[r * 32 + c]. A weight is its int8 times its block's scale, exactly the bf16 it stands for, and each
+// sum the same chain of FMAs over k in order as widened_panel's: an int8 copy gives the bf16 copy's bits, reading
+// half its bytes.
+template <int R>
+void int8_panel(const char* wp, const float* x, int64_t ldx, int64_t depth, float* sums) {
+  const int8_t* q = reinterpret_cast<const int8_t*>(wp);
+  const float* scales = reinterpret_cast<const float*>(wp + depth * PANEL);
+  __m256 acc[R * 4];
+  for (int r = 0; r < R; ++r)
+    for (int g = 0; g < 4; ++g) acc[r * 4 + g] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < depth; ++k) {  // one loop (GCC stores the sums every step of a nested one)
+    const float* scale = scales + (k & ~(DEPTH - 1));  // k's block's 32 scales
+    for (int g = 0; g < 4; ++g) {
+      const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + k * PANEL + g * 8));
+      const __m256 w = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)), _mm256_loadu_ps(scale + g * 8));
+      for (int r = 0; r < R; ++r) acc[r * 4 + g] = _mm256_fmadd_ps(_mm256_broadcast_ss(x + r * ldx + k), w, acc[r * 4 + g]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int g = 0; g < 4; ++g) _mm256_storeu_ps(sums + r * PANEL + g * 8, acc[r * 4 + g]);
+}
+
+template <int... R>
+constexpr std::array<PanelKernel, sizeof...(R)> int8_kernels_for(std::integer_sequence<int, R...>) {
+  return {&int8_panel<R + 1>...};
+}
+constexpr auto INT8_KERNELS = int8_kernels_for(std::make_integer_sequence<int, QROWS>{});
+
+// Panels [p0, p1) for every group of up to WROWS rows of x's M rows (fp32, width a row), of a bf16 or int8 copy.
 template <typename Emit>
 void panels(const PanelJob& job, float* scratch, int64_t p0, int64_t p1, const Emit& emit) {
   const float* xs = reinterpret_cast<const float*>(job.x);
-  const int64_t M = job.rows, width = job.width, pairs = width / 2, panel_bytes = pairs * PANEL * 4;
+  const int64_t M = job.rows, width = job.width;
+  const int64_t panel_bytes = job.int8 ? width * (PANEL + PANEL * 4 / DEPTH) : width * PANEL * 2;
+  const PanelKernel* kernels = job.int8 ? INT8_KERNELS.data() : KERNELS.data();
+  const int64_t depth = job.int8 ? width : width / 2, most = job.int8 ? QROWS : WROWS;  // k or pairs; rows a pass
   for (int64_t p = p0; p < p1; ++p)
-    for (int64_t m = 0; m < M; m += WROWS) {
-      const int64_t rows = std::min<int64_t>(WROWS, M - m);
-      KERNELS[rows - 1](job.w + p * panel_bytes, xs + m * width, width, pairs, scratch);
+    for (int64_t m = 0; m < M; m += most) {
+      // a lone row goes through the two-row kernel as both rows (GCC 12 keeps the one-row kernel's sums on the stack,
+      // storing them every step): the same chain of FMAs, so the same bits
+      const int64_t rows = std::min<int64_t>(most, M - m);
+      kernels[std::max<int64_t>(rows, 2) - 1](job.w + p * panel_bytes, xs + m * width, rows > 1 ? width : 0, depth,
+                                              scratch);
       emit(p, m, rows, scratch);
     }
 }
@@ -219,12 +259,25 @@ void check_cpu(const char* op, const char* name, const at::Tensor& t) {
   TORCH_CHECK(t.device().is_cpu(), op, ": ", name, " is on ", t.device(), ", the kernel takes CPU tensors");
 }
 
-// A packed matrix as pack() makes it, [panels][pairs][32][2] bf16, holding n output columns
+// k's pairs of a packed matrix: [panels][pairs][32][2] bf16, or pack8's [panels][k + k / 8][32] int8 (k int8 rows,
+// then k / 32 blocks of 32 fp32 scales, 4 rows of bytes each)
+int64_t packed_pairs(const at::Tensor& packed) {
+  return packed.scalar_type() == at::kChar ? packed.size(1) * 8 / 9 / 2 : packed.size(1);
+}
+
+// A packed matrix as pack() makes it, bf16 [panels][pairs][32][2] or int8 [panels][k * 9 / 8][32], holding n columns
 void check_packed(const char* op, const at::Tensor& packed, int64_t n) {
   check_cpu(op, "packed", packed);
-  TORCH_CHECK(packed.dim() == 4 && packed.size(2) == PANEL && packed.size(3) == 2 && packed.size(1) % (DEPTH / 2) == 0,
-              op, ": packed has shape ", packed.sizes(), ", not pack()'s [panels, pairs, 32, 2]");
-  TORCH_CHECK(packed.scalar_type() == at::kBFloat16, op, ": packed is ", packed.scalar_type(), ", not bf16");
+  if (packed.scalar_type() == at::kChar) {
+    TORCH_CHECK(packed.dim() == 3 && packed.size(2) == PANEL && packed.size(1) % (DEPTH * 9 / 8) == 0, op,
+                ": packed has shape ", packed.sizes(), ", not pack8's [panels, k * 9 / 8, 32]");
+    TORCH_CHECK(MARS_INT8, op, ": an int8 copy, and this build has no int8 path (AVX2 only)");
+  } else {
+    TORCH_CHECK(packed.dim() == 4 && packed.size(2) == PANEL && packed.size(3) == 2 &&
+                packed.size(1) % (DEPTH / 2) == 0, op, ": packed has shape ", packed.sizes(),
+                ", not pack()'s [panels, pairs, 32, 2]");
+    TORCH_CHECK(packed.scalar_type() == at::kBFloat16, op, ": packed is ", packed.scalar_type(), ", not bf16 or int8");
+  }
   TORCH_CHECK(packed.is_contiguous(), op, ": packed is not contiguous");
   const int64_t panel_count = packed.size(0);
   TORCH_CHECK(n > 0 && n <= panel_count * PANEL && n > (panel_count - 1) * PANEL, op, ": n is ", n, ", packed's ",
@@ -267,7 +320,8 @@ struct Columns {  // columns [col0, col1) of a packed matrix of n
 // added, as a zero bias would be) added in fp32 first. Only the panels holding those columns are computed; each
 // output is its own chain over k, so a column's bits are those the whole matrix's product gives it.
 at::Tensor product(const at::Tensor& x, const at::Tensor& packed, Columns cols, const std::vector<float>& b) {
-  const int64_t K = x.size(-1), pairs = packed.size(1), col0 = cols.col0, col1 = cols.col1, width_out = col1 - col0;
+  const int64_t K = x.size(-1), pairs = packed_pairs(packed), col0 = cols.col0, col1 = cols.col1;
+  const int64_t width_out = col1 - col0;
   TORCH_CHECK(available(), "mars_rows.linear: no AMX tile state, AVX512-BF16 or AVX2 on this CPU");
   TORCH_CHECK(b.empty() || static_cast<int64_t>(b.size()) == width_out, "mars_rows.linear: a bias of ", b.size(),
               " values for ", width_out, " columns");
@@ -299,7 +353,8 @@ at::Tensor product(const at::Tensor& x, const at::Tensor& packed, Columns cols, 
   sizes.back() = width_out;
   auto y = at::empty(sizes, x.options());
   c10::BFloat16* out = y.data_ptr<c10::BFloat16>();
-  const PanelJob job{static_cast<const char*>(packed.data_ptr()), dst, padded_rows, width};
+  const PanelJob job{static_cast<const char*>(packed.data_ptr()), dst, padded_rows, width,
+                     packed.scalar_type() == at::kChar};
   // rows [m0, m0 + rows) of one panel's sums, its columns among [col0, col1), to y, each rounded to bf16 once, the
   // bias added in fp32 first
   auto emit = [&](int64_t p, int64_t m0, int64_t rows, const float* sums) {
@@ -333,12 +388,90 @@ at::Tensor product(const at::Tensor& x, const at::Tensor& packed, Columns cols, 
 }
 }  // namespace
 
-// W [N, K] bf16 -> panels [ceil(N/32)][ceil(K/32) * 16][32][2], zero-padded
-at::Tensor pack(const at::Tensor& w) {
+namespace {
+// The int8 grid's scale for a block of one column's weights (32 k, zero-padded): the smallest power of two s with
+// the block's largest |w| <= 127 s (1 for a block of zeros, 0 for one with a non-finite weight: off any grid; at
+// least 2^-133, bf16's smallest step). Its weights are q s, q the nearest integer to w / s (ties to even): q has at most 7 bits and
+// bf16 keeps 8, so q s is a bf16 exactly, and the int8 copy of a weight on the grid is lossless.
+float grid_scale(const float* v) {
+  float most = 0.f;
+  for (int64_t i = 0; i < DEPTH; ++i) most = std::max(most, std::fabs(v[i]));
+  if (!std::isfinite(most)) return 0.f;
+  if (most == 0.f) return 1.f;
+  float scale = std::ldexp(1.f, std::ilogb(most / 127.f));
+  while (most > 127.f * scale) scale *= 2.f;
+  while (scale > std::ldexp(1.f, -133) && most <= 63.5f * scale) scale /= 2.f;
+  return scale;
+}
+
+// Column n's block b of W [N, K] bf16 as fp32 (k beyond K: 0)
+void block_of(const c10::BFloat16* w, int64_t K, int64_t n, int64_t b, float* v) {
+  for (int64_t i = 0; i < DEPTH; ++i) v[i] = b * DEPTH + i < K ? static_cast<float>(w[n * K + b * DEPTH + i]) : 0.f;
+}
+
+// W [N, K] bf16 on the int8 grid -> [panels][k + k / 8][32] int8 (per panel: k rows of 32 int8, then k / 32 blocks of
+// 32 fp32 scales), k = K rounded up to 32; undefined where a weight is off the grid or this build has no int8 path
+at::Tensor pack8(const at::Tensor& src) {
+  const int64_t N = src.size(0), K = src.size(1), depth = (K + DEPTH - 1) / DEPTH * DEPTH, blocks = depth / DEPTH;
+  if (!MARS_INT8) return at::Tensor();
+  auto out = at::zeros({(N + PANEL - 1) / PANEL, depth * 9 / 8, PANEL}, src.options().dtype(at::kChar));
+  const c10::BFloat16* w = src.data_ptr<c10::BFloat16>();
+  int8_t* d = out.data_ptr<int8_t>();
+  const int64_t panel_bytes = depth * 9 / 8 * PANEL;
+  for (int64_t p = 0; p < out.size(0); ++p)  // the padding columns' scales: 1
+    for (int64_t i = 0; i < blocks * PANEL; ++i) reinterpret_cast<float*>(d + p * panel_bytes + depth * PANEL)[i] = 1.f;
+  float v[DEPTH];
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t b = 0; b < blocks; ++b) {
+      block_of(w, K, n, b, v);
+      const float scale = grid_scale(v);
+      if (scale == 0.f) return at::Tensor();
+      int8_t* panel = d + (n / PANEL) * panel_bytes;
+      for (int64_t i = 0; i < DEPTH; ++i) {
+        const float q = std::nearbyint(v[i] / scale);
+        if (q * scale != v[i]) return at::Tensor();  // off the grid: the bf16 copy serves
+        panel[(b * DEPTH + i) * PANEL + n % PANEL] = static_cast<int8_t>(q);
+      }
+      reinterpret_cast<float*>(panel + depth * PANEL)[b * PANEL + n % PANEL] = scale;
+    }
+  return out;
+}
+}  // namespace
+
+// W [N, K] bf16 rounded onto the int8 grid (grid_scale): the weights an int8 copy holds without loss
+at::Tensor grid(const at::Tensor& w) {
+  check_cpu("mars_rows.grid", "the weight", w);
+  TORCH_CHECK(w.dim() == 2, "mars_rows.grid: the weight has ", w.dim(), " dimensions, it needs 2 ([N, K])");
+  TORCH_CHECK(w.scalar_type() == at::kBFloat16, "mars_rows.grid: the weight is ", w.scalar_type(), ", not bf16");
+  auto src = w.contiguous();
+  auto out = at::empty_like(src);
+  const int64_t N = src.size(0), K = src.size(1);
+  const c10::BFloat16* s = src.data_ptr<c10::BFloat16>();
+  c10::BFloat16* d = out.data_ptr<c10::BFloat16>();
+  at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
+    float v[DEPTH];
+    for (int64_t n = n0; n < n1; ++n)
+      for (int64_t b = 0; b * DEPTH < K; ++b) {
+        block_of(s, K, n, b, v);
+        const float scale = grid_scale(v);
+        for (int64_t i = 0; i < DEPTH && b * DEPTH + i < K; ++i)  // a block off any grid (scale 0): as it was
+          d[n * K + b * DEPTH + i] = c10::BFloat16(scale == 0.f ? v[i] : std::nearbyint(v[i] / scale) * scale);
+      }
+  });
+  return out;
+}
+
+// W [N, K] bf16 -> panels [ceil(N/32)][ceil(K/32) * 16][32][2], zero-padded; or, asked for int8 where W lies on the
+// int8 grid (grid()) and this build has the int8 path (AVX2), pack8's int8 panels: the same products, half the bytes
+at::Tensor pack(const at::Tensor& w, bool int8) {
   check_cpu("mars_rows.pack", "the weight", w);
   TORCH_CHECK(w.dim() == 2, "mars_rows.pack: the weight has ", w.dim(), " dimensions, it needs 2 ([N, K])");
   TORCH_CHECK(w.scalar_type() == at::kBFloat16, "mars_rows.pack: the weight is ", w.scalar_type(), ", not bf16");
   auto src = w.contiguous();
+  if (int8) {
+    auto narrow = pack8(src);
+    if (narrow.defined()) return narrow;
+  }
   const int64_t N = w.size(0), K = w.size(1), pairs = (K + DEPTH - 1) / DEPTH * (DEPTH / 2);
   auto out = at::zeros({(N + PANEL - 1) / PANEL, pairs, PANEL, 2}, w.options());
   const uint16_t* s = reinterpret_cast<const uint16_t*>(src.data_ptr());
@@ -353,7 +486,7 @@ at::Tensor pack(const at::Tensor& w) {
 at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, int64_t n, const std::optional<at::Tensor>& bias) {
   constexpr const char* op = "mars_rows.linear";
   check_packed(op, packed, n);
-  check_x(op, x, packed.size(1));
+  check_x(op, x, packed_pairs(packed));
   check_bias(op, bias, n);
   std::vector<float> b;
   if (bias.has_value()) append_bias(b, *bias);
@@ -739,7 +872,7 @@ void register_weight(const at::Tensor& weight, const at::Tensor& packed, int64_t
   TORCH_CHECK(weight.dim() == 2, op, ": the weight has ", weight.dim(), " dimensions, it needs 2 ([N, K])");
   TORCH_CHECK(weight.scalar_type() == at::kBFloat16, op, ": the weight is ", weight.scalar_type(), ", not bf16");
   check_packed(op, packed, n);
-  const int64_t K = weight.size(1), pairs = packed.size(1);
+  const int64_t K = weight.size(1), pairs = packed_pairs(packed);
   TORCH_CHECK((K + DEPTH - 1) / DEPTH * (DEPTH / 2) == pairs, op, ": the weight has ", K,
               " in-features, the packed matrix ", std::max<int64_t>(0, pairs * 2 - DEPTH + 1), " to ", pairs * 2);
   TORCH_CHECK(0 <= col0 && col0 < col1 && col1 <= n, op, ": columns [", col0, ", ", col1,
@@ -843,7 +976,8 @@ at::Tensor routed_siblings(const at::Tensor& x, at::TensorList weights,
 TORCH_LIBRARY(mars_rows, m) {
   m.def("available() -> bool", available);
   m.def("flavor() -> str", flavor);
-  m.def("pack(Tensor w) -> Tensor");
+  m.def("pack(Tensor w, bool int8=True) -> Tensor");
+  m.def("grid(Tensor w) -> Tensor");
   m.def("linear(Tensor x, Tensor packed, int n, Tensor? bias) -> Tensor");
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor mask, float scale) -> Tensor");
   m.def("register(Tensor weight, Tensor packed, int n, int col0, int col1) -> ()");
@@ -855,6 +989,7 @@ TORCH_LIBRARY(mars_rows, m) {
 // on meta tensors (a compiled graph's tracing), and refuse real meta tensors the same way.
 TORCH_LIBRARY_IMPL(mars_rows, CompositeExplicitAutograd, m) {
   m.impl("pack", pack);
+  m.impl("grid", grid);
   m.impl("linear", linear);
   m.impl("attention", attention);
   m.impl("register", register_weight);

@@ -1,0 +1,59 @@
+"""8-bit weights: a bf16 model's linear weights rounded onto the int8 grid in place, once, where they are served.
+
+The grid (kernels/rows.cpp grid()): for each block of 32 inputs of an output column, a power-of-two scale s and
+integers q up to 127, the weight q s. q s is a bf16 exactly, so the rounded model is an ordinary bf16 model: every
+reference reads the same weights (transformers' generate, our one-token and verified decoding), and the rows kernel's
+AVX2 path packs each weight as int8 without loss (pack()): its bf16 copy's products bit for bit, at half the bytes a
+token. Where a weight is off the grid (trained since, or never rounded) its bf16 copy serves
+(docs/speed.md#8-bit-weights).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .linear import linear_groups
+from .rows import flavor, rows_kernel
+
+WEIGHTS = ("auto", "bf16", "int8")  # load(weights=): auto is int8 where the int8 path serves a bf16 model, else bf16
+INT8_FLAVORS = ("avx2",)  # the rows kernel's flavors with an int8 path (rows.cpp MARS_INT8)
+
+
+def int8_serves() -> str | None:
+    """Why the int8 path does not serve on this machine, or None where it does (the rows kernel's AVX2 build)."""
+    if not rows_kernel():
+        return "no rows kernel here"
+    if flavor() not in INT8_FLAVORS:
+        return f"the {flavor()} rows kernel has no int8 path (AVX2 only)"
+    return None
+
+
+def resolve_weights(weights: str | None, dtype: torch.dtype) -> str:
+    """"bf16" or "int8" for load(weights=...): auto/None is int8 for a bf16 model where the int8 path serves, else
+    bf16; int8 asked for where it cannot serve is refused with the reason."""
+    key = (weights or "auto").lower()
+    if key not in WEIGHTS:
+        raise ValueError(f"Unknown weights {weights!r}: use {', '.join(WEIGHTS)}.")
+    if key == "bf16":
+        return key
+    why = "the model is not bf16" if dtype != torch.bfloat16 else int8_serves()
+    if key == "int8" and why is not None:
+        raise ValueError(f"weights='int8' cannot serve here: {why}.")
+    return "int8" if why is None else "bf16"
+
+
+@torch.no_grad()
+def round_to_grid(model: nn.Module) -> int:
+    """Every CPU bf16 linear weight the runtime packs (a tied lm_head, and so the embeddings, included) rounded onto
+    the int8 grid in place; the number of weights rounded."""
+    weights = {id(lin.weight): lin.weight for group in linear_groups(model) for lin in group
+               if lin.weight.dtype == torch.bfloat16 and lin.weight.device.type == "cpu"}
+    for w in weights.values():
+        w.copy_(torch.ops.mars_rows.grid(w))
+    return len(weights)
+
+
+def on_grid(w: torch.Tensor) -> bool:
+    """Whether a bf16 weight lies on the int8 grid (an int8 copy of it is lossless)."""
+    return torch.equal(torch.ops.mars_rows.grid(w.detach()), w.detach())
