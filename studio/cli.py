@@ -11,9 +11,9 @@ from studio import engine, models
 
 def compile_by_default(dtype: str | None = None) -> bool:
     """--compile's default: MARS_COMPILE where set ("1" on, "0" off), else only where the compiled forward was measured
-    (docs/speed.md#the-forward-compiled): bf16 (--dtype auto or bf16) on our rows kernel, a CPU with AMX or
-    AVX512-BF16, no GPU, the kernel not turned off (MARS_ROWS_KERNEL=0). Off elsewhere: a GPU's static decoders run
-    CUDA graphs, and an fp32 CPU's compiled forward is not measured."""
+    (docs/speed.md#the-forward-compiled): bf16 (--dtype auto or bf16) on our rows kernel, a CPU with AMX,
+    AVX512-BF16 or AVX2, no GPU, the kernel not turned off (MARS_ROWS_KERNEL=0). Off elsewhere: a GPU's static
+    decoders run CUDA graphs, and an fp32 CPU's compiled forward is not measured."""
     chosen = os.environ.get("MARS_COMPILE")
     if chosen is not None:
         return chosen == "1"

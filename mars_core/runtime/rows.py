@@ -1,5 +1,5 @@
 """The rows kernel (kernels/rows.cpp): bf16 linear layers whose weights stream from memory once a call and whose
-rows cost what one row costs up to 16 (AMX tiles), 8 (AVX512-BF16's vdpbf16ps) or 3 (AVX2: the bf16 weights widened
+rows cost what one row costs up to 16 (AMX tiles), 8 (AVX512-BF16's vdpbf16ps) or 2 (AVX2: the bf16 weights widened
 to fp32 in registers), each row's bits its own, and attention by rows. Built once per machine into the cache folder
 with torch's C++ extension builder, loaded in every process after (docs/speed.md#the-rows-kernel).
 

@@ -18,7 +18,7 @@ DASH = "–"  # a cell with nothing measured
 ISA_NAMES = {"amx_bf16": "AMX", "avx512_bf16": "AVX512-BF16", "avx512f": "AVX-512", "avx2": "AVX2"}  # fastest first
 DTYPES = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16"}
 LINEARS = {"amx_rows": "AMX rows kernel", "avx512_bf16_rows": "AVX512-BF16 rows kernel",
-           "onednn_packed": "oneDNN, packed", "torch": "torch's own"}
+           "avx2_rows": "AVX2 rows kernel", "onednn_packed": "oneDNN, packed", "torch": "torch's own"}
 SPLITS = {"heldout": "held-out", "never_trained": "never-trained"}
 
 
@@ -70,17 +70,24 @@ def kind(machine: dict[str, Any]) -> str:
     return "other"
 
 
+def machine_key(machine: dict[str, Any]) -> str:
+    """What the forward and width tables keep the newest record of: the kind, the dtype and the weights' bits."""
+    return f"{kind(machine)} {dtype(machine.get('dtype'))} {machine.get('weight_bits', 16)}"
+
+
 def dtype(name: str | None) -> str:
     """bf16, fp32, ... for torch's dtype names (what records hold)."""
     return DTYPES.get(name or "", name or DASH)
 
 
 def machine_cell(machine: dict[str, Any]) -> str:
-    """'AMD EPYC, AVX512-BF16, bf16, 2 threads' (a GPU: its name and dtype): the machine a row was measured on."""
+    """'AMD EPYC, AVX512-BF16, bf16, 2 threads' (a GPU: its name and dtype; 8-bit weights where served so): the
+    machine a row was measured on."""
     if machine.get("device") == "cuda":
         return f"{machine.get('gpu', 'a GPU')}, {dtype(machine.get('dtype'))}"
     cpu = re.sub(r"\((R|TM)\)|\s+(Processor|CPU)\b", "", machine.get("cpu", "?")).strip()
-    return f"{cpu}, {isa(machine)}, {dtype(machine.get('dtype'))}, {machine.get('threads')} threads"
+    bits = " (8-bit weights)" if machine.get("weight_bits") == 8 else ""
+    return f"{cpu}, {isa(machine)}, {dtype(machine.get('dtype'))}{bits}, {machine.get('threads')} threads"
 
 
 def linear(machine: dict[str, Any]) -> str:

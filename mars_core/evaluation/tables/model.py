@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ._records import read, table
+from ._records import machine_cell, read, table
 
 HELD_OUT, NEVER_TRAINED = "model/eval_smollm2_mars_b4.json", "model/eval_smollm2_mars_b4_never_trained.json"
 HELD_OUT_FP32 = "model/eval_smollm2_mars_b4_fp32.json"
@@ -107,7 +107,33 @@ def chosen(records_dir: Path) -> str:
                      "verified same as τ = 1"], rows)
 
 
+# the held-out split on one AVX2 machine, the weights as trained (MARS_WEIGHTS=bf16) and on the int8 grid (load()'s
+# pick there: runtime/grid.py), mars-eval --samples
+WEIGHT_RUNS = (("bf16, as trained", "model/eval_avx2_bf16.json"), ("8-bit (int8 grid)", "model/eval_avx2_int8.json"))
+
+
+def weights(records_dir: Path) -> str:
+    """8-bit weights against the weights as trained, same machine and split: τ = 1, τ = 0.9 and verified (tokens per
+    forward / accuracy), and how many answers at each are the trained weights' answers, token for token."""
+    from ..report import run_key
+
+    trained = read(records_dir, WEIGHT_RUNS[0][1])
+    rows = []
+    for label, name in WEIGHT_RUNS:
+        report = read(records_dir, name)
+        runs = [run(report["rows"], 1.0), run(report["rows"], 0.9), run(report["rows"], 0.3, "verified")]
+        same = []
+        for r in runs:
+            key = run_key(r.get("strategy", "sliding"), r["threshold"])
+            mine, theirs = report["samples"][key], trained["samples"][key]
+            same.append(f"{sum(a == b for a, b in zip(mine, theirs))}/{len(theirs)}")
+        rows.append([label, base(report), *map(cell, runs), ", ".join(same), machine_cell(report["machine"])])
+    return table(["weights", "base", "τ = 1", "τ = 0.9", "verified", "answers as trained (τ = 1, 0.9, verified)",
+                  "machine"], rows)
+
+
 TABLES: dict[str, Callable[[Path], str]] = {
+    "weights": weights,
     "quality": quality,
     "heldout": per_category(HELD_OUT, (1.0, 0.95, 0.9, 0.8, 0.5)),
     "never_trained": per_category(NEVER_TRAINED, (1.0, 0.9)),

@@ -12,7 +12,7 @@ from .speed import FORWARDS, GPU_RUNS, IDENTITY, SPEED, WEIGHTS
 # machine kind, dtype load() picks there, the docs/speed.md section of its table
 KINDS = (("amx", "bf16", "on-an-intel-xeon-with-amx-bf16"),
          ("avx512_bf16", "bf16", "on-an-amd-epyc-with-avx512-bf16-bf16"),
-         ("avx2", "fp32", "on-avx2-only-a-laptops-kind-fp32"),
+         ("avx2", "bf16", "on-avx2-only-a-laptops-kind-bf16-on-8-bit-weights"),
          ("gpu", "bf16", "on-an-h100"))
 
 

@@ -4,11 +4,11 @@
 // read): panel p holds W[32p .. 32p+31, :] as [K/2][32][2]. A call streams every panel from memory once. With AMX the
 // rows of x go through the tile unit 16 at a time; with AVX512-BF16 (vdpbf16ps) 8 at a time, a pair of x broadcast
 // against a pair of each of 16 columns. With AVX2 (laptops; AMD before Zen 4) the bf16 weights are widened to fp32 in
-// registers (a bf16 is fp32's upper half) and 3 rows at a time go through fp32 FMAs. Either way up to that many rows
-// cost what one row costs (the weights' read), each output is computed in the same order whatever the number of rows,
-// and a row is computed from that row alone: a row's bits do not depend on how many rows, or which, share the call
-// (width and batch invariance, checked by runtime/invariance.py). A machine runs one of the three, so their bits never
-// meet.
+// registers (a bf16 is fp32's upper half), two rows at a time through fp32 FMAs, or from 5 rows on 6 at a time from
+// the panel widened once. Either way up to that many rows cost what one row costs (the weights' read), each output is
+// computed in the same order whatever the number of rows, and a row is computed from that row alone: a row's bits do
+// not depend on how many rows, or which, share the call (width and batch invariance, checked by
+// runtime/invariance.py). A machine runs one of the three, so their bits never meet.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
@@ -43,8 +43,6 @@ constexpr int64_t PANEL = 32;  // output columns a panel holds (two tiles of 16 
 constexpr int64_t BLOCK = 16;  // rows of x a tile holds
 constexpr int64_t DEPTH = 32;  // k a tile multiply consumes (16 pairs of bf16)
 constexpr int VROWS = 8;       // rows of x the vector path keeps in registers (2 accumulators a row; 12 or 14 no faster)
-constexpr int WROWS = 3;       // rows of x the AVX2 path keeps in registers (12 sums, 2 weights, 2 x of 16 ymm)
-constexpr int QROWS = 2;       // and its int8 path (its 4 scales too: 3 rows spill, and run slower than 2 and 1)
 
 // A call's x against packed W: what every panel of the call reads (a thread's panels and scratch are its own)
 struct PanelJob {
@@ -167,11 +165,6 @@ void widened_panel(const char* wp, const float* x, int64_t ldx, int64_t pairs, f
 }
 
 using PanelKernel = void (*)(const char*, const float*, int64_t, int64_t, float*);
-template <int... R>
-constexpr std::array<PanelKernel, sizeof...(R)> kernels_for(std::integer_sequence<int, R...>) {
-  return {&widened_panel<R + 1>...};
-}
-constexpr auto KERNELS = kernels_for(std::make_integer_sequence<int, WROWS>{});
 
 // One int8 panel (pack8's layout: [depth][32] int8, then [depth / 32][32] fp32 scales, each a power of two) for R
 // rows of x: sums[r * 32 + c]. A weight is its int8 times its block's scale, exactly the bf16 it stands for, and each
@@ -189,35 +182,98 @@ void int8_panel(const char* wp, const float* x, int64_t ldx, int64_t depth, floa
     for (int g = 0; g < 4; ++g) {
       const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + k * PANEL + g * 8));
       const __m256 w = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)), _mm256_loadu_ps(scale + g * 8));
-      for (int r = 0; r < R; ++r) acc[r * 4 + g] = _mm256_fmadd_ps(_mm256_broadcast_ss(x + r * ldx + k), w, acc[r * 4 + g]);
+      for (int r = 0; r < R; ++r)
+        acc[r * 4 + g] = _mm256_fmadd_ps(_mm256_broadcast_ss(x + r * ldx + k), w, acc[r * 4 + g]);
     }
   }
   for (int r = 0; r < R; ++r)
     for (int g = 0; g < 4; ++g) _mm256_storeu_ps(sums + r * PANEL + g * 8, acc[r * 4 + g]);
 }
 
-template <int... R>
-constexpr std::array<PanelKernel, sizeof...(R)> int8_kernels_for(std::integer_sequence<int, R...>) {
-  return {&int8_panel<R + 1>...};
+// One panel widened to fp32 once ([k][32]: each weight the fp32 value the kernels above compute with) for R rows,
+// 16 columns a pass: sums[r * 32 + c], each the same chain of FMAs over k in order as theirs, so the same bits. For
+// WIDE_FROM rows or more: the widening (a shift, or int8 times its scale) is paid once for all rows, and 6 rows keep
+// 12 sums, 2 weights and x in registers.
+template <int R>
+void fp32_panel(const float* wide, const float* x, int64_t ldx, int64_t depth, float* sums) {
+  for (int h = 0; h < 2; ++h) {
+    __m256 acc[R * 2];
+    for (int i = 0; i < R * 2; ++i) acc[i] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < depth; ++k) {
+      const __m256 w0 = _mm256_loadu_ps(wide + k * PANEL + h * 16), w1 = _mm256_loadu_ps(wide + k * PANEL + h * 16 + 8);
+      for (int r = 0; r < R; ++r) {
+        const __m256 xr = _mm256_broadcast_ss(x + r * ldx + k);
+        acc[2 * r] = _mm256_fmadd_ps(xr, w0, acc[2 * r]);
+        acc[2 * r + 1] = _mm256_fmadd_ps(xr, w1, acc[2 * r + 1]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      _mm256_storeu_ps(sums + r * PANEL + h * 16, acc[2 * r]);
+      _mm256_storeu_ps(sums + r * PANEL + h * 16 + 8, acc[2 * r + 1]);
+    }
+  }
 }
-constexpr auto INT8_KERNELS = int8_kernels_for(std::make_integer_sequence<int, QROWS>{});
 
-// Panels [p0, p1) for every group of up to WROWS rows of x's M rows (fp32, width a row), of a bf16 or int8 copy.
+constexpr int FROWS = 6;      // rows of x fp32_panel keeps in registers
+constexpr int64_t WIDE_FROM = 5;  // rows from which a widened panel pays (its stores and reloads cost 2-3 passes)
+using WideKernel = void (*)(const float*, const float*, int64_t, int64_t, float*);
+template <int... R>
+constexpr std::array<WideKernel, sizeof...(R)> fp32_kernels_for(std::integer_sequence<int, R...>) {
+  return {&fp32_panel<R + 1>...};
+}
+constexpr auto FP32_KERNELS = fp32_kernels_for(std::make_integer_sequence<int, FROWS>{});
+
+// Panel wp (bf16 pairs, or int8 and scales) as fp32 [width][32]: exactly the vectors the kernels above multiply by
+void widen_panel(const char* wp, bool int8, int64_t width, float* wide) {
+  if (int8) {
+    const int8_t* q = reinterpret_cast<const int8_t*>(wp);
+    const float* scales = reinterpret_cast<const float*>(wp + width * PANEL);
+    for (int64_t k = 0; k < width; ++k)
+      for (int g = 0; g < 4; ++g) {
+        const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + k * PANEL + g * 8));
+        const __m256 scale = _mm256_loadu_ps(scales + (k & ~(DEPTH - 1)) + g * 8);
+        _mm256_storeu_ps(wide + k * PANEL + g * 8,
+                         _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)), scale));
+      }
+    return;
+  }
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  for (int64_t j = 0; j < width / 2; ++j)
+    for (int g = 0; g < 4; ++g) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + j * PANEL * 4 + g * 32));
+      _mm256_storeu_ps(wide + 2 * j * PANEL + g * 8, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+      _mm256_storeu_ps(wide + (2 * j + 1) * PANEL + g * 8, _mm256_castsi256_ps(_mm256_and_si256(v, high)));
+    }
+}
+
+// Panels [p0, p1) for every group of rows of x's M rows (fp32, width a row), of a bf16 or int8 copy: two rows a pass
+// straight from the copy, or from WIDE_FROM rows on, 6 a pass from the panel widened once.
 template <typename Emit>
 void panels(const PanelJob& job, float* scratch, int64_t p0, int64_t p1, const Emit& emit) {
   const float* xs = reinterpret_cast<const float*>(job.x);
   const int64_t M = job.rows, width = job.width;
   const int64_t panel_bytes = job.int8 ? width * (PANEL + PANEL * 4 / DEPTH) : width * PANEL * 2;
-  const PanelKernel* kernels = job.int8 ? INT8_KERNELS.data() : KERNELS.data();
-  const int64_t depth = job.int8 ? width : width / 2, most = job.int8 ? QROWS : WROWS;  // k or pairs; rows a pass
+  if (M >= WIDE_FROM) {
+    thread_local std::vector<float> wide;
+    wide.resize(width * PANEL);
+    for (int64_t p = p0; p < p1; ++p) {
+      widen_panel(job.w + p * panel_bytes, job.int8, width, wide.data());
+      for (int64_t m = 0; m < M; m += FROWS) {
+        const int64_t rows = std::min<int64_t>(FROWS, M - m);
+        FP32_KERNELS[rows - 1](wide.data(), xs + m * width, width, width, scratch);
+        emit(p, m, rows, scratch);
+      }
+    }
+    return;
+  }
+  // a lone row goes through the two-row kernel as both rows (GCC 12 keeps a one-row kernel's sums on the stack,
+  // storing them every step): the same chain of FMAs, so the same bits
+  const PanelKernel two = job.int8 ? &int8_panel<2> : &widened_panel<2>;
+  const int64_t depth = job.int8 ? width : width / 2;  // what a kernel steps through: k, or pairs of k
   for (int64_t p = p0; p < p1; ++p)
-    for (int64_t m = 0; m < M; m += most) {
-      // a lone row goes through the two-row kernel as both rows (GCC 12 keeps the one-row kernel's sums on the stack,
-      // storing them every step): the same chain of FMAs, so the same bits
-      const int64_t rows = std::min<int64_t>(most, M - m);
-      kernels[std::max<int64_t>(rows, 2) - 1](job.w + p * panel_bytes, xs + m * width, rows > 1 ? width : 0, depth,
-                                              scratch);
-      emit(p, m, rows, scratch);
+    for (int64_t m = 0; m < M; m += 2) {
+      two(job.w + p * panel_bytes, xs + m * width, M - m > 1 ? width : 0, depth, scratch);
+      emit(p, m, std::min<int64_t>(2, M - m), scratch);
     }
 }
 #endif
@@ -391,8 +447,8 @@ at::Tensor product(const at::Tensor& x, const at::Tensor& packed, Columns cols, 
 namespace {
 // The int8 grid's scale for a block of one column's weights (32 k, zero-padded): the smallest power of two s with
 // the block's largest |w| <= 127 s (1 for a block of zeros, 0 for one with a non-finite weight: off any grid; at
-// least 2^-133, bf16's smallest step). Its weights are q s, q the nearest integer to w / s (ties to even): q has at most 7 bits and
-// bf16 keeps 8, so q s is a bf16 exactly, and the int8 copy of a weight on the grid is lossless.
+// least 2^-133, bf16's smallest step). Its weights are q s, q the nearest integer to w / s (ties to even): q has at
+// most 7 bits and bf16 keeps 8, so q s is a bf16 exactly, and the int8 copy of a weight on the grid is lossless.
 float grid_scale(const float* v) {
   float most = 0.f;
   for (int64_t i = 0; i < DEPTH; ++i) most = std::max(most, std::fabs(v[i]));
