@@ -170,7 +170,7 @@ def test_dtype_choices(tiny_dir):
     assert L.resolve_dtype("fp16", cpu) is torch.float16
     assert L.resolve_dtype("torch.float16", cpu) is torch.float16
     assert L.resolve_dtype(torch.float64, cpu) is torch.float64
-    auto = torch.bfloat16 if L.bf16_supported(cpu) else torch.float32
+    auto = torch.bfloat16 if L.bf16_supported(cpu) or L.rows_kernel_serves(cpu) else torch.float32  # AVX2: the kernel
     assert L.resolve_dtype("auto", cpu) is auto and L.resolve_dtype(None, cpu) is auto
     with pytest.raises(ValueError, match="Unknown dtype"):
         L.resolve_dtype("int3")
