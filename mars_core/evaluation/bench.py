@@ -501,13 +501,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def llamacpp_weights(parser: argparse.ArgumentParser, text: str) -> list[str]:
-    """--llamacpp-weights as a list, each one checked against the weight types the GGUF export writes."""
-    from ..engines.llamacpp import WEIGHTS
+    """--llamacpp-weights as a list, each one checked against what the llama.cpp engine serves (the weight types the
+    GGUF export writes, and the shipped file)."""
+    from ..engines.llamacpp.load import CHOICES
 
     weights = parse_list(text.lower(), str)
-    bad = [w for w in weights if w not in (*WEIGHTS, SHIPPED)]
+    bad = [w for w in weights if w not in CHOICES]
     if bad:
-        parser.error(f"--llamacpp-weights: unknown weight types {bad}; choose from {', '.join((*WEIGHTS, SHIPPED))}")
+        parser.error(f"--llamacpp-weights: unknown weight types {bad}; choose from {', '.join(CHOICES)}")
     return list(dict.fromkeys(weights))
 
 

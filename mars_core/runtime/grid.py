@@ -17,14 +17,14 @@ from .linear import linear_groups
 from .rows import flavor, rows_kernel
 
 WEIGHTS = ("auto", "bf16", "int8")  # load(weights=): auto is int8 where the int8 path serves a bf16 model, else bf16
-INT8_FLAVORS = ("avx2",)  # the rows kernel's flavors with an int8 path (rows.cpp MARS_INT8)
 
 
 def int8_serves() -> str | None:
-    """Why the int8 path does not serve on this machine, or None where it does (the rows kernel's AVX2 build)."""
+    """Why the int8 path does not serve on this machine, or None where it does: the rows kernel's build says whether
+    it has one (rows.cpp MARS_INT8: the AVX2 build)."""
     if not rows_kernel():
         return "no rows kernel here"
-    if flavor() not in INT8_FLAVORS:
+    if not torch.ops.mars_rows.int8_path():
         return f"the {flavor()} rows kernel has no int8 path (AVX2 only)"
     return None
 

@@ -13,6 +13,7 @@ from mars_core import generate
 from mars_core.runtime import ATTENTION, prepare
 from mars_core.runtime.compiled import compile_runtime
 
+from guarantees import one_token_everywhere
 from tiny import tiny_llama
 
 PROMPTS = ["Count from 1 to 9:", "The capital of France", "Say hi"]
@@ -46,11 +47,7 @@ def test_one_graph_serves_every_width_and_batch(compiled, tokenizer):
 def test_the_compiled_forward_passes_its_width_check_and_keeps_the_guarantees(compiled, tokenizer):
     model, eager, runtime, _ = compiled
     assert runtime.width_check is not None and runtime.width_check.identical, runtime.width_check
-    kw = dict(max_new_tokens=16, runtime=runtime)
-    ar = generate(model, tokenizer, PROMPTS, strategy="ar", **kw)
-    verified = generate(model, tokenizer, PROMPTS, strategy="verified", block_size=4, **kw)
-    alone = [generate(model, tokenizer, p, strategy="ar", **kw).token_ids[0] for p in PROMPTS]
-    assert verified.token_ids == ar.token_ids == alone
+    ar, verified = one_token_everywhere(model, tokenizer, PROMPTS, runtime)
     assert verified.tokens_per_forward > 1.0
     uncompiled = generate(model, tokenizer, PROMPTS, strategy="ar", max_new_tokens=16, runtime=eager)
     assert uncompiled.token_ids == ar.token_ids
@@ -218,11 +215,7 @@ def test_with_the_rows_kernel_the_graph_calls_its_ops_and_keeps_the_guarantees(t
     flavor = __import__("mars_core.runtime.rows", fromlist=["flavor"]).flavor()
     assert runtime.record(model)["linear"] == f"{flavor}_rows" and runtime.record(model)["attention"] == "rows_kernel"
     assert runtime.width_check.identical, runtime.width_check
-    kw = dict(max_new_tokens=16, runtime=runtime)
-    ar = generate(model, tokenizer, PROMPTS, strategy="ar", **kw)
-    verified = generate(model, tokenizer, PROMPTS, strategy="verified", block_size=4, **kw)
-    alone = [generate(model, tokenizer, p, strategy="ar", **kw).token_ids[0] for p in PROMPTS]
-    assert verified.token_ids == ar.token_ids == alone
+    one_token_everywhere(model, tokenizer, PROMPTS, runtime)
     ops = set().union(*graphs)
     called = {op.removesuffix(".default") for op in ops}  # q/k/v and gate/up as one call each, o and down alone
     assert {"mars_rows.routed", "mars_rows.routed_siblings", "mars_rows.attention"} <= called, sorted(ops)

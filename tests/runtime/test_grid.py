@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mars_core import generate
 from mars_core.runtime import ATTENTION, grid, prepare
 from mars_core.runtime.compiled import compile_runtime
 from mars_core.runtime.linear import linear_groups, packed_bits
 
+from guarantees import one_token_everywhere
 from tiny import tiny_llama
 
 PROMPTS = ["Count from 1 to 9:", "The capital of France", "Say hi"]
@@ -42,8 +42,4 @@ def test_a_model_on_the_grid_is_served_from_int8_copies_and_keeps_the_guarantees
     assert packed_bits(eager.linears) == 8 and eager.record(model)["weight_bits"] == 8
     for runtime in (eager, compile_runtime(model, eager, tmp_path)):
         assert runtime.width_check.identical, runtime.width_check
-        kw = dict(max_new_tokens=16, runtime=runtime)
-        ar = generate(model, tokenizer, PROMPTS, strategy="ar", **kw)
-        verified = generate(model, tokenizer, PROMPTS, strategy="verified", block_size=4, **kw)
-        alone = [generate(model, tokenizer, p, strategy="ar", **kw).token_ids[0] for p in PROMPTS]
-        assert verified.token_ids == ar.token_ids == alone
+        one_token_everywhere(model, tokenizer, PROMPTS, runtime)

