@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -204,6 +205,16 @@ def rows_kernel_serves(device: torch.device) -> bool:
     return rows.flavor() is not None and rows.rows_kernel()
 
 
+def _build_rows_kernel_meanwhile(device: torch.device) -> None:
+    """Where the rows kernel must still be built here (about a minute of one compiler process), start the build in a
+    thread, so that converting the model runs beside it on the other core; its first user waits for it (rows.why_not
+    holds a lock)."""
+    from .runtime import rows
+
+    if device.type == "cpu" and rows.must_build():
+        threading.Thread(target=rows.rows_kernel, name="mars-rows-build", daemon=True).start()
+
+
 def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device | None = None) -> torch.dtype:
     """"auto"/None -> bf16 where the hardware's matmuls or our rows kernel serve it, else fp32; "bf16"/"fp32"/"fp16" or
     a torch.dtype."""
@@ -363,15 +374,18 @@ def load(
 
     attn_implementation: "mars" (the default) is transformers' SDPA, computed row by row inside a width-invariant
     runtime (mars_core.runtime.attention); any name transformers knows is taken as it is. weights: "bf16" as trained,
-    "int8" rounded onto the int8 grid (runtime/grid.py: the model served is then that model, half the bytes a token
-    on the rows kernel's AVX2 path), "auto" int8 where that path serves a bf16 model, else as trained; None (default):
+    "int8" rounded onto the int8 grid and served 8 bits by 8 on the rows kernel's AVX2 path (runtime/grid.py: about
+    half the bytes a token, integer dot products), "auto" int8 where that path serves a bf16 model, else as trained;
+    None (default):
     MARS_WEIGHTS where set (the app's, mars-bench's and mars-eval's switch), else "auto"."""
     from .runtime.grid import resolve_weights, round_to_grid
 
     device = resolve_device(device)
+    _build_rows_kernel_meanwhile(device)
+    source = resolve_source(name_or_path)  # the default model converted and merged once, while the kernel builds
     torch_dtype = resolve_dtype(dtype, device)
     bits = resolve_weights(weights or os.environ.get("MARS_WEIGHTS"), torch_dtype) if device.type == "cpu" else "bf16"
-    model, tokenizer = _open(resolve_source(name_or_path), torch_dtype, attn_implementation, trust_remote_code)
+    model, tokenizer = _open(source, torch_dtype, attn_implementation, trust_remote_code)
     prepare_tokenizer(model, tokenizer, mask_token=mask_token)
     if bits == "int8":
         round_to_grid(model)

@@ -1,11 +1,12 @@
-"""8-bit weights: a bf16 model's linear weights rounded onto the int8 grid in place, once, where they are served.
+"""8-bit weights: a bf16 model's linear weights rounded onto the int8 grid in place, once, and multiplied 8 bits by 8.
 
 The grid (kernels/rows.cpp grid()): for each block of 32 inputs of an output column, a power-of-two scale s and
-integers q up to 127, the weight q s. q s is a bf16 exactly, so the rounded model is an ordinary bf16 model: every
-reference reads the same weights (transformers' generate, our one-token and verified decoding), and the rows kernel's
-AVX2 path packs each weight as int8 without loss (pack()): its bf16 copy's products bit for bit, at half the bytes a
-token. Where a weight is off the grid (trained since, or never rounded) its bf16 copy serves
-(docs/speed.md#8-bit-weights).
+integers q up to 127, the weight q s (a bf16 exactly, so the rounded model is still an ordinary bf16 model). The rows
+kernel's AVX2 path packs such a weight as int8 without loss (pack()) and multiplies it by each row of x quantized to
+int8 on its own, per block of 32 inputs (integer dot products: the 8-bit arithmetic llama.cpp's Q8_0 runs). The model
+served is then the grid's weights times 8-bit rows in every packed linear layer: every decoder that runs under the
+runtime (one-token, verified, transformers' generate) reads it, and a row's bits stay its own. Where a weight is off
+the grid (trained since, or never rounded) its bf16 copy serves (docs/speed.md#8-bit-weights).
 """
 
 from __future__ import annotations

@@ -160,36 +160,70 @@ def test_the_grid_is_integers_up_to_127_times_a_power_of_two_a_block():
     assert torch.equal(q[3, 32:64], torch.zeros(32, dtype=torch.bfloat16))
 
 
+def quantized_product(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    """x W^T + b as the int8 path defines it, in fp64: each row of x quantized per block of 32 inputs to integers up
+    to 127 times the block's largest |x| / 127 (kernels/rows.cpp quantize_rows)."""
+    m, k = x.shape
+    blocks = -(-k // 32)
+    xs = F.pad(x.float(), (0, blocks * 32 - k)).view(m, blocks, 32)  # fp32 steps, as the kernel's
+    most = xs.abs().amax(-1, keepdim=True)
+    up = torch.full_like(most, 127).div(most.clamp_min(1e-30))  # a division (127 / t is 127 times t's reciprocal)
+    q = torch.where(most > 0, torch.round(xs * up), 0).double() * (most / 127).double()
+    y = q.view(m, -1)[:, :k] @ w.double().T
+    return y if b is None else y + b.double()
+
+
 @serves
 @int8_path
 @pytest.mark.parametrize("n,k", [(40, 96), (1000, 577), (576, 1536)])
-def test_a_weight_on_the_grid_packs_as_int8_and_gives_the_bf16_copys_bits(n, k):
-    """pack() of a weight on the int8 grid is an int8 copy (k int8 and k / 8 bytes of scales a column, about half a
-    bf16 copy's bytes) whose products are the bf16 copy's bit for bit, each row its own at every row count; a weight
-    off the grid, or int8=False, packs as bf16."""
+def test_a_weight_on_the_grid_packs_as_int8_and_multiplies_rows_quantized_each_alone(n, k):
+    """pack() of a weight on the int8 grid is an int8 copy (per 8 columns and 32 inputs, 256 int8 and 8 bytes of
+    scales: about half a bf16 copy's bytes) that multiplies each row of x quantized to int8 on its own: the product
+    as quantized_product defines it, to bf16's rounding, each row its own at every row count; a weight off the grid,
+    or int8=False, packs as bf16."""
     g = torch.Generator().manual_seed(2)
     w = torch.ops.mars_rows.grid((torch.randn(n, k, generator=g) * 0.05).bfloat16())
     narrow, wide = torch.ops.mars_rows.pack(w), torch.ops.mars_rows.pack(w, False)
     assert narrow.dtype == torch.int8 and wide.dtype == torch.bfloat16
-    assert narrow.numel() == wide.numel() * 2 * 9 // 16  # k + k/8 bytes a column against 2k
+    assert narrow.shape == (-(-n // 8), -(-k // 32), 264)
     off = w.clone()
     off[0, 0] += off[0, 0].abs().clamp_min(1e-3) * 2 ** -7  # one weight a bf16 step off the grid
     assert torch.ops.mars_rows.pack(off).dtype == torch.bfloat16
     b = torch.randn(n, generator=g).bfloat16()
     x = torch.randn(9, k, generator=g).bfloat16()
+    x[4, : k // 2] = 0  # a row with blocks of zeros
     alone = torch.cat([torch.ops.mars_rows.linear(x[r : r + 1], narrow, n, b) for r in range(9)])
     for m in range(1, 10):
         assert torch.equal(torch.ops.mars_rows.linear(x[:m], narrow, n, b), alone[:m]), m
-    assert torch.equal(torch.ops.mars_rows.linear(x, wide, n, b), alone)
+    want = quantized_product(x, w, b)
+    assert ((alone.double() - want).abs() <= want.abs() * 2 ** -8 + 1e-6).all()
+    exact = F.linear(x.double(), w.double(), b.double())  # 8-bit rows stay near the bf16 product
+    assert (alone.double() - exact).abs().max() <= exact.abs().max() * 0.02
 
 
 @serves
-def test_a_row_gets_its_own_bits_beside_any_rows():
-    """Row r fed alone, among 1..40 rows (more than two blocks of 16 rows for AMX, five groups of 8 for AVX512-BF16)
-    and among other rows in another order: the same bits."""
+@int8_path
+def test_a_row_with_a_nan_is_nan_and_its_batchmates_are_untouched():
+    """A non-finite value in a row makes that row's outputs NaN (as a float product would not be finite), never its
+    batchmates'."""
+    g = torch.Generator().manual_seed(3)
+    w = torch.ops.mars_rows.grid((torch.randn(64, 96, generator=g) * 0.05).bfloat16())
+    packed = torch.ops.mars_rows.pack(w)
+    x = torch.randn(3, 96, generator=g).bfloat16()
+    clean = torch.ops.mars_rows.linear(x, packed, 64, None)
+    x[1, 5] = float("inf")
+    y = torch.ops.mars_rows.linear(x, packed, 64, None)
+    assert y[1].isnan().all() and torch.equal(y[[0, 2]], clean[[0, 2]])
+
+
+@serves
+@pytest.mark.parametrize("int8", [False, True])
+def test_a_row_gets_its_own_bits_beside_any_rows(int8):
+    """Row r fed alone, among 1..40 rows (more than two blocks of 16 rows for AMX, five groups of 8 for AVX512-BF16,
+    ten of 4 for the int8 path) and among other rows in another order: the same bits."""
     g = torch.Generator().manual_seed(1)
     w = (torch.randn(576, 1536, generator=g) * 0.05).bfloat16()
-    packed = torch.ops.mars_rows.pack(w)
+    packed = torch.ops.mars_rows.pack(torch.ops.mars_rows.grid(w) if int8 else w)
     x = torch.randn(40, 1536, generator=g).bfloat16()
     alone = torch.cat([torch.ops.mars_rows.linear(x[r : r + 1], packed, 576, None) for r in range(40)])
     for m in range(2, 41):

@@ -107,9 +107,10 @@ def chosen(records_dir: Path) -> str:
                      "verified same as τ = 1"], rows)
 
 
-# the held-out split on one AVX2 machine, the weights as trained (MARS_WEIGHTS=bf16) and on the int8 grid (load()'s
-# pick there: runtime/grid.py), mars-eval --samples
-WEIGHT_RUNS = (("bf16, as trained", "model/eval_avx2_bf16.json"), ("8-bit (int8 grid)", "model/eval_avx2_int8.json"))
+# the held-out split on one AVX2 machine, the weights as trained (MARS_WEIGHTS=bf16) and on the int8 grid, multiplied
+# by 8-bit rows (load()'s pick there: runtime/grid.py), mars-eval --samples
+WEIGHT_RUNS = (("bf16, as trained", "model/eval_avx2_bf16.json"),
+               ("8-bit weights and rows", "model/eval_avx2_int8.json"))
 
 
 def weights(records_dir: Path) -> str:

@@ -5,10 +5,12 @@
 // rows of x go through the tile unit 16 at a time; with AVX512-BF16 (vdpbf16ps) 8 at a time, a pair of x broadcast
 // against a pair of each of 16 columns. With AVX2 (laptops; AMD before Zen 4) the bf16 weights are widened to fp32 in
 // registers (a bf16 is fp32's upper half), two rows at a time through fp32 FMAs, or from 5 rows on 6 at a time from
-// the panel widened once. Either way up to that many rows cost what one row costs (the weights' read), each output is
-// computed in the same order whatever the number of rows, and a row is computed from that row alone: a row's bits do
-// not depend on how many rows, or which, share the call (width and batch invariance, checked by
-// runtime/invariance.py). A machine runs one of the three, so their bits never meet.
+// the panel widened once. There, weights on the int8 grid (runtime/grid.py) are packed as 8-bit integers in strips of
+// 8 columns (pack8) and multiplied by each row of x quantized to int8 on its own, per block of 32 k: integer dot
+// products, exact within a block, then scaled and added in fp32 block by block. Either way up to that many rows cost
+// what one row costs (the weights' read), each output is computed in the same order whatever the number of rows, and
+// a row is computed from that row alone: a row's bits do not depend on how many rows, or which, share the call (width
+// and batch invariance, checked by runtime/invariance.py). A machine runs one of the three, so their bits never meet.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
@@ -19,6 +21,7 @@
 #include <cstring>
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <utility>
 #include <cmath>
 #include <limits>
@@ -33,7 +36,7 @@
 #endif
 #if !defined(MARS_AMX) && !defined(__AVX512BF16__) && defined(__AVX2__) && defined(__FMA__)
 #define MARS_WIDEN 1  // bf16 weights widened to fp32 in registers, fp32 FMAs (AVX2)
-#define MARS_INT8 true  // and int8 copies of weights on the int8 grid (pack8)
+#define MARS_INT8 true  // and int8 copies of weights on the int8 grid (pack8), times rows quantized to int8
 #else
 #define MARS_INT8 false
 #endif
@@ -43,6 +46,8 @@ constexpr int64_t PANEL = 32;  // output columns a panel holds (two tiles of 16 
 constexpr int64_t BLOCK = 16;  // rows of x a tile holds
 constexpr int64_t DEPTH = 32;  // k a tile multiply consumes (16 pairs of bf16)
 constexpr int VROWS = 8;       // rows of x the vector path keeps in registers (2 accumulators a row; 12 or 14 no faster)
+constexpr int64_t STRIP = 8;   // output columns an int8 strip holds (pack8: one 256-bit vector of sums)
+constexpr int64_t STRIP_BLOCK = STRIP * DEPTH + STRIP;  // a strip's block of 32 k: 8 x 32 int8, then 8 scale exponents
 
 // A call's x against packed W: what every panel of the call reads (a thread's panels and scratch are its own)
 struct PanelJob {
@@ -50,7 +55,6 @@ struct PanelJob {
   const char* x;  // x's rows, `width` bf16 each (widening: fp32), k zero-padded to whole tiles of 32 (AMX: rows to 16s)
   int64_t rows;   // x's rows, as padded (with AMX a multiple of 16)
   int64_t width;  // bf16 a row of x, a multiple of 32 (pairs * 2)
-  bool int8;      // W packed by pack8 (AVX2 only)
 };
 
 #ifdef MARS_AMX
@@ -147,12 +151,6 @@ inline void widen_pair(const char* p, __m256& even, __m256& odd) {
   odd = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
 }
 
-// 8 columns' int8 weights at one k times their block's scales: exactly the bf16 each stands for, in fp32
-inline __m256 dequant8(const int8_t* q, const float* scale) {
-  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q));
-  return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)), _mm256_loadu_ps(scale));
-}
-
 // One panel (32 columns, 4 groups of 8) for R rows of x (fp32, ldx floats apart): sums[r * 32 + c]. A pair's 32-bit
 // word holds its even k in the low half and its odd k in the high half, so a shift and a mask widen 8 columns' pair
 // to two fp32 vectors; each sum is one chain of FMAs over k in order, whatever R is. The panel streams from memory
@@ -175,35 +173,10 @@ void widened_panel(const char* wp, const float* x, int64_t ldx, int64_t pairs, f
     for (int g = 0; g < 4; ++g) _mm256_storeu_ps(sums + r * PANEL + g * 8, acc[r * 4 + g]);
 }
 
-using PanelKernel = void (*)(const char*, const float*, int64_t, int64_t, float*);
-
-// One int8 panel (pack8's layout: [depth][32] int8, then [depth / 32][32] fp32 scales, each a power of two) for R
-// rows of x: sums[r * 32 + c]. A weight is its int8 times its block's scale, exactly the bf16 it stands for, and each
-// sum the same chain of FMAs over k in order as widened_panel's: an int8 copy gives the bf16 copy's bits, reading
-// half its bytes.
-template <int R>
-void int8_panel(const char* wp, const float* x, int64_t ldx, int64_t depth, float* sums) {
-  const int8_t* q = reinterpret_cast<const int8_t*>(wp);
-  const float* scales = reinterpret_cast<const float*>(wp + depth * PANEL);
-  __m256 acc[R * 4];
-  for (int r = 0; r < R; ++r)
-    for (int g = 0; g < 4; ++g) acc[r * 4 + g] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < depth; ++k) {  // one loop (GCC stores the sums every step of a nested one)
-    const float* scale = scales + (k & ~(DEPTH - 1));  // k's block's 32 scales
-    for (int g = 0; g < 4; ++g) {
-      const __m256 w = dequant8(q + k * PANEL + g * 8, scale + g * 8);
-      for (int r = 0; r < R; ++r)
-        acc[r * 4 + g] = _mm256_fmadd_ps(_mm256_broadcast_ss(x + r * ldx + k), w, acc[r * 4 + g]);
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int g = 0; g < 4; ++g) _mm256_storeu_ps(sums + r * PANEL + g * 8, acc[r * 4 + g]);
-}
-
-// One panel widened to fp32 once ([k][32]: each weight the fp32 value the kernels above compute with) for R rows,
-// 16 columns a pass: sums[r * 32 + c], each the same chain of FMAs over k in order as theirs, so the same bits. For
-// WIDE_FROM rows or more: the widening (a shift, or int8 times its scale) is paid once for all rows, and 6 rows keep
-// 12 sums, 2 weights and x in registers.
+// One panel widened to fp32 once ([k][32]: each weight the fp32 value widened_panel computes with) for R rows, 16
+// columns a pass: sums[r * 32 + c], each the same chain of FMAs over k in order as its, so the same bits. For
+// WIDE_FROM rows or more: the widening is paid once for all rows, and 6 rows keep 12 sums, 2 weights and x in
+// registers.
 template <int R>
 void fp32_panel(const float* wide, const float* x, int64_t ldx, int64_t depth, float* sums) {
   for (int h = 0; h < 2; ++h) {
@@ -233,17 +206,8 @@ constexpr std::array<WideKernel, sizeof...(R)> fp32_kernels_for(std::integer_seq
 }
 constexpr auto FP32_KERNELS = fp32_kernels_for(std::make_integer_sequence<int, FROWS>{});
 
-// Panel wp (bf16 pairs, or int8 and scales) as fp32 [width][32]: exactly the vectors the kernels above multiply by
-void widen_panel(const char* wp, bool int8, int64_t width, float* wide) {
-  if (int8) {
-    const int8_t* q = reinterpret_cast<const int8_t*>(wp);
-    const float* scales = reinterpret_cast<const float*>(wp + width * PANEL);
-    for (int64_t k = 0; k < width; ++k)
-      for (int g = 0; g < 4; ++g)
-        _mm256_storeu_ps(wide + k * PANEL + g * 8,
-                         dequant8(q + k * PANEL + g * 8, scales + (k & ~(DEPTH - 1)) + g * 8));
-    return;
-  }
+// Panel wp (bf16 pairs) as fp32 [width][32]: exactly the vectors widened_panel multiplies by
+void widen_panel(const char* wp, int64_t width, float* wide) {
   for (int64_t j = 0; j < width / 2; ++j)
     for (int g = 0; g < 4; ++g) {
       __m256 even, odd;
@@ -253,18 +217,18 @@ void widen_panel(const char* wp, bool int8, int64_t width, float* wide) {
     }
 }
 
-// Panels [p0, p1) for every group of rows of x's M rows (fp32, width a row), of a bf16 or int8 copy: two rows a pass
+// Panels [p0, p1) for every group of rows of x's M rows (fp32, width a row), of a bf16 copy: two rows a pass
 // straight from the copy, or from WIDE_FROM rows on, 6 a pass from the panel widened once.
 template <typename Emit>
 void panels(const PanelJob& job, float* scratch, int64_t p0, int64_t p1, const Emit& emit) {
   const float* xs = reinterpret_cast<const float*>(job.x);
   const int64_t M = job.rows, width = job.width;
-  const int64_t panel_bytes = job.int8 ? width * (PANEL + PANEL * 4 / DEPTH) : width * PANEL * 2;
+  const int64_t panel_bytes = width * PANEL * 2;
   if (M >= WIDE_FROM) {
     thread_local std::vector<float> wide;
     wide.resize(width * PANEL);
     for (int64_t p = p0; p < p1; ++p) {
-      widen_panel(job.w + p * panel_bytes, job.int8, width, wide.data());
+      widen_panel(job.w + p * panel_bytes, width, wide.data());
       for (int64_t m = 0; m < M; m += FROWS) {
         const int64_t rows = std::min<int64_t>(FROWS, M - m);
         FP32_KERNELS[rows - 1](wide.data(), xs + m * width, width, width, scratch);
@@ -275,14 +239,80 @@ void panels(const PanelJob& job, float* scratch, int64_t p0, int64_t p1, const E
   }
   // a lone row goes through the two-row kernel as both rows (GCC 12 keeps a one-row kernel's sums on the stack,
   // storing them every step): the same chain of FMAs, so the same bits
-  const PanelKernel two = job.int8 ? &int8_panel<2> : &widened_panel<2>;
-  const int64_t depth = job.int8 ? width : width / 2;  // what a kernel steps through: k, or pairs of k
   for (int64_t p = p0; p < p1; ++p)
     for (int64_t m = 0; m < M; m += 2) {
-      two(job.w + p * panel_bytes, xs + m * width, M - m > 1 ? width : 0, depth, scratch);
+      widened_panel<2>(job.w + p * panel_bytes, xs + m * width, M - m > 1 ? width : 0, width / 2, scratch);
       emit(p, m, std::min<int64_t>(2, M - m), scratch);
     }
 }
+
+// 8-bit weights (pack8) times rows of x quantized to int8, each row on its own (quantize_rows): integer dot products.
+constexpr int QROWS = 4;  // rows int8_strip keeps in registers (a sum and a block's dot product a row)
+
+// x's M rows (bf16, K a row) quantized per block of 32 k, each row by itself: q = round(x * 127 / m), m the block's
+// largest |x|, its scale m / 127 (a block of zeros: 0; one with a non-finite x: NaN, so the row's outputs are NaN).
+// q [M][blocks * 32] (k beyond K: 0), scale [M][blocks].
+void quantize_rows(const c10::BFloat16* x, int64_t M, int64_t K, int64_t blocks, int8_t* q, float* scale) {
+  at::parallel_for(0, M, 16, [&](int64_t m0, int64_t m1) {
+    float v[DEPTH];
+    for (int64_t m = m0; m < m1; ++m)
+      for (int64_t b = 0; b < blocks; ++b) {
+        float most = 0.f;
+        bool finite = true;
+        for (int64_t i = 0; i < DEPTH; ++i) {
+          v[i] = b * DEPTH + i < K ? static_cast<float>(x[m * K + b * DEPTH + i]) : 0.f;
+          finite = finite && std::isfinite(v[i]);
+          most = std::max(most, std::fabs(v[i]));
+        }
+        const float up = finite && most > 0.f ? 127.f / most : 0.f;
+        for (int64_t i = 0; i < DEPTH; ++i)
+          q[(m * blocks + b) * DEPTH + i] = static_cast<int8_t>(std::clamp(std::nearbyint(v[i] * up), -127.f, 127.f));
+        scale[m * blocks + b] = finite ? most / 127.f : std::numeric_limits<float>::quiet_NaN();
+      }
+  });
+}
+
+// 8 scales 2^e from their exponents e (int8, -126 to 127)
+inline __m256 exp2_8(const int8_t* e) {
+  const __m256i e32 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(e)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e32, _mm256_set1_epi32(127)), 23));
+}
+
+// One strip of pack8's W (8 columns, its blocks in k order) for R quantized rows: sums[r * 8 + c]. In a block a row's
+// 32 products with a column are summed exactly in int32 (vpmaddubsw multiplies |w| by x carrying w's sign and adds
+// pairs, vpmaddwd adds pairs again: 4 k a lane), then the block's sum times both scales is added to the row's fp32 sum,
+// blocks in order: a row's sums are the same bits whatever R and whatever its batchmates.
+template <int R>
+void int8_strip(const int8_t* w, const int8_t* q, const float* scale, int64_t blocks, float* sums) {
+  const int64_t ldq = blocks * DEPTH;  // a quantized row's int8, and its blocks' scales (quantize_rows)
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < blocks; ++b, w += STRIP_BLOCK) {
+    __m256i dot[R];
+    for (int r = 0; r < R; ++r) dot[r] = _mm256_setzero_si256();
+#pragma GCC unroll 1  // unrolled, GCC 12 keeps every product to add them up at the end, on the stack
+    for (int64_t j = 0; j < DEPTH / 4; ++j) {
+      const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + j * 32));  // [8 columns][4 k]
+      const __m256i size = _mm256_abs_epi8(wq);
+      for (int r = 0; r < R; ++r) {
+        int32_t four;  // the row's 4 k, against every column
+        std::memcpy(&four, q + r * ldq + b * DEPTH + j * 4, 4);
+        const __m256i signed_x = _mm256_sign_epi8(_mm256_set1_epi32(four), wq);
+        dot[r] = _mm256_add_epi32(dot[r], _mm256_madd_epi16(_mm256_maddubs_epi16(size, signed_x), ones));
+      }
+    }
+    const __m256 wscale = exp2_8(w + STRIP * DEPTH);
+    for (int r = 0; r < R; ++r)
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[r]), _mm256_mul_ps(wscale, _mm256_set1_ps(scale[r * blocks + b])),
+                               acc[r]);
+  }
+  for (int r = 0; r < R; ++r) _mm256_storeu_ps(sums + r * STRIP, acc[r]);
+}
+
+using StripKernel = void (*)(const int8_t*, const int8_t*, const float*, int64_t, float*);
+constexpr std::array<StripKernel, QROWS> INT8_KERNELS = {&int8_strip<1>, &int8_strip<2>, &int8_strip<3>,
+                                                         &int8_strip<4>};
 #endif
 }  // namespace
 
@@ -322,19 +352,24 @@ void check_cpu(const char* op, const char* name, const at::Tensor& t) {
   TORCH_CHECK(t.device().is_cpu(), op, ": ", name, " is on ", t.device(), ", the kernel takes CPU tensors");
 }
 
-// k's pairs of a packed matrix: [panels][pairs][32][2] bf16, or pack8's [panels][k + k / 8][32] int8 (k int8 rows,
-// then k / 32 blocks of 32 fp32 scales, 4 rows of bytes each)
+// k's pairs of a packed matrix: [panels][pairs][32][2] bf16, or pack8's [strips][k / 32][264] int8
 int64_t packed_pairs(const at::Tensor& packed) {
-  return packed.scalar_type() == at::kChar ? packed.size(1) * 8 / 9 / 2 : packed.size(1);
+  return packed.scalar_type() == at::kChar ? packed.size(1) * DEPTH / 2 : packed.size(1);
 }
 
-// A packed matrix as pack() makes it, bf16 [panels][pairs][32][2] or int8 [panels][k * 9 / 8][32], holding n columns
+// A packed matrix as pack() makes it, bf16 [panels][pairs][32][2] or int8 [strips][k / 32][264], holding n columns
 void check_packed(const char* op, const at::Tensor& packed, int64_t n) {
   check_cpu(op, "packed", packed);
   if (packed.scalar_type() == at::kChar) {
-    TORCH_CHECK(packed.dim() == 3 && packed.size(2) == PANEL && packed.size(1) % (DEPTH * 9 / 8) == 0, op,
-                ": packed has shape ", packed.sizes(), ", not pack8's [panels, k * 9 / 8, 32]");
+    TORCH_CHECK(packed.dim() == 3 && packed.size(2) == STRIP_BLOCK, op, ": packed has shape ", packed.sizes(),
+                ", not pack8's [strips, k / 32, ", STRIP_BLOCK, "]");
     TORCH_CHECK(MARS_INT8, op, ": an int8 copy, and this build has no int8 path (AVX2 only)");
+    TORCH_CHECK(packed.is_contiguous(), op, ": packed is not contiguous");
+    const int64_t strips = packed.size(0);
+    TORCH_CHECK(n > 0 && n <= strips * STRIP && n > (strips - 1) * STRIP, op, ": n is ", n, ", packed's ", strips,
+                " strips of 8 hold ", std::max<int64_t>(0, (strips - 1) * STRIP + 1), " to ", strips * STRIP,
+                " columns");
+    return;
   } else {
     TORCH_CHECK(packed.dim() == 4 && packed.size(2) == PANEL && packed.size(3) == 2 &&
                 packed.size(1) % (DEPTH / 2) == 0, op, ": packed has shape ", packed.sizes(),
@@ -382,12 +417,49 @@ struct Columns {  // columns [col0, col1) of a packed matrix of n
 // bf16 once (round to nearest even, as torch rounds), bias[c - col0] (fp32, col1 - col0 of them, or none: +0 is
 // added, as a zero bias would be) added in fp32 first. Only the panels holding those columns are computed; each
 // output is its own chain over k, so a column's bits are those the whole matrix's product gives it.
+#ifdef MARS_WIDEN
+// product() of pack8's W: x's rows quantized to int8 each on its own, then each strip of 8 columns for 4 rows at a
+// time (the strip stays in cache for all rows), each sum rounded to bf16 once with the bias added in fp32 first
+at::Tensor product8(const at::Tensor& x, const at::Tensor& packed, Columns cols, const std::vector<float>& b) {
+  const int64_t K = x.size(-1), blocks = packed.size(1), col0 = cols.col0, col1 = cols.col1, width_out = col1 - col0;
+  const int64_t M = c10::multiply_integers(x.sizes().slice(0, x.dim() - 1));
+  auto xs = x.reshape({M, K}).contiguous();
+  std::vector<int8_t> q(M * blocks * DEPTH);
+  std::vector<float> scale(M * blocks);
+  quantize_rows(xs.data_ptr<c10::BFloat16>(), M, K, blocks, q.data(), scale.data());
+  auto sizes = x.sizes().vec();
+  sizes.back() = width_out;
+  auto y = at::empty(sizes, x.options());
+  c10::BFloat16* out = y.data_ptr<c10::BFloat16>();
+  const int8_t* w = packed.data_ptr<int8_t>();
+  at::parallel_for(col0 / STRIP, (col1 + STRIP - 1) / STRIP, 1, [&](int64_t s0, int64_t s1) {
+    alignas(32) float sums[QROWS * STRIP];
+    for (int64_t s = s0; s < s1; ++s) {
+      const int64_t lo = std::max(s * STRIP, col0), hi = std::min(s * STRIP + STRIP, col1);
+      for (int64_t m = 0; m < M; m += QROWS) {
+        const int64_t rows = std::min<int64_t>(QROWS, M - m);
+        INT8_KERNELS[rows - 1](w + s * blocks * STRIP_BLOCK, q.data() + m * blocks * DEPTH, scale.data() + m * blocks,
+                               blocks, sums);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = lo; c < hi; ++c)
+            out[(m + r) * width_out + c - col0] =
+                c10::BFloat16(sums[r * STRIP + c - s * STRIP] + (b.empty() ? 0.f : b[c - col0]));
+      }
+    }
+  });
+  return y;
+}
+#endif
+
 at::Tensor product(const at::Tensor& x, const at::Tensor& packed, Columns cols, const std::vector<float>& b) {
   const int64_t K = x.size(-1), pairs = packed_pairs(packed), col0 = cols.col0, col1 = cols.col1;
   const int64_t width_out = col1 - col0;
   TORCH_CHECK(available(), "mars_rows.linear: no AMX tile state, AVX512-BF16 or AVX2 on this CPU");
   TORCH_CHECK(b.empty() || static_cast<int64_t>(b.size()) == width_out, "mars_rows.linear: a bias of ", b.size(),
               " values for ", width_out, " columns");
+#ifdef MARS_WIDEN
+  if (packed.scalar_type() == at::kChar) return product8(x, packed, cols, b);
+#endif
   const int64_t M = c10::multiply_integers(x.sizes().slice(0, x.dim() - 1)), width = pairs * 2;
 #ifdef MARS_AMX
   const int64_t blocks = (M + BLOCK - 1) / BLOCK, padded_rows = blocks * BLOCK;  // whole tiles of rows
@@ -416,8 +488,7 @@ at::Tensor product(const at::Tensor& x, const at::Tensor& packed, Columns cols, 
   sizes.back() = width_out;
   auto y = at::empty(sizes, x.options());
   c10::BFloat16* out = y.data_ptr<c10::BFloat16>();
-  const PanelJob job{static_cast<const char*>(packed.data_ptr()), dst, padded_rows, width,
-                     packed.scalar_type() == at::kChar};
+  const PanelJob job{static_cast<const char*>(packed.data_ptr()), dst, padded_rows, width};
   // rows [m0, m0 + rows) of one panel's sums, its columns among [col0, col1), to y, each rounded to bf16 once, the
   // bias added in fp32 first
   auto emit = [&](int64_t p, int64_t m0, int64_t rows, const float* sums) {
@@ -472,32 +543,35 @@ void block_of(const c10::BFloat16* w, int64_t K, int64_t n, int64_t b, float* v)
   for (int64_t i = 0; i < DEPTH; ++i) v[i] = b * DEPTH + i < K ? static_cast<float>(w[n * K + b * DEPTH + i]) : 0.f;
 }
 
-// W [N, K] bf16 on the int8 grid -> [panels][k + k / 8][32] int8 (per panel: k rows of 32 int8, then k / 32 blocks of
-// 32 fp32 scales), k = K rounded up to 32; undefined where a weight is off the grid or this build has no int8 path
+// W [N, K] bf16 on the int8 grid -> [strips][k / 32][264] int8: per strip of 8 columns and block of 32 k, the weights'
+// integers as [8 quads of k][8 columns][4 k], then the 8 columns' scale exponents (scale 2^e, e from -126 to 127);
+// k = K rounded up to 32, columns to 8, padding 0. Undefined where a weight is off the grid, a scale out of that
+// range, or this build has no int8 path.
 at::Tensor pack8(const at::Tensor& src) {
-  const int64_t N = src.size(0), K = src.size(1), depth = (K + DEPTH - 1) / DEPTH * DEPTH, blocks = depth / DEPTH;
+  const int64_t N = src.size(0), K = src.size(1), blocks = (K + DEPTH - 1) / DEPTH, strips = (N + STRIP - 1) / STRIP;
   if (!MARS_INT8) return at::Tensor();
-  auto out = at::zeros({(N + PANEL - 1) / PANEL, depth * 9 / 8, PANEL}, src.options().dtype(at::kChar));
+  auto out = at::zeros({strips, blocks, STRIP_BLOCK}, src.options().dtype(at::kChar));
   const c10::BFloat16* w = src.data_ptr<c10::BFloat16>();
   int8_t* d = out.data_ptr<int8_t>();
-  const int64_t panel_bytes = depth * 9 / 8 * PANEL;
-  for (int64_t p = 0; p < out.size(0); ++p)  // the padding columns' scales: 1
-    for (int64_t i = 0; i < blocks * PANEL; ++i) reinterpret_cast<float*>(d + p * panel_bytes + depth * PANEL)[i] = 1.f;
-  float v[DEPTH];
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t b = 0; b < blocks; ++b) {
-      block_of(w, K, n, b, v);
-      const float scale = grid_scale(v);
-      if (scale == 0.f) return at::Tensor();
-      int8_t* panel = d + (n / PANEL) * panel_bytes;
-      for (int64_t i = 0; i < DEPTH; ++i) {
-        const float q = std::nearbyint(v[i] / scale);
-        if (q * scale != v[i]) return at::Tensor();  // off the grid: the bf16 copy serves
-        panel[(b * DEPTH + i) * PANEL + n % PANEL] = static_cast<int8_t>(q);
+  std::atomic<bool> off{false};
+  at::parallel_for(0, N, STRIP * 8, [&](int64_t n0, int64_t n1) {
+    float v[DEPTH];
+    for (int64_t n = n0; n < n1 && !off; ++n)
+      for (int64_t b = 0; b < blocks && !off; ++b) {
+        block_of(w, K, n, b, v);
+        const float scale = grid_scale(v);
+        const int e = scale > 0.f ? std::ilogb(scale) : 0;
+        if (scale == 0.f || e < -126 || e > 127) off = true;
+        int8_t* block = d + ((n / STRIP) * blocks + b) * STRIP_BLOCK;
+        for (int64_t i = 0; i < DEPTH && !off; ++i) {
+          const float q = std::nearbyint(v[i] / scale);
+          if (q * scale != v[i]) off = true;  // off the grid: the bf16 copy serves
+          block[(i / 4) * STRIP * 4 + (n % STRIP) * 4 + i % 4] = static_cast<int8_t>(q);
+        }
+        block[STRIP * DEPTH + n % STRIP] = static_cast<int8_t>(e);
       }
-      reinterpret_cast<float*>(panel + depth * PANEL)[b * PANEL + n % PANEL] = scale;
-    }
-  return out;
+  });
+  return off ? at::Tensor() : out;
 }
 }  // namespace
 
