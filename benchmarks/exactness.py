@@ -35,6 +35,7 @@ from mars_core.evaluation.prompts import load_split  # noqa: E402
 from mars_core.generate import encode_prompt, stop_token_ids  # noqa: E402
 from mars_core.machine import machine_line  # noqa: E402
 from mars_core.runtime import prepared  # noqa: E402
+from mars_core.runtime.graphs import graph_counts  # noqa: E402
 
 
 @torch.inference_mode()
@@ -51,6 +52,19 @@ def shared_prefix(a: list[int], b: list[int]) -> float:
     """The share of the longer answer that both begin with."""
     n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
     return n / max(len(a), len(b), 1)
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """Where two answers first part (a token index; one's end counts), None where they are the same."""
+    if a == b:
+        return None
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def parted(index: int, row: dict) -> dict:
+    """Where a prompt's verified answer left its one-token answer: the token index, four tokens of each from there."""
+    at = row["first_difference"]
+    return {"prompt": index, "at": at, "one_token": row["one"][at:][:4], "verified": row["verified"][at:][:4]}
 
 
 def run(dtype: str, splits: dict[str, list[str]], max_new: int, invariant: bool, with_generate: bool,
@@ -81,7 +95,8 @@ def run(dtype: str, splits: dict[str, list[str]], max_new: int, invariant: bool,
         for prompt in tqdm(prompts, desc=f"{dtype} {split}"):
             one = generate(model, tokenizer, prompt, strategy="ar", max_new_tokens=max_new, **passed)
             ver = generate(model, tokenizer, prompt, strategy="verified", max_new_tokens=max_new, **passed)
-            row = {"same": ver.token_ids[0] == one.token_ids[0],
+            at = first_difference(ver.token_ids[0], one.token_ids[0])
+            row = {"same": at is None, "first_difference": at,
                    "prefix": shared_prefix(ver.token_ids[0], one.token_ids[0]),
                    "tokens": ver.generated_tokens, "forwards": ver.forwards}
             if with_generate:
@@ -89,13 +104,14 @@ def run(dtype: str, splits: dict[str, list[str]], max_new: int, invariant: bool,
             if static or compiled:
                 row["same_as_dynamic"] = generate(model, tokenizer, prompt, strategy="ar", max_new_tokens=max_new,
                                                   runtime=dynamic).token_ids == one.token_ids
-            row["one"] = one.token_ids[0]
+            row["one"], row["verified"] = one.token_ids[0], ver.token_ids[0]
             rows.append(row)
         n = len(rows)
         summary = {"prompts": n, "identical": sum(r["same"] for r in rows),
                    "mean_shared_prefix": round(sum(r["prefix"] for r in rows) / n, 4),
                    "tokens_per_forward": round(sum(r["tokens"] for r in rows) / sum(r["forwards"] for r in rows), 3),
                    "seconds": round(time.perf_counter() - t0, 1)}
+        summary["differing"] = [parted(i, r) for i, r in enumerate(rows) if not r["same"]]
         if with_generate:
             summary["one_token_equals_generate"] = sum(r["same_as_generate"] for r in rows)
         if static or compiled:
@@ -107,6 +123,7 @@ def run(dtype: str, splits: dict[str, list[str]], max_new: int, invariant: bool,
                                **passed).token_ids
                 summary[f"{strategy}_batched_equals_alone"] = sum(a == b for a, b in zip(ids, alone))
         out["splits"][split] = summary
+        out["graphs"] = graph_counts()  # CUDA graphs captured, replayed and failed so far
         print(f"{dtype} {split}: verified identical to one-token decoding on {summary['identical']} of {n} "
               f"(mean shared prefix {summary['mean_shared_prefix']:.1%}), {summary['tokens_per_forward']} tokens "
               f"per forward" + (f"; one-token equals generate on {summary['one_token_equals_generate']} of {n}"

@@ -45,7 +45,7 @@ def main() -> None:
         rt = dataclasses.replace(runtime, static=static)
         run = lambda n: [generate(model, tokenizer, q, strategy=strategy, block_size=4,  # noqa: E731
                                   max_new_tokens=n, runtime=rt) for q in prompts]
-        run(8)  # warm-up: kernels, graphs captured
+        run(args.max_new_tokens)  # warm-up: the timed decodes themselves, so every width they feed is captured
         if cuda:
             torch.cuda.synchronize()
         t0 = time.perf_counter()

@@ -10,7 +10,7 @@ from functools import lru_cache
 import torch
 
 from ..runtime.forward import head, new_cache
-from ..runtime.slots import cache_slots
+from ..runtime.slots import decode_slots
 from ..runtime.watch import refresh
 from .spec import DecodeSpec
 
@@ -24,10 +24,11 @@ def right_pad(prompts: list[list[int]], pad_id: int, dev: torch.device) -> tuple
 
 @contextmanager
 def decode_cache(model: torch.nn.Module, prompts: list[list[int]], spec: DecodeSpec, widest: int) -> Iterator:
-    """The cache one decode writes: the longest prompt, the answer and `widest` tokens a forward may feed past them.
+    """The cache one decode writes: the longest prompt, the answer and `widest` tokens a forward may feed past them
+    (a static runtime: one length for every decoder, slots.decode_slots).
     The runtime's copies are checked against the model first (runtime/watch.py: a weight changed in place is served)."""
     refresh(model, spec.runtime)
-    length = cache_slots(max(map(len, prompts)) + spec.max_new_tokens, widest)
+    length = decode_slots(max(map(len, prompts)) + spec.max_new_tokens, widest, spec.runtime.static)
     with new_cache(model, len(prompts), length) as cache:
         yield cache
 

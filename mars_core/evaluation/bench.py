@@ -42,6 +42,7 @@ from ..generate import encode_prompt, generate, stop_token_ids
 from ..machine import machine_line
 from ..runtime import CostCurve, Runtime, feed, head, new_cache, prepared, visible
 from ..runtime import keep as keep_all
+from ..runtime.graphs import graph_counts
 from ..runtime.rows import note as rows_note
 from ..runtime.slots import cache_slots
 from ..runtime.timing import median_seconds, write_json
@@ -142,9 +143,14 @@ def _ours(strategy: str, block_size: int, threshold: float, layout: VerifiedConf
 
 def variants(compiled: Runtime | None) -> dict[str, Callable[[Runtime], Runtime]]:
     """Our methods' runtime variants by suffix: "" the bench's runtime, "_static" it with fixed widths
-    (Runtime.static), "_compiled" the compiled one (runtime/compiled.py; the bench's where none was made)."""
-    return {"_static": lambda runtime: replace(runtime, static=True),
-            "_compiled": lambda runtime: compiled or runtime, "": lambda runtime: runtime}
+    (Runtime.static: one made per runtime and kept, so every call of a run decodes under the same one), "_compiled"
+    the compiled one (runtime/compiled.py; the bench's where none was made)."""
+    made: dict[int, tuple[Runtime, Runtime]] = {}  # id(runtime) -> (runtime, kept alive so its id stays its, static)
+
+    def static(runtime: Runtime) -> Runtime:
+        return made.setdefault(id(runtime), (runtime, replace(runtime, static=True)))[1]
+
+    return {"_static": static, "_compiled": lambda runtime: compiled or runtime, "": lambda runtime: runtime}
 
 
 def configurations(methods, block_sizes, thresholds, verified_thresholds=(VERIFIED_THRESHOLD,),
@@ -256,6 +262,18 @@ def _row(config: Configuration, category: str, batch_size: int, seconds: float, 
                answers=c.answers, weights=weights)
 
 
+def warm_up(runner: Runner, method: str, model, tokenizer, batches: dict[str, list[list[str]]], *, max_new: int,
+            runtime: Runtime, first: list[str]) -> None:
+    """Untimed, before any timing: where a decode captures a CUDA graph per width (a GPU) or compiles per prompt
+    length (hf_compiled), one whole pass over the batches it will time, so every width and prompt length it meets is
+    captured or compiled before the clock runs; elsewhere 4 tokens of `first` (first-use setup)."""
+    if model.device.type == "cuda" or method == "hf_compiled":
+        for batch in (b for category in batches.values() for b in category):
+            runner(model, tokenizer, batch, max_new, runtime)
+        return
+    runner(model, tokenizer, first, 4, runtime)
+
+
 def groups(categories) -> dict[str, list[str]]:
     """Aggregate rows: "all" (unless a category is literally named so) and the predictable / open groups
     of mars_core.evaluation.tasks, each the sum of its categories' tokens and seconds."""
@@ -312,7 +330,8 @@ def bench(
                for bs in batch_sizes}
     runtime = runtime or prepared(model)
     for bs, (method, b, t, runner, w) in jobs:
-        runner(model, tokenizer, [records[0]["prompt"]] * bs, 4, runtime)  # warm-up (and any first-use setup)
+        warm_up(runner, method, model, tokenizer, batched[bs], max_new=max_new_tokens, runtime=runtime,
+                first=[records[0]["prompt"]] * bs)
     passes: list[list[dict]] = [[{} for _ in range(repeats)] for _ in jobs]
     units = interleaved(repeats, [batched[bs] for bs, _ in jobs])
     with tqdm(total=len(units), desc="mars-bench", disable=not progress) as bar:
@@ -430,7 +449,7 @@ def read_cost(path: Path) -> CostCurve:
 def bench_record(args: argparse.Namespace, machine: dict, runtime: Runtime, rows: list[Row], prompts: int, *,
                  llamacpp: dict[str, Served] | None = None, stream: dict | None = None) -> dict:
     """What --json keeps: where and how the run ran (machine, kernels, width check, cost curve; each llama.cpp
-    engine's GGUF, threads, curve and width check), then the rows."""
+    engine's GGUF, threads, curve and width check; CUDA graphs captured, replayed and failed), then the rows."""
     curve = runtime.cost
     return {"machine": machine, "device": machine_line(machine), "dtype": machine["dtype"],
             "model": args.model or "default", "split": args.split, "prompts": prompts,
@@ -438,7 +457,7 @@ def bench_record(args: argparse.Namespace, machine: dict, runtime: Runtime, rows
             "width_check": runtime.width_check.to_dict() if runtime.width_check else None,
             "cost_curve": curve.to_dict() if curve is not None else None,
             "llamacpp": {w: s.record() for w, s in (llamacpp or {}).items()}, "weight_stream": stream,
-            "peak_rss_mb": peak_rss_mb(),
+            "peak_rss_mb": peak_rss_mb(), "graphs": graph_counts(),
             "rows": [{k: v for k, v in asdict(r).items() if k != "answers"} for r in rows]}
 
 

@@ -14,7 +14,7 @@ tokens. fed [b, W] says which columns are real for a sample.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager, nullcontext
 from functools import cache as once
 from typing import TYPE_CHECKING, Any
@@ -75,13 +75,31 @@ def feed(model: torch.nn.Module | Engine, cache: SlotCache | Any, ids: torch.Ten
     """One forward through the decoder: the last hidden states [b, W, H] (logits are read later, where needed, with
     head()). On a GPU a static runtime replays each width fed as one CUDA graph, captured on first use (capture=False:
     a one-off width, the prompt's, runs eagerly)."""
+    return fed_then(model, cache, ids, positions, seen, fed, runtime=runtime, capture=capture)
+
+
+def fed_then(model: torch.nn.Module | Engine, cache: SlotCache | Any, ids: torch.Tensor, positions: torch.Tensor,
+             seen: torch.Tensor, fed: torch.Tensor, *inputs: torch.Tensor, runtime: Runtime, capture: bool = True,
+             then: Callable[..., Any] | None = None, then_key: Hashable = None) -> Any:
+    """feed(), then then(hidden, *inputs) in the same CUDA graph where the forward is captured (a decoder's step after
+    its forward: the head, the argmax, acceptance), so a step is one replay; then_key names what `then` computes
+    (the graph's key with the width, the cache's length and the runtime's forward_key). Elsewhere the same calls,
+    eagerly."""
     if isinstance(model, Engine):
-        return model.hidden_states(ids, positions, seen, cache)
+        hidden = model.hidden_states(ids, positions, seen, cache)
+        return hidden if then is None else then(hidden, *inputs)
     positions = positions.clamp_min(0)
+
+    def step(ids: torch.Tensor, positions: torch.Tensor, seen: torch.Tensor, fed: torch.Tensor, *rest: torch.Tensor
+             ) -> Any:
+        """The forward and what follows it, over these tensors (a CUDA graph's input buffers where captured)."""
+        hidden = _forward(model, cache, ids, positions, seen, fed, runtime=runtime)
+        return hidden if then is None else then(hidden, *rest)
+
     if capture and runtime.static and capturable(ids.device):
-        return replayed(cache.graphs, (ids.shape[1], id(runtime)),
-                        lambda *x: _forward(model, cache, *x, runtime=runtime), ids, positions, seen, fed)
-    return _forward(model, cache, ids, positions, seen, fed, runtime=runtime)
+        key = (ids.shape[1], cache.slots, runtime.forward_key(), then_key)
+        return replayed(cache.graphs, key, step, ids, positions, seen, fed, *inputs)
+    return step(ids, positions, seen, fed, *inputs)
 
 
 def _forward(model: torch.nn.Module, cache: SlotCache, ids: torch.Tensor, positions: torch.Tensor, seen: torch.Tensor,

@@ -58,18 +58,25 @@ class WidthCheck:
     rows: int  # rows compared, over every width
     differing: int  # rows whose logits or keys/values differ in any bit from the one-token forward's
     max_abs: float  # the largest difference in a logit
+    slots: tuple[int, ...] = ()  # the cache lengths fed at (a static runtime's rows read every slot)
+    prefill_masks: int = 0  # masks fed after the context in the batched prefill (verified's G_0), against none alone
 
     @property
     def identical(self) -> bool:
         return self.rows > 0 and self.differing == 0
 
+    def covers(self, widths: tuple[int, ...], prefill_masks: int) -> bool:
+        """Whether it compared every one of these widths, and the prefill as asked (a kept check of fewer: again)."""
+        return set(widths) <= set(self.widths) and self.prefill_masks == prefill_masks and bool(self.slots)
+
     def to_dict(self) -> dict[str, Any]:
         return {"widths": list(self.widths), "batch": self.batch, "rows": self.rows, "differing": self.differing,
-                "max_abs": self.max_abs}
+                "max_abs": self.max_abs, "slots": list(self.slots), "prefill_masks": self.prefill_masks}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> WidthCheck:
-        return cls(tuple(d["widths"]), int(d["batch"]), int(d["rows"]), int(d["differing"]), float(d["max_abs"]))
+        return cls(tuple(d["widths"]), int(d["batch"]), int(d["rows"]), int(d["differing"]), float(d["max_abs"]),
+                   tuple(d.get("slots", ())), int(d.get("prefill_masks", 0)))
 
 
 @dataclass(frozen=True)
@@ -96,6 +103,14 @@ class Runtime:
         """Checked width-invariant on this machine, for the model as it was checked: verified decoding gives one-token
         decoding's answer bit for bit."""
         return self.width_check is not None and self.width_check.identical and self.watch.changed is None
+
+    def forward_key(self) -> tuple:
+        """What makes this runtime's forward (its linear kernels, attention by rows or a call a row, static shapes,
+        the compiled forward serving or not): the key of a CUDA graph captured over it (runtime/graphs.py), never an
+        object's id, so a runtime made anew with the same kernels replays the graphs already captured."""
+        kernels = tuple(sorted({str(entry.kernel) for entry in self.linears.values()}))
+        compiled = self.compiled is not None and bool(getattr(self.compiled, "serves", True))
+        return kernels, self.packed_from, self.rows, self.units_alone, self.static, compiled
 
     @contextmanager
     def active(self) -> Iterator[None]:

@@ -38,14 +38,25 @@ KEEP_BYTES = 32 << 20
 # when it ends: glibc keeps freed blocks in each thread's arena, resident with nothing using them
 # (docs/speed.md#what-the-runtime-keeps-is-checked)
 TRIM_BYTES = 8 << 20
+KEEP_GPU = 16  # ... and a GPU's, kept by count alone: each holds the CUDA graphs captured over it (a bench's shapes)
 KEY_ROUND = 64  # a row reads its keys up to its slot rounded up to this (docs/speed.md#one-decoder)
 SLOT_ROUND = 128  # a cache's length is a multiple of this, so decodes of similar lengths share a cache
+# a static runtime's rows read every slot, so the cache's length is part of a row's forward: its decoders' caches have
+# room for at least this many columns past their tokens, so one-token and verified decoding (B <= 4: trees up to 61
+# wide) of one prompt read as many keys (the width check feeds at that length too: runtime/invariance.py)
+STATIC_ROOM = 64
 
 
 def cache_slots(tokens: int, widest: int) -> int:
     """The cache's length for a decode of `tokens` positions (the longest prompt and the answer) whose widest forward
     feeds `widest` tokens per sample past them: room for the scratch columns, rounded up to SLOT_ROUND."""
     return -(-(tokens + widest + 1) // SLOT_ROUND) * SLOT_ROUND
+
+
+def decode_slots(tokens: int, widest: int, static: bool) -> int:
+    """The cache's length for a decode (cache_slots), with room for STATIC_ROOM columns at least on a static runtime:
+    one length for every decoder of one prompt there."""
+    return cache_slots(tokens, max(widest, STATIC_ROOM) if static else widest)
 
 
 class RowSlots(StaticCache):
@@ -174,7 +185,8 @@ _FREE_LOCK = threading.Lock()
 @contextmanager
 def borrowed(model: torch.nn.Module, batch: int, slots: int) -> Iterator[SlotCache]:
     """An empty SlotCache for one decode: a free one of this model and shape (reset), else a new one; given back
-    when the decode ends (the newest KEEP kept while their host memory is at most KEEP_BYTES, the rest freed)."""
+    when the decode ends (the newest KEEP kept while their host memory is at most KEEP_BYTES, the rest freed; a GPU's
+    newest KEEP_GPU)."""
     with _FREE_LOCK:
         found = next((i for i, (m, b, s, c) in enumerate(_FREE) if m() is model and (b, s) == (batch, slots)
                       and c.fits(model)), None)
@@ -189,12 +201,21 @@ def borrowed(model: torch.nn.Module, batch: int, slots: int) -> Iterator[SlotCac
         with _FREE_LOCK:
             if cache.bytes <= KEEP_BYTES:  # a cache over the bound alone is never kept
                 _FREE.append((weakref.ref(model), batch, slots, cache))
-            del _FREE[:-KEEP]
+            _keep_newest()
             while sum(kept.bytes for *_, kept in _FREE) > KEEP_BYTES:  # then the oldest go first
                 del _FREE[0]
         if cache.bytes > TRIM_BYTES:
             del cache
             give_back_memory()
+
+
+def _keep_newest() -> None:
+    """Drop the oldest free caches past KEEP on the CPU and past KEEP_GPU on a GPU."""
+    drop = set()
+    for gpu, most in ((False, KEEP), (True, KEEP_GPU)):
+        mine = [id(entry) for entry in _FREE if entry[3].at.is_cuda == gpu]
+        drop.update(mine[: max(len(mine) - most, 0)])
+    _FREE[:] = [entry for entry in _FREE if id(entry) not in drop]
 
 
 def give_back_memory() -> None:

@@ -63,7 +63,7 @@ def test_verified_feeds_buckets_into_one_cache_reused_by_the_next_decode(trained
     """After the prefill every verified forward is a bucket, the widest where width is free and a narrower one where
     the curve prices wide trees out, into one cache; the next decode of that shape takes the same cache back."""
     fed, caches = [], []
-    real = decode.feed
+    real = decode.fed_then
 
     def spy(model, cache, ids, *args, **kw):
         fed.append((ids.shape[1], id(cache)))
@@ -74,7 +74,7 @@ def test_verified_feeds_buckets_into_one_cache_reused_by_the_next_decode(trained
             caches.append(1)
             super().__init__(*args)
 
-    monkeypatch.setattr(decode, "feed", spy)
+    monkeypatch.setattr(decode, "fed_then", spy)
     monkeypatch.setattr(slots, "SlotCache", Counted)
     monkeypatch.setattr(slots, "_FREE", [])
     free = Runtime(static=True, cost=CostCurve.from_function(lambda b, w: 1.0))

@@ -373,13 +373,13 @@ def test_live_cost_prices_width_by_the_decodes_own_forwards(trained, tokenizer, 
     move to STEEP's shape, the trees are narrower than the curve alone makes them, and the answer is AR's."""
     from mars_core.decoding.verified import decode
 
-    clock, forward = [0.0], decode.feed
+    clock, forward = [0.0], decode.fed_then
 
     def costed(model, cache, ids, *args, **kw):  # the forward takes what STEEP says of its width, on our own clock
         clock[0] += STEEP.at(1, [ids.shape[1]])[0]
         return forward(model, cache, ids, *args, **kw)
 
-    monkeypatch.setattr(decode, "feed", costed)
+    monkeypatch.setattr(decode, "fed_then", costed)
     monkeypatch.setattr(decode, "perf_counter", lambda: clock[0])
     prompts, records = list(ANSWERS), []
     kw = dict(threshold=0.05, layout=TreeLayout(cost=CHEAP))

@@ -18,7 +18,7 @@ llama_cpp = pytest.importorskip("llama_cpp")
 from mars_core.engines.llamacpp import LlamaCppEngine, export_gguf, llamacpp_runtime  # noqa: E402
 from mars_core.runtime import cost as runtime_cost  # noqa: E402
 from mars_core.runtime.curve import CostCurve  # noqa: E402
-from mars_core.runtime.invariance import compare_widths, width_check  # noqa: E402
+from mars_core.runtime.invariance import CHECK_WIDTHS, compare_widths, width_check  # noqa: E402
 from mars_core.runtime.runtime import Runtime  # noqa: E402
 
 PROMPTS = ["Count from one to ten:", "What is the capital of France?", "List three colours:",
@@ -126,14 +126,14 @@ def test_width_check_invariant_engine(invariant_engine, tiny):
     prompt = torch.tensor([encode_prompt(tokenizer, PROMPTS[0])])
     check = compare_widths(invariant_engine, Runtime(), prompt, torch.tensor([prompt.shape[1]]),
                            torch.arange(20, 32)[None], (2, 3, 8))
-    assert check.identical and check.rows == 36 and check.max_abs == 0.0
+    assert check.identical and check.rows == 3 * (1 + 12) and check.max_abs == 0.0  # the prompt's last token too
 
 
 def test_the_engine_check_is_prepares_and_kept(engine, tmp_path, monkeypatch):
-    """prepare()'s width check on an engine: one sample (its forward takes one), CHECK_WIDTHS, 8 new tokens each,
-    kept by the engine's record; read back, it is not taken again."""
+    """prepare()'s width check on an engine: one sample (its forward takes one), CHECK_WIDTHS, 32 new tokens each
+    and the prompt's last, kept by the engine's record; read back, it is not taken again."""
     check = width_check(engine, Runtime(), tmp_path)
-    assert check.widths == (2, 3, 8) and check.batch == 1 and check.rows == 3 * 8
+    assert check.widths == CHECK_WIDTHS and check.batch == 1 and check.rows == len(CHECK_WIDTHS) * (1 + 32)
     assert (tmp_path / f"width-{Runtime().key(engine)}.json").is_file()
     monkeypatch.setattr("mars_core.runtime.invariance.compare_widths", lambda *a: pytest.fail("kept: not taken again"))
     assert width_check(engine, Runtime(), tmp_path) == check

@@ -126,6 +126,7 @@ def test_cli_runs_on_a_saved_model(tmp_path, model, tokenizer, capsys):
     assert (tmp_path / "tables" / "bench.png").stat().st_size > 1000
     assert data["dtype"] == "float32" and "device" in data
     assert data["peak_rss_mb"] > 50  # the process's peak memory, torch and the model loaded at least
+    assert data["graphs"]["failures"] == 0 and "captures" in data["graphs"]  # CUDA graphs (on a CPU: none)
     machine = data["machine"]  # the machine is in the JSON: CPU, the ISA features that matter, threads, torch
     assert machine["cpu"] and isinstance(machine["isa"], list) and machine["threads"] >= 1
     assert machine["torch"] == torch.__version__ and machine["dtype"] == "float32"
@@ -163,3 +164,26 @@ def test_cli_takes_a_cost_curve_for_a_reproducible_layout(tmp_path, model, token
     main(["--model", str(tmp_path / "m"), "--quick", "--dtype", "fp32", "--methods", "hf_generate", "--no-pack",
           "--json", str(out)])
     assert json.loads(out.read_text())["machine"]["linear"] == "torch"  # torch's own kernels, to compare
+
+
+def test_warm_up_feeds_every_batch_it_will_time_where_graphs_are_captured_or_hf_compiles():
+    """On a GPU (a CUDA graph per width) and for hf_compiled (a compile per prompt length) the warm-up is a whole pass
+    over the timed batches, untimed; elsewhere 4 tokens of one batch. A _static row's runtime is one per runtime, so
+    every call of a run replays the graphs the first captured."""
+    from types import SimpleNamespace
+
+    from mars_core.evaluation.bench import variants, warm_up
+    from mars_core.runtime import Runtime
+
+    calls = []
+    runner = lambda model, tokenizer, batch, n, runtime: calls.append((tuple(batch), n))  # noqa: E731
+    batches = {"a": [["p1", "p2"], ["p3"]], "b": [["p4"]]}
+    everything = [(("p1", "p2"), 64), (("p3",), 64), (("p4",), 64)]
+    for device, method, want in [("cuda", "mars_verified", everything), ("cpu", "hf_compiled", everything),
+                                 ("cpu", "mars_verified", [(("p1", "p1"), 4)])]:
+        calls.clear()
+        warm_up(runner, method, SimpleNamespace(device=torch.device(device)), None, batches, max_new=64,
+                runtime=Runtime(), first=["p1", "p1"])
+        assert calls == want, (device, method)
+    static, runtime = variants(None)["_static"], Runtime()
+    assert static(runtime) is static(runtime) and static(runtime).static

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from mars_core.runtime import ATTENTION, Runtime, compare_widths, prepare
 from mars_core.runtime.attention import attention_by_rows, keys_by_rows
+from mars_core.runtime.invariance import CHECK_WIDTHS, STATIC_WIDTHS
 from mars_core.runtime.slots import SlotCache
 
 from tiny import tiny_llama, tiny_qwen2
@@ -36,7 +37,7 @@ def test_a_prepared_runtime_is_width_and_batch_invariant(build, dtype, batch):
     assert runtime.rows and (runtime.linears or dtype not in _packable())
     context, lengths, new = batch_of_lengths(300, batch, 40, 32)
     check = compare_widths(model, runtime, context, lengths, new, WIDTHS)
-    assert check.rows == batch * 32 * len(WIDTHS)
+    assert check.rows == batch * (1 + 32) * len(WIDTHS)  # the context's last token and each new one
     assert check.differing == 0 and check.max_abs == 0.0 and check.identical, check
 
 
@@ -97,7 +98,7 @@ def test_a_call_per_row_is_width_and_batch_invariant(build):
     runtime = replace(prepare(model, check=False, measure_cost=False), units_alone=True)
     context, lengths, new = batch_of_lengths(300, 3, 40, 16)
     check = compare_widths(model, runtime, context, lengths, new, (2, 3, 8, 16))
-    assert check.rows == 3 * 16 * 4 and check.identical, check
+    assert check.rows == 3 * (1 + 16) * 4 and check.identical, check
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
@@ -149,12 +150,45 @@ def test_a_static_runtime_is_width_and_batch_invariant(dtype, batch):
     context, lengths, new = batch_of_lengths(300, batch, 150, 16)
     widths = (2, 3, 4, 5, 6, 7, 8, 12, 16)
     check = compare_widths(model, runtime, context, lengths, new, widths)
-    assert check.rows == batch * 16 * len(widths) and check.identical, check
+    assert check.rows == batch * (1 + 16) * len(widths) and check.identical, check
 
 
 def test_prepare_checks_a_static_runtimes_widths_and_keeps_them_apart(tmp_path):
     model = tiny_qwen2(300, attn_implementation=ATTENTION)
     runtime = prepare(model, measure_cost=False, static=True, cache_dir=tmp_path)
-    assert runtime.static and runtime.invariant and runtime.width_check.widths == (2, 3, 4, 5, 6, 7, 8, 12, 16)
-    assert prepare(model, measure_cost=False, cache_dir=tmp_path).width_check.widths == (2, 3, 8)
+    assert runtime.static and runtime.invariant and runtime.width_check.widths == STATIC_WIDTHS
+    assert prepare(model, measure_cost=False, cache_dir=tmp_path).width_check.widths == CHECK_WIDTHS
     assert len(list(tmp_path.glob("width-*.json"))) == 2
+
+
+def test_the_check_covers_every_width_and_cache_length_a_static_decode_feeds(tokenizer, monkeypatch, tmp_path):
+    """On a repetitive answer prompt lookup builds the widest trees (up to 32 at B = 4): every width a static verified
+    decode feeds after its prefill, and the cache length it and one-token decoding of the same prompt feed at (one
+    length for both), is one prepare()'s check compared; its prefill (prompt and masks) is the one the check feeds."""
+    from mars_core import generate
+    from mars_core.generate import encode_prompt
+    from mars_core.runtime import forward
+
+    from trained import ANSWERS, mars_trained
+
+    model = mars_trained("llama", tokenizer)
+    runtime = prepare(model, measure_cost=False, static=True, cache_dir=tmp_path)
+    fed, real = [], forward._forward
+
+    def spy(model, cache, ids, *args, **kw):
+        fed.append((ids.shape[1], cache.slots))
+        return real(model, cache, ids, *args, **kw)
+
+    monkeypatch.setattr(forward, "_forward", spy)
+    prompt = list(ANSWERS)[4]  # the fox answer says its sentence twice: lookup drafts the second
+    one_token = generate(model, tokenizer, prompt, strategy="ar", max_new_tokens=40, runtime=runtime)
+    (_, one_token_slots), *_ = fed
+    fed.clear()
+    verified = generate(model, tokenizer, prompt, strategy="verified", max_new_tokens=40, runtime=runtime)
+    assert verified.token_ids == one_token.token_ids and verified.tokens_per_forward > 1.5
+    (prompt_width, slots), *steps = fed
+    check = runtime.width_check
+    assert prompt_width == len(encode_prompt(tokenizer, prompt)) + check.prefill_masks
+    assert max(w for w, _ in steps) >= 20  # wide trees were fed
+    assert {w for w, _ in steps} - {1} <= set(check.widths), (sorted({w for w, _ in steps}), check.widths)
+    assert {slots, one_token_slots} | {s for _, s in steps} <= set(check.slots) and slots == one_token_slots

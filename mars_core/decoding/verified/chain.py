@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import torch
 
@@ -46,6 +47,15 @@ class Choice:
     sibling_fed: torch.Tensor  # [b, D] e_a (with H_a) is fed for sample i
 
 
+@lru_cache(maxsize=256)
+def places(items: tuple[int, ...], size: int, device: torch.device) -> torch.Tensor:
+    """[size]: each item's place among items, -1 elsewhere. A constant of the tree's layout, made once: a CUDA graph
+    reads it (a tensor made from a list inside a capture would be a copy from the host)."""
+    index = torch.full((size,), -1, dtype=torch.long)
+    index[list(items)] = torch.arange(len(items))
+    return index.to(device)
+
+
 def mask_chain(head: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tensor, all_logits: torch.Tensor | None,
                tree: Tree, verdict: Verdict, *, done: torch.Tensor, ctl: DecodeControl, pad_id: int, g: int,
                depth: int, generator: torch.Generator | None = None) -> Chain:
@@ -60,9 +70,7 @@ def mask_chain(head: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tenso
         tokens = torch.full((b, depth), pad_id, dtype=torch.long, device=dev)
         return Chain(tokens, torch.zeros((b, depth), device=dev), None, *none)
     P, K = tree.pending.shape[1], tree.drafts.shape[1]
-    index = torch.full((depth + 1,), -1, dtype=torch.long, device=dev)  # G_j -> its place among the fed groups
-    if tree.groups:
-        index[list(tree.groups)] = torch.arange(len(tree.groups), device=dev)
+    index = places(tree.groups, depth + 1, dev)  # G_j -> its place among the fed groups
     start = P + K + index[m].clamp_min(0) * g  # the first mask of G_m among the fed slots
     has = (index[m] >= 0) & tree.group_fed.gather(1, m[:, None]).squeeze(1)
     if tree.siblings:  # H_m's masks follow e_m
@@ -88,6 +96,14 @@ def mask_chain(head: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tenso
     second_p = torch.where(has[:, None], q.gather(-1, second[..., None]).squeeze(-1), 0.0)
     return Chain(pad_to(top, depth, pad_id), pad_to(torch.where(has[:, None], conf, 0.0), depth, 0.0), None,
                  *none, pad_to(second, depth, pad_id), pad_to(second_p, depth, 0.0))
+
+
+def live_only(chain: Chain, done: torch.Tensor) -> Chain:
+    """The chain with no confidence (nor second choice) for the samples done by now: mask_chain ran before this
+    forward's commit (inside the forward's CUDA graph), its `done` the one before it."""
+    dead = done[:, None]
+    second_p = None if chain.second_p is None else torch.where(dead, 0.0, chain.second_p)
+    return replace(chain, conf=torch.where(dead, 0.0, chain.conf), second_p=second_p)
 
 
 LOOKUP_PRIOR = 4.0  # pseudo-drafts at config.lookup_odds that a sample's own lookup record is added to

@@ -9,21 +9,21 @@ next forward checks.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from itertools import accumulate
 from time import perf_counter
 from typing import Any
 
 import torch
 
-from ...runtime.forward import feed, head
+from ...runtime.forward import fed_then, head
 from ..commit import Committed, decode_loop
 from ..control import DecodeControl
 from ..feed import decode_cache, right_pad
 from ..lookup import expected_run
 from ..sliding import sliding_decode
 from ..spec import DecodeSpec, Step
-from .chain import Chain, Choice, mask_chain, next_chain, next_tree, track_lookup
+from .chain import Chain, Choice, live_only, mask_chain, next_chain, next_tree, track_lookup
 from .config import VerifiedConfig
 from .pace import Pace
 from .plan import FLOORS, YIELD_PRIOR, group_odds, one_token_only, seconds_by_width, sibling_odds
@@ -104,19 +104,61 @@ class VerifiedDecode:
         return head(self.model, rows, self.spec.runtime)
 
 
+def tree_tensors(tree: Tree) -> tuple[torch.Tensor, ...]:
+    """What of the tree the head, verification and the next mask drafts read, as tensors (a CUDA graph's inputs)."""
+    siblings = (tree.sibling_ids, tree.sibling_fed) if tree.siblings else ()
+    return tree.pending_valid, tree.drafts, tree.fed, tree.group_fed, *siblings
+
+
+def with_tensors(tree: Tree, tensors: tuple[torch.Tensor, ...]) -> Tree:
+    """The tree with tree_tensors' tensors replaced by these (a CUDA graph's input buffers)."""
+    pending_valid, drafts, fed, group_fed, *siblings = tensors
+    tree = replace(tree, pending_valid=pending_valid, drafts=drafts, fed=fed, group_fed=group_fed)
+    return replace(tree, sibling_ids=siblings[0], sibling_fed=siblings[1]) if siblings else tree
+
+
+def judged(r: VerifiedDecode, tree: Tree, ctl: DecodeControl, fed: tuple[torch.Tensor, ...], capture: bool
+           ) -> tuple[Verdict, Chain]:
+    """The forward over the tree, then the head over the rows it reads, verification and the next mask drafts (for
+    samples live before this forward's commit: live_only after it): greedy, one fed_then step, which on a GPU's
+    static runtime is one CUDA graph a width and layout, head included; sampling (its draws read the generator on
+    the host) the same calls after the forward, eagerly."""
+    spec, g = r.spec, r.g
+
+    def then(hidden: torch.Tensor, *tensors: torch.Tensor) -> tuple[Verdict, Chain]:
+        *parts, done = tensors
+        seen = with_tensors(tree, tuple(parts))
+        logits, all_logits = read_logits(r.logits_of, hidden, seen, g)
+        verdict = verify(logits, seen, ctl, spec.generator)
+        return verdict, mask_chain(r.logits_of, hidden, all_logits, seen, verdict, done=done, ctl=ctl,
+                                   pad_id=spec.pad_id, g=g, depth=r.depth, generator=spec.generator)
+
+    inputs = (*tree_tensors(tree), r.state.answer.done)
+    if ctl.temperature > 0:
+        return then(fed_then(r.model, r.cache, *fed, runtime=spec.runtime, capture=capture), *inputs)
+    layout = (tree.pending.shape[1], tree.drafts.shape[1], tree.groups, tree.siblings, g, r.depth, spec.pad_id,
+              ctl.confidence)
+    verdict, chain = fed_then(r.model, r.cache, *fed, *inputs, runtime=spec.runtime, capture=capture, then=then,
+                              then_key=("verified", *layout))
+    return (copied(verdict), copied(chain)) if spec.runtime.static else (verdict, chain)
+
+
+def copied(value: Any) -> Any:
+    """A dataclass of tensors with each tensor copied: a CUDA graph's outputs are overwritten by its next replay."""
+    return replace(value, **{f.name: getattr(value, f.name).clone() for f in fields(value)
+                             if isinstance(getattr(value, f.name), torch.Tensor)})
+
+
 def step(r: VerifiedDecode, ctl: DecodeControl) -> Step:
     """One forward: feed the tree, verify, commit, choose the next chain (and record it where asked)."""
     spec, state, tree, g = r.spec, r.state, r.tree, r.g
     fed = tree_inputs(tree, state.length, g, spec.mask_id if g > 0 else spec.pad_id)
     began = perf_counter()
-    hidden = feed(r.model, r.cache, *fed, runtime=spec.runtime, capture=r.verdict is not None)
-    logits, all_logits = read_logits(r.logits_of, hidden, tree, g)
-    verdict = verify(logits, tree, ctl, spec.generator)
+    verdict, proposed = judged(r, tree, ctl, fed, capture=r.verdict is not None)
     end = commit_verdict(state, verdict, spec)
     track_yield(state, tree, verdict.m)
     track_lookup(state, tree, verdict.m)
-    proposed = mask_chain(r.logits_of, hidden, all_logits, tree, verdict, done=state.answer.done, ctl=ctl,
-                          pad_id=spec.pad_id, g=g, depth=r.depth, generator=spec.generator)
+    proposed = live_only(proposed, state.answer.done)
     choice = next_chain(proposed, state, ctl.threshold, config=r.config, g=g, pad_id=spec.pad_id,
                         seconds=r.seconds, floors=r.floors)
     if r.record is not None:  # a caller that asked sees what was fed and decided (no cost otherwise)
