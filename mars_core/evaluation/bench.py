@@ -207,9 +207,10 @@ def served_bytes(model: torch.nn.Module, runtime: Runtime) -> int:
     an int8 copy (runtime/grid.py) at that copy's bytes."""
     params = {id(p): p.numel() * p.element_size() for p in model.parameters()}
     for entry in runtime.linears.values():
-        copy = entry.fused.packed if entry.fused is not None else entry.packed
-        if copy is not None and copy.dtype == torch.int8 and id(entry.weight) in params:  # its share of the copy
-            params[id(entry.weight)] = copy.numel() * entry.weight.shape[0] // (copy.shape[0] * 32)
+        copy, columns = ((entry.fused.packed, entry.fused.shape[0]) if entry.fused is not None
+                         else (entry.packed, entry.weight.shape[0]))
+        if copy is not None and copy.dtype == torch.int8 and id(entry.weight) in params:  # its columns' share
+            params[id(entry.weight)] = copy.numel() * entry.weight.shape[0] // columns
     return sum(params.values())
 
 

@@ -248,6 +248,7 @@ void panels(const PanelJob& job, float* scratch, int64_t p0, int64_t p1, const E
 
 // 8-bit weights (pack8) times rows of x quantized to int8, each row on its own (quantize_rows): integer dot products.
 constexpr int QROWS = 4;  // rows int8_strip keeps in registers (a sum and a block's dot product a row)
+constexpr int64_t PREFETCH = 8 * STRIP_BLOCK;  // bytes ahead of the block in use that int8_strip asks the cache for
 
 // x's M rows (bf16, K a row) quantized per block of 32 k, each row by itself: q = round(x * 127 / m), m the block's
 // largest |x|, its scale m / 127 (a block of zeros: 0; one with a non-finite x: NaN, so the row's outputs are NaN).
@@ -289,6 +290,8 @@ void int8_strip(const int8_t* w, const int8_t* q, const float* scale, int64_t bl
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < blocks; ++b, w += STRIP_BLOCK) {
+    for (int64_t line = 0; line < STRIP_BLOCK; line += 64)  // the stream ahead (the prefetchers alone lag the loop)
+      _mm_prefetch(reinterpret_cast<const char*>(w) + PREFETCH + line, _MM_HINT_T0);
     __m256i dot[R];
     for (int r = 0; r < R; ++r) dot[r] = _mm256_setzero_si256();
 #pragma GCC unroll 1  // unrolled, GCC 12 keeps every product to add them up at the end, on the stack
