@@ -1,5 +1,5 @@
-"""The Batch tab's views: each prompt's cell (its MARS and AR text, coloured by tokens per forward), the slots chart
-(who committed what in each forward, who waited at a block boundary) and the stats line."""
+"""The Batch tab's views: each prompt's cell (its block and verified MARS text, coloured by tokens per forward, and its
+AR text), the slots chart (who committed what in each forward, who waited at a block boundary) and the stats line."""
 
 from __future__ import annotations
 
@@ -20,11 +20,11 @@ def row_label(index: int, prompt: str) -> str:
     return f"{index + 1}: {' '.join(words[:LABEL_WORDS])}{'…' * (len(words) > LABEL_WORDS)}"
 
 
-def same_as_ar(block: BatchRun | None, ar: BatchRun | None) -> list[bool]:
-    """Per sample: the block answer equals the AR answer token for token."""
-    if block is None or ar is None:
+def same_as_ar(run: BatchRun | None, ar: BatchRun | None) -> list[bool]:
+    """Per sample: the run's (block or verified) answer equals the AR answer token for token."""
+    if run is None or ar is None:
         return []
-    return [b == a for b, a in zip(block.ids, ar.ids)]
+    return [b == a for b, a in zip(run.ids, ar.ids)]
 
 
 def slot_colourscale(block_size: int) -> list[list]:
@@ -71,8 +71,9 @@ def slots_figure(
 def legend_html() -> str:
     """The colour legend above the cells."""
     return lanes.legend_html(
-        "MARS (block) tokens, by how many this sample's forward committed", f"{chip('0', WAIT_COLOUR)} (waiting at "
-        "the block boundary) shows in the chart &nbsp;·&nbsp; grey text below = AR on the same batch",
+        "MARS tokens (block, then verified), by how many this sample's forward committed",
+        f"{chip('0', WAIT_COLOUR)} (waiting at the block boundary) shows in the chart &nbsp;·&nbsp; grey text = AR "
+        "on the same batch",
         ";margin-bottom:6px")
 
 
@@ -86,48 +87,64 @@ def tokens_html(chunks: list[tuple[int, list[str], list[float]]]) -> str:
     return "".join(spans)
 
 
-def cell_html(i: int, prompt: str, block: BatchRun | None, ar: BatchRun | None, same: bool | None) -> str:
-    """One prompt's cell: the prompt, its block (MARS) text, its AR text, and a status line."""
-    text = tokens_html(block.chunks[i]) if block else ""
-    ar_text = html.escape(ar.texts[i]) if ar else ""
-    empty = '<span style="color:#94a3b8">…</span>'
+BOX = "white-space:pre-wrap;line-height:1.9;max-height:220px;overflow-y:auto;padding:4px 6px;border-radius:6px"
+EMPTY = '<span style="color:#94a3b8">…</span>'
+
+
+def text_box(title: str, colour: str, body: str, style: str = "font-size:14px") -> str:
+    """One side's text in a cell, under its name."""
+    return (f'<div style="font-size:0.75em;color:{colour};margin-top:4px">{title}</div>'
+            f'<div style="{BOX};{style}">{body or EMPTY}</div>')
+
+
+def cell_html(i: int, prompt: str, block: BatchRun | None, ar: BatchRun | None, verified: BatchRun | None,
+              same: tuple[bool | None, bool | None]) -> str:
+    """One prompt's cell: the prompt, its block and verified MARS texts, its AR text, and a status line."""
     parts = []
-    for run in (block, ar):
+    for run in (block, verified, ar):
         if run:
             state = "done" if run.finished_at[i] is not None else "running"
             wait = f", waited {run.waits(i)} forwards" if run is block else ""
             parts.append(f"{run.name}: {len(run.ids[i])} tokens{wait} · {state}")
-    if same is not None:
-        parts.append("same as AR ✓" if same else "differs from AR")
-    box = "white-space:pre-wrap;line-height:1.9;max-height:220px;overflow-y:auto;padding:4px 6px;border-radius:6px"
+    if same[0] is not None:
+        parts.append("same as AR ✓" if same[0] else "differs from AR")
+    if same[1] is not None:
+        parts.append("verified = AR ✓" if same[1] else "verified differs from AR")
     return (
         '<div style="border:1px solid #e2e8f0;border-radius:8px;padding:8px 10px;background:#fff;color:#0f172a">'
         f'<div style="color:#64748b;font-size:0.8em;margin-bottom:4px">{i + 1}. {html.escape(prompt)}</div>'
-        f'<div style="font-size:0.75em;color:{MARS_COLOUR}">MARS (block)</div>'
-        f'<div style="{box};font-size:14px">{text or empty}</div>'
-        '<div style="font-size:0.75em;color:#64748b;margin-top:4px">AR</div>'
-        f'<div style="{box};font-size:13px;color:#64748b;background:#f8fafc">{ar_text or empty}</div>'
-        f'<div style="margin-top:6px;color:#64748b;font-size:0.8em">{html.escape(" · ".join(parts))}</div></div>'
+        + text_box("MARS (block)", MARS_COLOUR, tokens_html(block.chunks[i]) if block else "")
+        + (text_box("MARS verified", MARS_COLOUR, tokens_html(verified.chunks[i])) if verified else "")
+        + text_box("AR", "#64748b", html.escape(ar.texts[i]) if ar else "",
+                   "font-size:13px;color:#64748b;background:#f8fafc")
+        + f'<div style="margin-top:6px;color:#64748b;font-size:0.8em">{html.escape(" · ".join(parts))}</div></div>'
     )
 
 
-def panes_html(prompts: list[str], block: BatchRun | None = None, ar: BatchRun | None = None, note: str = "") -> str:
+def answers_same(run: BatchRun | None, ar: BatchRun | None, size: int) -> list[bool | None]:
+    """Per sample, once both batches are done: the run's answer equals AR's; before, None."""
+    done = bool(run and ar and all(run.done()) and all(ar.done()))
+    return same_as_ar(run, ar) if done else [None] * size
+
+
+def panes_html(prompts: list[str], block: BatchRun | None = None, ar: BatchRun | None = None,
+               verified: BatchRun | None = None, note: str = "") -> str:
     """The grid of cells, one per prompt, under the colour legend."""
     notice = f'<div style="color:#64748b;padding:6px 2px">{html.escape(note)}</div>' if note else ""
     if not prompts:
         return legend_html() + (notice or '<div style="color:#94a3b8;padding:10px">(the batch streams here)</div>')
-    both_done = bool(block and ar and all(block.done()) and all(ar.done()))
-    same = same_as_ar(block, ar) if both_done else [None] * len(prompts)
-    cells = "".join(cell_html(i, p, block, ar, s) for i, (p, s) in enumerate(zip(prompts, same)))
+    same = list(zip(answers_same(block, ar, len(prompts)), answers_same(verified, ar, len(prompts))))
+    cells = "".join(cell_html(i, p, block, ar, verified, s) for i, (p, s) in enumerate(zip(prompts, same)))
     grid = "display:grid;grid-template-columns:repeat(auto-fill,minmax(300px,1fr));gap:10px"
     return f'{legend_html()}{notice}<div class="mars-pane" style="{grid}">{cells}</div>'
 
 
 def stats_markdown(
-    block: BatchRun, ar: BatchRun, block_size: int, threshold: float, status: str, device: str = "CPU"
+    block: BatchRun, ar: BatchRun, verified: BatchRun, block_size: int, *, threshold: float, status: str,
+    device: str = "CPU",
 ) -> str:
     """What is deterministic first (forwards, steps per forward, tokens per forward, same answers), then timings."""
-    n, b, a = block.size, block.summary(), ar.summary()
+    n, b, a, v = block.size, block.summary(), ar.summary(), verified.summary()
     # steps per forward = forwards AR needed for the batch / forwards of the block batch
     steps = a["forwards"] / b["forwards"] if b["forwards"] else 0.0
     # tokens per forward per sample = tokens / (forwards x samples); "while advancing" leaves out the waits
@@ -137,17 +154,22 @@ def stats_markdown(
     same = sum(same_as_ar(block, ar))
     so_far = "" if status == "done" else " (so far)"
     speed = b["tokens_per_second"] / a["tokens_per_second"] if a["tokens_per_second"] > 0 else 0.0
+    verified_speed = v["tokens_per_second"] / a["tokens_per_second"] if a["tokens_per_second"] > 0 else 0.0
     return (
         f"**Block batch** (B = {block_size}, τ = {threshold:.2f}): {b['forwards']} forwards · {b['tokens']} tokens · "
         f"**{per_sample:.2f} tokens per forward per sample** ({advancing:.2f} while advancing) · "
         f"{waits} of {b['forwards'] * n} sample-forwards waiting at a block boundary  \n"
+        f"**Verified batch**: {v['forwards']} forwards · {v['tokens']} tokens · "
+        f"**{v['tokens'] / max(v['forwards'] * n, 1):.2f} tokens per forward per sample** · "
+        f"**{sum(same_as_ar(verified, ar))} of {n}** answers equal their AR answer token for token{so_far}  \n"
         f"**AR batch**: {a['forwards']} forwards · {a['tokens']} tokens · "
         f"{a['tokens'] / max(a['forwards'] * n, 1):.2f} tokens per forward per sample  \n"
         f"**{steps:.2f} steps per forward**{so_far} (AR forwards the batch needed / block forwards) · "
         f"**{same} of {n}** answers equal their AR answer token for token{so_far} · {status}  \n"
         f"Wall clock, a measurement on a shared {device} (each side timed by its own forwards only, the sides "
         f"taking turns to go first; a forward right after a page update counts as the side's typical one): block "
-        f"{b['seconds']:.2f} s, {b['tokens_per_second']:.1f} tokens/s over the batch · AR {a['seconds']:.2f} s, "
-        f"{a['tokens_per_second']:.1f} tokens/s · {speed:.2f}× in tokens/s"
+        f"{b['seconds']:.2f} s, {b['tokens_per_second']:.1f} tokens/s over the batch ({speed:.2f}× AR) · verified "
+        f"{v['seconds']:.2f} s, {v['tokens_per_second']:.1f} tokens/s ({verified_speed:.2f}× AR) · AR "
+        f"{a['seconds']:.2f} s, {a['tokens_per_second']:.1f} tokens/s"
     )
 

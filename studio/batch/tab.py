@@ -1,8 +1,10 @@
-"""The Batch tab: 4 to 8 prompts decoded as one batch by the block-cached MARS decoder, against AR on the same batch.
+"""The Batch tab: 4 to 8 prompts decoded as one batch by the block-cached MARS decoder (the paper's batch strategy)
+and by verified MARS (ours: each sample's answer is its one-token answer), against AR on the same batch.
 
-The block decoder cuts generation into blocks of B slots aligned across the batch: a sample that filled its
-block commits nothing (it waits) until the slowest sample has filled its block too. The tab shows where that
-happens: per sample and forward, how many tokens were committed (0 = waiting at the block boundary).
+The block decoder cuts generation into blocks of B slots aligned across the batch: a sample that filled its block
+commits nothing (it waits) until the slowest sample has filled its block too. The tab shows where that happens: per
+sample and forward, how many tokens were committed (0 = waiting at the block boundary). Verified decoding has no
+blocks: each sample commits its accepted drafts every forward, and its answer is AR's.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 import gradio as gr
 
 from mars_core import DecodeControl, stream
+from mars_core.decoding.strategies import default_threshold
 from mars_core.generate import check_request, encode_prompt
 from studio import lanes, models
 from studio.batch.html import panes_html, row_label, same_as_ar, slots_figure, stats_markdown
@@ -34,13 +37,16 @@ MAX_NEW_TOKENS = cap("batch-max-new")  # per sample (inputs.INPUTS)
 TEXT_CHARS = MAX_PROMPTS * (MAX_PROMPT_CHARS + 1)  # longest prompts text the tab accepts (a Textbox max_length)
 
 
-def trace(block: BatchRun | None, ar: BatchRun | None, status: str, message: str = "", **extra: Any) -> dict:
-    """Per forward and per sample data of both batches (the JSON output; clients and tests read it)."""
+def trace(block: BatchRun | None, ar: BatchRun | None, status: str, message: str = "",
+          verified: BatchRun | None = None, **extra: Any) -> dict:
+    """Per forward and per sample data of the three batches (the JSON output; clients and tests read it)."""
     return {
         "status": status, "message": message, **extra,
         "block": {**block.summary(), "new_blocks": block.new_blocks()} if block else {},
         "ar": ar.summary() if ar else {},
+        "verified": verified.summary() if verified else {},
         "same_as_ar": same_as_ar(block, ar),
+        "verified_same_as_ar": same_as_ar(verified, ar),
     }
 
 
@@ -65,23 +71,24 @@ def failure(message: str) -> tuple:
 
 
 def frame(
-    prompts: list[str], block: BatchRun, ar: BatchRun, *, block_size: int, threshold: float, status: str,
-    device: str, chart: bool = True,
+    prompts: list[str], block: BatchRun, ar: BatchRun, verified: BatchRun, *, block_size: int, threshold: float,
+    status: str, device: str, chart: bool = True,
 ) -> tuple:
     """One update of the tab: cells, slot chart (or gr.skip(): left as it is), stats and trace."""
     figure = slots_figure(block.counts, [row_label(i, p) for i, p in enumerate(prompts)], block_size,
                           block.new_blocks(), block.finished_at)
     return (
-        panes_html(prompts, block, ar), plotly_data(figure) if chart else gr.skip(),
-        stats_markdown(block, ar, block_size, threshold, status, device), "",
-        trace(block, ar, status, prompts=prompts, block_size=block_size, threshold=threshold),
+        panes_html(prompts, block, ar, verified), plotly_data(figure) if chart else gr.skip(),
+        stats_markdown(block, ar, verified, block_size, threshold=threshold, status=status, device=device), "",
+        trace(block, ar, status, verified=verified, prompts=prompts, block_size=block_size, threshold=threshold),
     )
 
 
 def batch_race(
     prompts_text: str, threshold: float, block_size: int, max_new_tokens: int, session: BatchSession
 ) -> Iterator[tuple]:
-    """Decode the prompts as one batch, block-cached MARS against AR, one forward each in turn; yield a frame each."""
+    """Decode the prompts as one batch, block-cached and verified MARS against AR, one forward each in turn; yield a
+    frame each."""
     try:
         prompts = parse_prompts(prompts_text)
         _, tau, block_size, _, new = check_inputs(prompts[0], threshold, block_size, 0.0, max_new_tokens,
@@ -89,7 +96,8 @@ def batch_race(
     except ValueError as err:  # the user's input: a message, no run, no traceback
         yield failure(str(err))
         return
-    controls = (DecodeControl(threshold=tau), DecodeControl(threshold=1.0))  # greedy both: block, AR
+    controls = (DecodeControl(threshold=tau), DecodeControl(threshold=1.0),  # greedy all: block, AR, verified
+                DecodeControl(threshold=default_threshold("verified")))
     session.controls = controls
     try:
         yield from models.in_a_slot(
@@ -102,7 +110,7 @@ def batch_race(
 
 
 def decode(prompts: list[str], tau: float, block_size: int, new: int, controls: tuple) -> Iterator[tuple]:
-    """The batch race itself, inside a generation slot: load, check, then alternate one forward of each batch. A
+    """The batch race itself, inside a generation slot: load, check, then one forward of each batch in turn. A
     ValueError is a message (a model that did not load, mars_core's checks: prompt too long for the context, …)."""
     for said in models.preparing([models.CONFIG.model], lambda: any(c.stopped for c in controls)):
         yield notice("preparing", said)
@@ -114,24 +122,28 @@ def decode(prompts: list[str], tau: float, block_size: int, new: int, controls: 
                      tokenizer, len(prompts))
     ar = BatchRun("AR", stream(model, tokenizer, prompts, strategy="ar", max_new_tokens=new, control=controls[1],
                                runtime=runtime), tokenizer, len(prompts))
+    verified = BatchRun("MARS verified", stream(model, tokenizer, prompts, strategy="verified", block_size=block_size,
+                                                max_new_tokens=new, control=controls[2], runtime=runtime),
+                        tokenizer, len(prompts))
+    sides = [block, ar, verified]
     device = model.device.type.upper()  # what the wall-clock line measured: CPU, CUDA, MPS
     throttle, turns = Throttle(), Turns()
     try:
         with models.TRACKER:
-            while not (block.finished and ar.finished):
-                for side in turns.order([block, ar]):
+            while not all(side.finished for side in sides):
+                for side in turns.order(sides):
                     if not side.finished:
                         side.advance(turns.timed())
                 stopped = any(c.stopped for c in controls)
-                finished = block.finished and ar.finished
+                finished = all(side.finished for side in sides)
                 status = "stopped" if stopped else ("done" if finished else "running")
-                if throttle.due(sum(map(len, block.ids + ar.ids)), finished):
-                    yield frame(prompts, block, ar, block_size=block_size, threshold=tau, status=status, device=device,
-                                chart=throttle.charts)
+                if throttle.due(sum(len(ids) for side in sides for ids in side.ids), finished):
+                    yield frame(prompts, block, ar, verified, block_size=block_size, threshold=tau, status=status,
+                                device=device, chart=throttle.charts)
                     turns.framed()
     finally:
-        block.events.close()
-        ar.events.close()
+        for side in sides:
+            side.events.close()
 
 
 def build(demo: gr.Blocks) -> list[gr.Button]:
@@ -141,8 +153,9 @@ def build(demo: gr.Blocks) -> list[gr.Button]:
     with gr.Tab("Batch"):
         gr.Markdown(
             "The paper's strategy for batches: the **block-level KV cache**. Generation is cut into blocks of B "
-            "aligned slots; a sample that filled its block waits for the slowest before the batch moves on. Every "
-            "prompt below is decoded in ONE batch, block-cached MARS against AR on the same batch, both streaming."
+            "aligned slots; a sample that filled its block waits for the slowest before the batch moves on. Ours: "
+            "**verified MARS**, no blocks, each sample's answer exactly its AR answer. Every prompt below is decoded "
+            "in ONE batch by each, against AR on the same batch, all streaming."
         )
         if models.CONFIG.engine != "torch":  # the app was launched with --engine llama.cpp: say where batches run
             gr.Markdown(f"This tab decodes on torch: the {models.CONFIG.engine} engine serves one sequence at a "

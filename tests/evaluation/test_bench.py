@@ -187,3 +187,24 @@ def test_warm_up_feeds_every_batch_it_will_time_where_graphs_are_captured_or_hf_
         assert calls == want, (device, method)
     static, runtime = variants(None)["_static"], Runtime()
     assert static(runtime) is static(runtime) and static(runtime).static
+
+
+@pytest.mark.skipif(__import__("mars_core.runtime.grid", fromlist=["x"]).int8_serves() is not None,
+                    reason="no int8 path here")
+def test_served_bytes_count_an_int8_copy_at_its_own_bytes(tokenizer, tmp_path):
+    """On 8-bit weights a forward reads each packed layer's share of its int8 copy (about 1.03 bytes a weight: 8 bits
+    and the scales' exponents), every other parameter at its own bytes."""
+    from mars_core.evaluation.bench import served_bytes
+    from mars_core.runtime import ATTENTION, grid, prepare
+    from mars_core.runtime.linear import linear_groups
+
+    from tiny import tiny_llama
+
+    torch.manual_seed(0)
+    model = tiny_llama(len(tokenizer), attn_implementation=ATTENTION).to(torch.bfloat16)
+    grid.round_to_grid(model)
+    runtime = prepare(model, cache_dir=tmp_path, measure_cost=False)
+    packed = {id(lin.weight): lin.weight for group in linear_groups(model) for lin in group}
+    others = sum(p.numel() * 2 for p in model.parameters() if id(p) not in packed)
+    weights = sum(w.numel() for w in packed.values())
+    assert weights <= served_bytes(model, runtime) - others <= weights * 264 / 256 * 1.25  # padding to 8s and 32s

@@ -86,6 +86,10 @@ def test_tau_one_block_batch_is_ar():
     assert panes.count("same as AR ✓") == 6 and "differs" not in panes
     assert "**1.00 steps per forward**" in stats and "**6 of 6** answers equal" in stats
     assert "0 of 144 sample-forwards waiting" in stats
+    verified = trace["verified"]  # the third batch: each answer its AR answer, several tokens a forward
+    assert trace["verified_same_as_ar"] == [True] * 6 and verified["ids"] == ar["ids"]
+    assert panes.count("verified = AR ✓") == 6 and f"**Verified batch**: {verified['forwards']} forwards" in stats
+    assert verified["forwards"] <= ar["forwards"] and verified["tokens"] == ar["tokens"]
     wall = stats.splitlines()[-1]
     assert wall.startswith("Wall clock, a measurement on a shared CPU") and "**" not in wall
     assert session.controls is None
@@ -192,7 +196,7 @@ def test_bad_input_gives_one_error_frame_and_never_decodes(monkeypatch, text, th
     assert trace["status"] == "error" and message in trace["message"]
     assert said.startswith("⚠") and message in said and said.count("⚠") == 1  # one message, on the message line
     assert all(isinstance(x, type(gr.skip())) for x in (panes, plot, stats))  # nothing on screen is wiped
-    assert trace["block"] == trace["ar"] == {} and session.controls is None
+    assert trace["block"] == trace["ar"] == trace["verified"] == {} and session.controls is None
 
 
 def test_a_model_that_fails_to_load_gives_a_message(monkeypatch, tmp_path):
@@ -207,14 +211,14 @@ def test_stop_mid_run_ends_stopped_and_keeps_the_text():
     session = batch_state.BatchSession()
     running = batch.batch_race(TEXT, 0.9, 4, 200, session)
     before = [next(running) for _ in range(3)]
-    assert models.TRACKER.active == 1 and len(session.controls) == 2
+    assert models.TRACKER.active == 1 and len(session.controls) == 3
     batch_state.stop_batch(session)
     assert all(c.stopped for c in session.controls)
     rest = list(running)
-    assert len(rest) == 1  # both batches end before their next forward
+    assert len(rest) == 1  # every batch ends before its next forward
     trace, kept = final(rest), before[-1][TRACE]
     assert trace["status"] == "stopped" and "stopped" in rest[0][2]
-    assert trace["block"]["forwards"] == trace["ar"]["forwards"] == 3
+    assert trace["block"]["forwards"] == trace["ar"]["forwards"] == trace["verified"]["forwards"] == 3
     assert trace["block"]["texts"] == kept["block"]["texts"] and trace["ar"]["texts"] == kept["ar"]["texts"]
     tokens = [len(ids) for ids in trace["block"]["ids"]]
     assert min(tokens) >= 3 and tokens == [sum(row) for row in per_sample(trace["block"]["counts"])]
