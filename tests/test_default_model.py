@@ -136,7 +136,7 @@ def test_the_embedded_model_is_width_and_batch_invariant(prepared, batch, widths
     ids = torch.tensor(tok(text)["input_ids"][:new]).expand(batch, -1)
     assert ids.shape[1] == new
     check = compare_widths(model, runtime, context, lengths, ids, widths)
-    assert check.rows == batch * new * len(widths) and check.differing == 0, check
+    assert check.rows == batch * (new + 1) * len(widths) and check.differing == 0, check  # the context's last row too
 
 
 def test_verified_is_one_token_decoding_in_each_dtype(prepared):
