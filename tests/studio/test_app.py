@@ -536,15 +536,17 @@ def test_verified_walkthrough_draws_and_explains_siblings(tokenizer):
     draft that missed, the sibling that matched, the bonus read after it, H_m proposing the next drafts), and the
     drawn mask, siblings and their groups included, is the mask the decoder fed."""
     from mars_core import TreeLayout
+    from mars_core.runtime import prepare
 
     from trained import ANSWERS, mars_trained
 
     model = mars_trained("qwen2", tokenizer)
+    runtime = prepare(model, measure_cost=False)  # trees sized without a timed curve: the same on a loaded machine
     records, steps = [], []
     for text in ["Count from one to ten, please", "List three colours and a fruit", *ANSWERS]:
         first = len(records)
         for event in stream(model, tokenizer, text, strategy="verified", threshold=0.3, max_new_tokens=40,
-                            layout=TreeLayout(sibling_floor=0.0), record=records.append):
+                            layout=TreeLayout(sibling_floor=0.0), record=records.append, runtime=runtime):
             before = records[-2] if len(records) - first > 1 else None
             steps.append(walk_verified.verified_step(tokenizer, records[-1], before, event, "", 3))
     took = [i for i, s in enumerate(steps) if s["by_sibling"]]
