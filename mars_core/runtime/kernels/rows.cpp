@@ -49,6 +49,11 @@ constexpr int VROWS = 8;       // rows of x the vector path keeps in registers (
 constexpr int64_t STRIP = 8;   // output columns an int8 strip holds (pack8: one 256-bit vector of sums)
 constexpr int64_t STRIP_BLOCK = STRIP * DEPTH + STRIP;  // a strip's block of 32 k: 8 x 32 int8, then 8 scale exponents
 
+// Row n's block b of a [N, K] bf16 matrix (W's column n, or x's row n) as fp32 (k beyond K: 0)
+void block_of(const c10::BFloat16* w, int64_t K, int64_t n, int64_t b, float* v) {
+  for (int64_t i = 0; i < DEPTH; ++i) v[i] = b * DEPTH + i < K ? static_cast<float>(w[n * K + b * DEPTH + i]) : 0.f;
+}
+
 // A call's x against packed W: what every panel of the call reads (a thread's panels and scratch are its own)
 struct PanelJob {
   const char* w;  // packed W, [panels][pairs][32][2] bf16
@@ -260,8 +265,8 @@ void quantize_rows(const c10::BFloat16* x, int64_t M, int64_t K, int64_t blocks,
       for (int64_t b = 0; b < blocks; ++b) {
         float most = 0.f;
         bool finite = true;
+        block_of(x, K, m, b, v);
         for (int64_t i = 0; i < DEPTH; ++i) {
-          v[i] = b * DEPTH + i < K ? static_cast<float>(x[m * K + b * DEPTH + i]) : 0.f;
           finite = finite && std::isfinite(v[i]);
           most = std::max(most, std::fabs(v[i]));
         }
@@ -539,11 +544,6 @@ float grid_scale(const float* v) {
   while (most > 127.f * scale) scale *= 2.f;
   while (scale > std::ldexp(1.f, -133) && most <= 63.5f * scale) scale /= 2.f;
   return scale;
-}
-
-// Column n's block b of W [N, K] bf16 as fp32 (k beyond K: 0)
-void block_of(const c10::BFloat16* w, int64_t K, int64_t n, int64_t b, float* v) {
-  for (int64_t i = 0; i < DEPTH; ++i) v[i] = b * DEPTH + i < K ? static_cast<float>(w[n * K + b * DEPTH + i]) : 0.f;
 }
 
 // W [N, K] bf16 on the int8 grid -> [strips][k / 32][264] int8: per strip of 8 columns and block of 32 k, the weights'
