@@ -5,9 +5,11 @@ optionally with a Train-tab training running beside them.
                                    [--prompt ...] [--threshold 0.9] [--max-new-tokens 48] [--model PATH]
                                    [--train [each|first] [--train-steps 20] [--train-minutes 1]
                                     [--train-corpus counting] [--train-timeout 900]]
-                                   [--compile] [--threads N] [--json out.json] [--plot out.png]
+                                   [--compile] [--threads N] [--concurrency N] [--[no-]batching]
+                                   [--json out.json] [--plot out.png]
 
-Launches `python app.py` on a free 127.0.0.1 port (ended at the end, also on Ctrl-C or an error); with --compile it
+Launches `python app.py` at its default settings (--concurrency and --[no-]batching passed on where given) on a free
+127.0.0.1 port (ended at the end, also on Ctrl-C or an error); with --compile it
 passes the app --compile and waits until every model the app loaded has its compiled forward (the app's log says
 so) before the warm-up request. Then for each client count C and each adapt setting of --adapt (off, on, or off then
 on) it runs a round: C threads, each with its own gradio_client session, each sending its requests one after
@@ -27,7 +29,10 @@ over all MARS forwards, and agreement with AR (mean shared-prefix fraction, shar
 the MARS lane's tokens, tokens per forward and throughput, the verified lane's, counted the same way (its tokens
 over the round's wall time; the JSON also has its tokens over its own forwards' seconds, as the app's clock
 counts them), and the share of its answers equal to AR's (token ids where the trace has them, else text; with the
-counts). Then the app process's memory: its peak RSS over the round (VmRSS of the app and any child process,
+counts); every lane's tokens over the round's wall time (all t/s); the share of requests whose AR and verified
+answers are, token for token, the answers the same request got alone (=alone: the warm-up request's, sent alone
+before the rounds); the most lanes one forward fed (share: visitors' lanes sharing forwards, the app's scheduler).
+Then the app process's memory: its peak RSS over the round (VmRSS of the app and any child process,
 summed, sampled every 0.2 s from /proc) and its RSS at the round's end; the lines with "Traceback" the app's log got
 during the round; and the training's outcome. The JSON also records the command line, the machine, the app's
 command and log, and what serves its forward (compiled or not, from its log).
@@ -72,6 +77,7 @@ COLUMNS = (  # (key, header, width, format) of the printed table
     ("tau_min", "τ min", 6, ".2f"), ("agreement", "agree", 6, ".3f"), ("identical", "same", 5, ".2f"),
     ("verified_tokens", "v tok", 6, "d"), ("verified_tpf", "v t/f", 6, ".2f"),
     ("verified_throughput", "v t/s", 6, ".1f"), ("verified_identical", "v=AR", 5, ".2f"),
+    ("all_throughput", "all t/s", 8, ".1f"), ("alone_exact", "=alone", 7, ".2f"), ("shared_most", "share", 6, "d"),
     ("rss_peak_mb", "RSS max", 8, ".0f"), ("rss_end_mb", "RSS end", 8, ".0f"), ("tracebacks", "tb", 3, "d"),
     ("train_status", "train", 10, "s"),
 )
@@ -99,6 +105,9 @@ class Outcome:
     verified_identical: bool | None = None  # its answer equal to AR's (None: no verified lane in the trace)
     verified_agreement: float | None = None  # its shared-prefix fraction with AR
     verified_compared_on: str = ""  # "ids" or "text": what that compared
+    all_tokens: int = 0  # tokens of every lane (AR, MARS τ, verified)
+    alone_same: dict = field(default_factory=dict)  # lane -> its answer equals the same request's answer alone
+    shared_most: int = 1  # the most lanes one of its forwards fed (the scheduler; 1: none shared)
 
 
 @dataclass
@@ -341,8 +350,12 @@ def answers(ar: dict, mars: dict) -> tuple[list, list, str]:
     return list(ar.get("text", "")), list(mars.get("text", "")), "text"
 
 
+ALONE: dict[str, list[int]] = {}  # lane -> the warm-up request's answer (ids): the prompt's answer alone
+
+
 def outcome_of(trace: dict, latency: float) -> Outcome:
-    """Read the last frame's trace dict into an Outcome (failed unless its status is "done")."""
+    """Read the last frame's trace dict into an Outcome (failed unless its status is "done"); each lane's answer is
+    compared with the answer the same request got alone (ALONE: the warm-up's, where it has the lane)."""
     if not isinstance(trace, dict) or trace.get("status") != "done":
         status = trace.get("status") if isinstance(trace, dict) else type(trace).__name__
         message = trace.get("message", "") if isinstance(trace, dict) else ""
@@ -360,7 +373,10 @@ def outcome_of(trace: dict, latency: float) -> Outcome:
                    compared_on=compared_on, verified_tokens=int(verified.get("tokens", 0)),
                    verified_forwards=int(verified.get("forwards", 0)),
                    verified_seconds=float(verified.get("seconds", 0.0)), verified_identical=v_same,
-                   verified_agreement=v_agreement, verified_compared_on=v_on if verified else "")
+                   verified_agreement=v_agreement, verified_compared_on=v_on if verified else "",
+                   all_tokens=sum(int(trace[k].get("tokens", 0)) for k in lanes),
+                   alone_same={k: trace[k].get("ids") == ALONE[k] for k in lanes if k in ALONE},
+                   shared_most=max((n for k in lanes for n in trace[k].get("shared") or [1]), default=1))
 
 
 def one_request(client, args: argparse.Namespace, adapt: bool) -> Outcome:
@@ -474,7 +490,17 @@ def summarise(clients: int, adapt: bool, outcomes: list[Outcome], wall: float) -
     has_verified = any("verified" in o.lanes for o in done)
     compared = [o for o in done if o.verified_identical is not None]
     same = sum(bool(o.verified_identical) for o in compared)
+    alone = [o.alone_same for o in done if o.alone_same]
+    exact = [o for o in alone if "ar" in o and "verified" in o]
     return {
+        # every lane's tokens over the round's wall time; each answer against the same request's answer alone: the
+        # requests whose AR and verified answers both equal theirs (exact lanes), and whose MARS τ answer does
+        "all_tokens": sum(o.all_tokens for o in done),
+        "all_throughput": sum(o.all_tokens for o in done) / wall if wall > 0 else 0.0,
+        "alone_exact": sum(o["ar"] and o["verified"] for o in exact) / len(exact) if exact else float("nan"),
+        "alone_exact_count": sum(o["ar"] and o["verified"] for o in exact), "alone_compared": len(exact),
+        "alone_mars": mean([float(o["mars"]) for o in alone if "mars" in o]),
+        "shared_most": max((o.shared_most for o in done), default=1),
         "clients": clients, "adapt": "on" if adapt else "off", "done": len(done), "failed": len(outcomes) - len(done),
         "mars_tokens": tokens, "mars_forwards": sum(o.mars_forwards for o in done), "wall_s": wall,
         "mars_tpf": tokens / max(sum(o.mars_forwards for o in done), 1),  # MARS tokens per MARS forward
@@ -545,6 +571,7 @@ def warm_up(url: str, args: argparse.Namespace) -> float:
     trace = final.result(timeout=max(args.timeout, 300))[-1]
     if trace.get("status") != "done":
         raise RuntimeError(f"warm-up request failed: {trace.get('status')!r} {trace.get('message', '')}")
+    ALONE.update({k: trace[k]["ids"] for k in ("ar", "mars", "verified") if (trace.get(k) or {}).get("ids")})
     return time.perf_counter() - start
 
 
@@ -650,6 +677,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threshold", type=float, default=0.9, help="base threshold τ")
     p.add_argument("--block-size", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--concurrency", type=int, default=None,
+                   help="the app's --concurrency (default: the app's own default)")
+    p.add_argument("--batching", action=argparse.BooleanOptionalAction, default=None,
+                   help="the app's --batching or --no-batching (default: the app's own default)")
     p.add_argument("--model", default=None, help="MARS checkpoint for app.py --model (default: the embedded model)")
     p.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS for the app (default: unset)")
     p.add_argument("--compile", action="store_true",
@@ -704,7 +735,8 @@ def settings(args: argparse.Namespace) -> dict:
             "model", "threads", "timeout", "compile", "train")
     train = ({k: getattr(args, f"train_{k}") for k in ("corpus", "block", "steps", "minutes", "timeout")}
              if args.train else None)
-    return {k: getattr(args, k) for k in keys} | {"temperature": 0.0, "concurrency": max(args.clients),
+    return {k: getattr(args, k) for k in keys} | {"temperature": 0.0, "concurrency": args.concurrency,
+                                                  "batching": args.batching,
                                                   "throughput_counts": "MARS-lane tokens only",
                                                   "training": train}
 
@@ -723,11 +755,13 @@ def run_rounds(args: argparse.Namespace, app: dict | None = None) -> list[dict]:
     app = {} if app is None else app
     rows: list[dict] = []
     total = len(ADAPTS[args.adapt]) * sum(args.clients) * args.requests_per_client
-    print(f"launching app.py (model: {args.model or 'default'}, concurrency {max(args.clients)}"
+    print(f"launching app.py (model: {args.model or 'default'}, concurrency {args.concurrency or 'default'}, "
+          f"batching {'default' if args.batching is None else 'on' if args.batching else 'off'}"
           f"{', compiled forward' if compiling(args) else ''})…", flush=True)
     extra = ["--compile"] if args.compile else []
-    with launched_app(args.model, "--concurrency", str(max(args.clients)), *extra, threads=args.threads,
-                      timeout=args.startup_timeout) as url:
+    extra += ["--concurrency", str(args.concurrency)] if args.concurrency else []
+    extra += [] if args.batching is None else ["--batching" if args.batching else "--no-batching"]
+    with launched_app(args.model, *extra, threads=args.threads, timeout=args.startup_timeout) as url:
         log = app_log(int(url.rstrip("/").rsplit(":", 1)[1]))
         app |= {"command": shlex.join(map(str, app_process(url).args)), "log": str(log)}
         try:

@@ -38,6 +38,10 @@ class StreamEvent:
     matched: list[int] = field(default_factory=list)  # verified: the first matched[i] of token_ids were drafts,
     # the token after them (if any) is the bonus, the model's own prediction after the last matched draft
     draft_source: list[str] = field(default_factory=list)  # verified: "mask" (the mask slots) or "lookup" (the text)
+    # where a scheduler ran the forward (mars_core.scheduler): its own seconds (the caller's wait also counts other
+    # decodes' forwards) and how many requests' samples it fed; None and 1 where the caller's own call ran it
+    seconds: float | None = None
+    shared: int = 1
 
 
 @dataclass
@@ -156,7 +160,7 @@ class DecodeOptions:
 LIVE = ("threshold", "temperature", "top_p", "confidence")  # the settings a DecodeControl carries
 
 
-def _control(options: DecodeOptions) -> DecodeControl:
+def live_control(options: DecodeOptions) -> DecodeControl:
     """The live settings: the caller's control, or one made from the four options (never both: which would win?)."""
     if options.control is not None:
         given = [name for name in LIVE if getattr(options, name) != getattr(DecodeOptions, name)]
@@ -173,18 +177,14 @@ def _control(options: DecodeOptions) -> DecodeControl:
                          confidence=options.confidence)
 
 
-def _start(model, tokenizer, prompts: Prompts, options: DecodeOptions) -> tuple[Iterator[Step], list[list[int]]]:
-    """Validate, encode, and start the chosen decoder (a generator of Steps)."""
-    control = _control(options)  # the settings first: their message names what is wrong
-    prompt_ids = [encode_prompt(tokenizer, p, options.chat) for p in as_prompt_list(prompts)]
-    block_size = strategies.strategy(options.strategy).block_size(options.block_size)
-    check_request(model, tokenizer, prompt_ids, options.strategy, block_size, options.max_new_tokens)
+def decode_spec(model: torch.nn.Module, tokenizer: Any, options: DecodeOptions, block_size: int) -> DecodeSpec:
+    """What a decode of these options is asked (its limits, stop and pad ids, the runtime its forwards run on)."""
     generator = None
     if options.seed is not None:
         generator = torch.Generator(model.device).manual_seed(options.seed)
     stops = stop_token_ids(model, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
-    spec = DecodeSpec(
+    return DecodeSpec(
         block_size=block_size,
         max_new_tokens=options.max_new_tokens,
         stop_ids=torch.tensor(stops, dtype=torch.long, device=model.device),
@@ -193,6 +193,15 @@ def _start(model, tokenizer, prompts: Prompts, options: DecodeOptions) -> tuple[
         generator=generator,
         runtime=options.runtime or prepared(model),
     )
+
+
+def _start(model, tokenizer, prompts: Prompts, options: DecodeOptions) -> tuple[Iterator[Step], list[list[int]]]:
+    """Validate, encode, and start the chosen decoder (a generator of Steps)."""
+    control = live_control(options)  # the settings first: their message names what is wrong
+    prompt_ids = [encode_prompt(tokenizer, p, options.chat) for p in as_prompt_list(prompts)]
+    block_size = strategies.strategy(options.strategy).block_size(options.block_size)
+    check_request(model, tokenizer, prompt_ids, options.strategy, block_size, options.max_new_tokens)
+    spec = decode_spec(model, tokenizer, options, block_size)
     steps = strategies.start(options.strategy, model, prompt_ids, spec, control, layout=options.layout,
                              record=options.record)
     return steps, prompt_ids
@@ -244,25 +253,34 @@ def stream(
             step = steps.send(stop) if index else next(steps)
         except StopIteration:
             return
-        tokens, conf = step.tokens.tolist(), step.confidence.tolist()
-        starts, ends = step.start.tolist(), step.end.tolist()
-        drafts, matched, sources = [], [], []
-        if step.drafts is not None:
-            drafted = step.drafted.tolist()
-            drafts = [row[:k] for row, k in zip(step.drafts.tolist(), drafted)]
-            matched = step.matched.tolist()
-            sources = ["lookup" if x else "mask" for x in step.looked_up.tolist()]
-        ids = [row[s:e] for row, s, e in zip(tokens, starts, ends)]
-        texts = [tracker.update(i, row, d) for i, (row, d) in enumerate(zip(ids, step.done))]
+        event = event_of(step, index, time.perf_counter() - t0, tracker)
         cut = [c and not d for c, d in zip(tracker.cut, step.done)]
         stop = torch.tensor(cut) if any(cut) else None
-        yield StreamEvent(
-            forward=index, elapsed=time.perf_counter() - t0, threshold=step.threshold, token_ids=ids,
-            confidences=[row[s:e] for row, s, e in zip(conf, starts, ends)], texts=texts,
-            done=[d or c for d, c in zip(step.done, tracker.cut)],
-            proposed_ids=tokens, proposed_confidences=conf, accepted_from=starts,
-            drafts=drafts, matched=matched, draft_source=sources,
-        )
+        yield event
+
+
+def event_of(step: Step, forward: int, elapsed: float, tracker: TextTracker, rows: list[int] | None = None,
+             **extra: Any) -> StreamEvent:
+    """The StreamEvent of a Step for its samples `rows` (None: all; the tracker's samples are their places in rows);
+    extra: fields set by whoever ran the forward (threshold, seconds, shared)."""
+    pick = (lambda t: t) if rows is None else (lambda t: t[rows])
+    tokens, conf = pick(step.tokens).tolist(), pick(step.confidence).tolist()
+    starts, ends = pick(step.start).tolist(), pick(step.end).tolist()
+    done = step.done if rows is None else [step.done[i] for i in rows]
+    drafts, matched, sources = [], [], []
+    if step.drafts is not None:
+        drafted = pick(step.drafted).tolist()
+        drafts = [row[:k] for row, k in zip(pick(step.drafts).tolist(), drafted)]
+        matched = pick(step.matched).tolist()
+        sources = ["lookup" if x else "mask" for x in pick(step.looked_up).tolist()]
+    ids = [row[s:e] for row, s, e in zip(tokens, starts, ends)]
+    texts = [tracker.update(i, row, d) for i, (row, d) in enumerate(zip(ids, done))]
+    return StreamEvent(**{
+        "forward": forward, "elapsed": elapsed, "threshold": step.threshold, "token_ids": ids,
+        "confidences": [row[s:e] for row, s, e in zip(conf, starts, ends)], "texts": texts,
+        "done": [d or c for d, c in zip(done, tracker.cut)],
+        "proposed_ids": tokens, "proposed_confidences": conf, "accepted_from": starts,
+        "drafts": drafts, "matched": matched, "draft_source": sources, **extra})
 
 
 def generate(

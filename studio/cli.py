@@ -57,6 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "and no GPU, else off (env MARS_COMPILE=1 or 0 decides instead)")
     parser.add_argument("--concurrency", type=int, default=int(os.environ.get("MARS_CONCURRENCY", "4")),
                         help="generations served at once (the queue holds the rest)")
+    parser.add_argument("--batching", action=argparse.BooleanOptionalAction,
+                        default=os.environ.get("MARS_BATCHING", "1") != "0",
+                        help="visitors' race lanes share forwards (continuous batching: each answer is still its "
+                             "answer alone; docs/app.md#a-class-racing-at-once); --no-batching: each race decodes "
+                             "alone in one of --concurrency slots (env MARS_BATCHING=0)")
     parser.add_argument("--trainings", type=int, default=int(os.environ.get("MARS_TRAININGS", "1")),
                         help="Train tab runs at once, all visitors together (the others get a message)")
     parser.add_argument("--no-preload", action="store_true", help="load the models on the first request only")
@@ -84,7 +89,7 @@ def app_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> mod
     embedded = (None, "", "default")  # `default` names the embedded model: its recorded race and note are shown
     return models.AppConfig(model=None if args.model in embedded else args.model,
                             ar_model=None if args.ar_model in embedded else args.ar_model,
-                            concurrency=args.concurrency,
+                            concurrency=args.concurrency, batching=args.batching,
                             dtype=None if args.dtype in (None, "auto") else args.dtype,
                             engine=chosen, llamacpp_weights=args.llamacpp_weights.lower(),
                             llamacpp_threads=args.llamacpp_threads,

@@ -113,12 +113,20 @@ def pool(name: str | None) -> Pool:
     return POOLS[name or "default"]
 
 
+def shares_forwards() -> bool:
+    """Whether visitors' race lanes share forwards (the scheduler: torch, CONFIG.batching)."""
+    return models.CONFIG.batching and not on_llamacpp()
+
+
 def lane_stream(name: str | None, served: tuple, prompt: str, runtime: Runtime, **options: Any) -> Iterator:
-    """A race lane's Step events: stream() over the served torch model and its runtime, or on llama.cpp over an
-    engine of the lane's own with llama.cpp's runtime."""
-    if not on_llamacpp():
-        return stream(*served, prompt, runtime=runtime, **options)
-    return pool(name).stream(prompt, **options)
+    """A race lane's StreamEvents: on torch the scheduler of its model (its forwards shared with other visitors'
+    lanes of the same strategy; greedy), or stream() over the served model and its runtime; on llama.cpp an engine of
+    the lane's own with llama.cpp's runtime."""
+    if on_llamacpp():
+        return pool(name).stream(prompt, **options)
+    if shares_forwards() and options["control"].temperature == 0:
+        return models.scheduler(name).stream(prompt, **options)
+    return stream(*served, prompt, runtime=runtime, **options)
 
 
 def race_runtime(name: str | None) -> Runtime:

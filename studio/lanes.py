@@ -95,6 +95,7 @@ class Lane:
     finished: bool = field(default=False, kw_only=True)
     spent: list[float] = field(default_factory=list, kw_only=True)  # per forward: its seconds, as measured
     timed: list[bool] = field(default_factory=list, kw_only=True)  # per forward: do its seconds count (Turns.timed)
+    shared: list[int] = field(default_factory=list, kw_only=True)  # per forward: the lanes it fed (other visitors')
 
     def next_event(self, timed: bool = True) -> Any | None:
         """Run one forward, timing only this call (`timed`: whether that time counts, Turns.timed); None once the
@@ -105,9 +106,18 @@ class Lane:
         except StopIteration:
             self.finished = True
             return None
-        self.spent.append(TIMER() - start)
-        self.timed.append(timed)
+        shared = getattr(event, "seconds", None)  # a forward the scheduler ran: its own seconds, whatever we waited
+        self.spent.append(TIMER() - start if shared is None else shared)
+        self.timed.append(timed or shared is not None)
+        self.shared.append(getattr(event, "shared", 1))
         return event
+
+    def close(self) -> None:
+        """End the stream now (Stop): events a scheduler ran ahead are not shown, and it takes the request out."""
+        self.finished = True
+        close = getattr(self.events, "close", None)
+        if close is not None:
+            close()
 
     def typical(self) -> float | None:
         """The lane's typical forward: the mean of its timed forwards after the first (which also reads the prompt);

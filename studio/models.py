@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from mars_core.load import load
 from mars_core.runtime import Runtime, prepare, rows
 from mars_core.runtime.linear import ROWS, packed_bits
+from mars_core.scheduler import Scheduler
 from mars_core.serving import LoadTracker
 
 log = logging.getLogger("mars_studio")
@@ -53,6 +54,8 @@ class AppConfig:
     trainings: int = 1  # Train tab runs at once, all visitors together (each takes both cores of a small CPU)
     static: bool | None = None  # fixed widths, a cache allocated once (Runtime.static); None: prepare()'s choice
     compile: bool = False  # compile the served forward in the background once a model is ready (runtime/compiled.py)
+    batching: bool = True  # visitors' race lanes share forwards (mars_core.scheduler; torch, greedy), else each race
+    # decodes alone in a generation slot
 
 
 CONFIG = AppConfig()
@@ -304,6 +307,24 @@ def get_runtime(name: str | None) -> Runtime:
     nothing promised) for a model registered without one."""
     get_model(name)
     return RUNTIMES.get(name or "default", Runtime())
+
+
+# by model name: (the model and the runtime it was made for, the scheduler: the one thread that decodes its race
+# lanes, CONFIG.batching)
+SCHEDULERS: dict[str, tuple[Any, Runtime | None, Scheduler]] = {}
+
+
+def scheduler(name: str | None) -> Scheduler:
+    """The scheduler of `name`'s race lanes, over its runtime now (a runtime compiled since gets a new one: the
+    old one ends with its requests)."""
+    model, tokenizer = get_model(name)
+    key = name or "default"
+    with _LOAD_LOCK:
+        runtime = RUNTIMES.get(key)
+        found = SCHEDULERS.get(key)
+        if found is None or found[0] is not model or found[1] is not runtime:
+            found = SCHEDULERS[key] = (model, runtime, Scheduler(model, tokenizer, runtime or Runtime()))
+        return found[2]
 
 
 def prepare_in_background(name: str | None) -> None:

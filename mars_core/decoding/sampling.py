@@ -72,18 +72,20 @@ def select(
     return tokens, confidence_of(probs, tokens, ctl.confidence)
 
 
-def accept_prefix(confidence: torch.Tensor, first: torch.Tensor, threshold: float) -> torch.Tensor:
+def accept_prefix(confidence: torch.Tensor, first: torch.Tensor, threshold: float | torch.Tensor) -> torch.Tensor:
     """End (exclusive) of the accepted run per row of confidence [b, k].
 
     Slot first[i] is always accepted (its prediction is the exact AR one); slots after it are accepted
-    left to right while confidence >= threshold. threshold >= 1 accepts exactly one slot, even where a
-    softmax rounds to 1.0.
+    left to right while confidence >= threshold (a float, or one per row [b]). threshold >= 1 accepts exactly one
+    slot, even where a softmax rounds to 1.0.
     """
     slots = torch.arange(confidence.shape[1], device=confidence.device)
-    if threshold >= 1.0:
+    each = isinstance(threshold, torch.Tensor)
+    if not each and threshold >= 1.0:
         return first + 1
-    ok = (slots <= first[:, None]) | (confidence >= threshold)  # earlier slots count as already filled
-    return ok.long().cumprod(-1).sum(-1).clamp_min(first + 1)
+    ok = (slots <= first[:, None]) | (confidence >= (threshold[:, None] if each else threshold))  # earlier slots
+    run = ok.long().cumprod(-1).sum(-1).clamp_min(first + 1)  # count as already filled
+    return torch.where(threshold >= 1.0, first + 1, run) if each else run
 
 
 def cap_at_stop(tokens: torch.Tensor, start: torch.Tensor, end: torch.Tensor, stop_ids: torch.Tensor) -> tuple[

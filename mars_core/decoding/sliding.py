@@ -36,13 +36,19 @@ class Window:
     prefill: bool = True  # the first forward (a one-off width)
 
 
-def step(model: torch.nn.Module, cache, w: Window, spec: DecodeSpec, ctl: DecodeControl) -> Step:
-    """One forward over [pending | B-1 masks] (no masks at threshold 1), then the commit."""
+def step(model: torch.nn.Module, cache, w: Window, spec: DecodeSpec, ctl: DecodeControl,
+         thresholds: list[float] | None = None) -> Step:
+    """One forward over [pending | B-1 masks] (no masks at threshold 1), then the commit. `thresholds`: one per
+    sample instead of ctl's (samples of several requests sharing the forward: decoding/joined.py); a sample at 1
+    feeds no masks, as alone."""
     (b, P), dev = w.pending.shape, w.pending.device
-    M = spec.block_size - 1 if ctl.threshold < 1.0 else 0  # mask columns this forward
+    tau = ctl.threshold if thresholds is None else torch.tensor(thresholds, device=dev)
+    lowest = ctl.threshold if thresholds is None else min(thresholds)
+    M = spec.block_size - 1 if lowest < 1.0 else 0  # mask columns this forward
     live = ~w.answer.done
     w.count = torch.where(live, w.count, 0)  # a sample stopped by the caller feeds nothing
-    fed = torch.cat([torch.arange(P, device=dev) < w.count[:, None], live[:, None].expand(b, M)], 1)
+    masked = live if thresholds is None else live & (tau < 1.0)
+    fed = torch.cat([torch.arange(P, device=dev) < w.count[:, None], masked[:, None].expand(b, M)], 1)
     ids = torch.cat([w.pending, torch.full((b, M), spec.mask_id if M else spec.pad_id, device=dev)], 1)
     positions = torch.cat([(w.length - w.count)[:, None] + torch.arange(P, device=dev),
                            w.length[:, None] + torch.arange(M, device=dev)], 1)
@@ -51,7 +57,7 @@ def step(model: torch.nn.Module, cache, w: Window, spec: DecodeSpec, ctl: Decode
     rows = torch.cat([(w.count - 1).clamp_min(0)[:, None], P + torch.arange(M, device=dev).expand(b, M)], 1)
     tokens, conf = select(logits_at(model, hidden, rows, spec), ctl, spec.generator)
     first = torch.zeros(b, dtype=torch.long, device=dev)  # slot 0, the AR prediction, is always accepted
-    end = commit(w.answer, tokens, first, accept_prefix(conf, first, ctl.threshold), spec)
+    end = commit(w.answer, tokens, first, accept_prefix(conf, first, tau), spec)
     keep(cache, w.count)  # the pending tokens stay
     w.length, w.count = w.length + end, torch.where(w.answer.done, 0, end)
     ends, done = torch.stack([end, w.answer.done.long()]).tolist()  # the one host copy a forward

@@ -173,9 +173,20 @@ def stats_markdown(runs: dict[str, Run], session: RaceSession, block_size: int, 
         where += f" (forward {models.forward_note(models.CONFIG.model)})"
     lines.append(f"<small>Measured {where}, each lane timed by its own forwards: {speeds(runs)}. "
                  "A lane's tokens/s over AR's is its tokens per forward over what its forward costs against AR's "
-                 "(a wider forward costs more). Forwards are the machine-independent count; seconds vary with "
-                 "load.</small>")
+                 f"(a wider forward costs more). {sharing(runs)}Forwards are the machine-independent count; "
+                 "seconds vary with load.</small>")
     return "  \n".join(lines)
+
+
+def sharing(runs: dict[str, Run]) -> str:
+    """Which lanes' forwards also fed other visitors' lanes (the scheduler), and with how many: a shared forward
+    costs more than one alone, so it is said ("" when none was shared)."""
+    parts = [f"{LANE_NAMES[key]} {sum(n > 1 for n in run.shared)} of {len(run.shared)} (up to {max(run.shared)} "
+             "lanes)" for key, run in runs.items() if run.shared and max(run.shared) > 1]
+    if not parts:
+        return ""
+    return ("Forwards shared with other visitors' lanes (each answer is still its own, token for token): "
+            + ", ".join(parts) + ". ")
 
 
 def speeds(runs: dict[str, Run]) -> str:

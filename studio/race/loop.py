@@ -39,7 +39,7 @@ def trace(runs: dict[str, Run | None], status: str, message: str = "") -> dict:
         if run is None:
             return {}
         return {**run.summary(), "counts": run.counts, "thresholds": run.thresholds, "times": run.times,
-                "timed": run.timed,
+                "timed": run.timed, "shared": run.shared,
                 "text": run.text, "ids": run.ids, "drafted": run.drafted, "matched": run.matched}
 
     out = {"status": status, "message": message, **{key: one(runs.get(key)) for key in LANES}}
@@ -116,11 +116,14 @@ def race(
     session.adapt = bool(adapt)
     controls = lane_controls(session.threshold_in_force(), temp)
     session.ar, session.mars, session.verified = (controls[key] for key in LANES)
+    work = guarded(run_race(prompt, block, new, controls, session), failure, "Generation")
     try:
-        yield from models.in_a_slot(
-            guarded(run_race(prompt, block, new, controls, session), failure, "Generation"),
-            lambda: notice("waiting", models.WAITING), lambda: controls["ar"].stopped,
-            lambda: notice("stopped", "Stopped before the race began."))
+        if engine.shares_forwards():  # the scheduler's queue instead of a generation slot (run_race says the place)
+            yield from work
+        else:
+            yield from models.in_a_slot(work, lambda: notice("waiting", models.WAITING),
+                                        lambda: controls["ar"].stopped,
+                                        lambda: notice("stopped", "Stopped before the race began."))
     finally:
         if session.ar is controls["ar"]:
             session.ar = session.mars = session.verified = None
@@ -147,6 +150,22 @@ def start_lanes(prompt: str, block: int, new: int, controls: dict[str, DecodeCon
     return runs, runtime.invariant and not config.ar_model
 
 
+QUEUE_POLL = 0.25  # seconds between the queue's notices
+
+
+def queued(runs: dict[str, Run], controls: dict[str, DecodeControl]) -> Iterator[str]:
+    """While the scheduler holds the lanes in its queue (more races than share a forward), what the page says,
+    every QUEUE_POLL seconds; nothing where the lanes run at once (or decode alone)."""
+    while not any(c.stopped for c in controls.values()):
+        places = [p for run in runs.values() if (p := getattr(run.events, "ahead", lambda: None)()) is not None]
+        if not places:
+            return
+        ahead, cap = max(places), models.scheduler(models.CONFIG.model).cap
+        where = f"{ahead} race{'s' if ahead > 1 else ''} ahead of yours" if ahead else "yours is next"
+        yield f"In the queue: {where} (up to {cap} races share each forward here)…"
+        time.sleep(QUEUE_POLL)
+
+
 def run_race(prompt: str, block: int, new: int, controls: dict[str, DecodeControl], session: RaceSession, *,
              keep: dict | None = None) -> Iterator[tuple]:
     """The race itself, inside a generation slot (`keep` receives the lanes, for recording). A ValueError is a
@@ -156,14 +175,21 @@ def run_race(prompt: str, block: int, new: int, controls: dict[str, DecodeContro
     if controls["ar"].stopped:
         yield notice("stopped", "Stopped before the race began.")
         return
-    runs, exact = start_lanes(prompt, block, new, controls)
-    if keep is not None:
-        model = models.get_model(models.CONFIG.model)[0]
-        keep.update(runs, dtype=str(model.dtype).removeprefix("torch."), exact=exact)
-    throttle, turns = Throttle(), Turns()
-    with models.TRACKER:
+    with models.TRACKER:  # counted from before its lanes start: their first forward reads the load with it
+        controls["mars"].threshold = session.threshold_in_force()
+        runs, exact = start_lanes(prompt, block, new, controls)
+        if keep is not None:
+            model = models.get_model(models.CONFIG.model)[0]
+            keep.update(runs, dtype=str(model.dtype).removeprefix("torch."), exact=exact)
+        for ahead in queued(runs, controls):
+            yield notice("waiting", ahead)
+        throttle, turns = Throttle(), Turns()
         while not all(r.finished for r in runs.values()):
             for key in turns.order(list(runs)):
+                if any(c.stopped for c in controls.values()):  # Stop: no more forwards shown, even ones run ahead
+                    for run in runs.values():
+                        run.close()
+                    break
                 if not runs[key].finished:
                     if key == "mars":
                         controls["mars"].threshold = session.threshold_in_force()

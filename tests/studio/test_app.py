@@ -123,8 +123,10 @@ def test_threshold_change_acts_on_the_running_generation():
     race.set_threshold(0.05, session)
     trace = final([*running])
     taus, counts = trace["mars"]["thresholds"], trace["mars"]["counts"]
-    assert taus[:4] == [1.0] * 4 and set(taus[4:]) == {0.05}
-    assert set(counts[:4]) == {1} and max(counts[4:]) > 1
+    # from the lane's next forward on (where lanes share forwards, the scheduler may have run a few past the page)
+    changed = taus.index(0.05)
+    assert changed >= 4 and set(taus[:changed]) == {1.0} and set(taus[changed:]) == {0.05}
+    assert set(counts[:changed]) == {1} and max(counts[changed:]) > 1
     assert session.threshold == 0.05
 
 
@@ -198,11 +200,12 @@ def test_the_verified_lane_says_what_this_machines_runtime_passed(served, monkey
 def test_the_models_preparation_is_said_step_by_step(monkeypatch, tmp_path, caplog):
     """Preparing a model goes through named steps (a model folder: one, loading and timing); while it runs the page's
     line says the step, its number and its seconds, and the log says each step; once loaded, nothing is said."""
-    assert [what for what, _ in models.stages(str(tmp_path))] == [models.LOAD, models.PREPARE]
+    build = lambda: [models.BUILD] if models.rows.must_build() else []  # noqa: E731 - our kernel, not yet in the cache
+    assert [what for what, _ in models.stages(str(tmp_path))] == [*build(), models.LOAD, models.PREPARE]
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
     monkeypatch.setenv("MARS_CACHE", str(tmp_path / "cache"))
-    assert [what for what, _ in models.stages(str(gguf))] == [models.CONVERT, models.LOAD, models.PREPARE]
+    assert [what for what, _ in models.stages(str(gguf))] == [models.CONVERT, *build(), models.LOAD, models.PREPARE]
     monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="slow"))
     prep = models.Preparation([models.CONVERT, models.LOAD])
     monkeypatch.setitem(models.PREPARING, "slow", prep)
@@ -267,7 +270,8 @@ def test_adapt_switch_acts_mid_run():
             next(running)
         race.set_adapt(True, session)
         taus = final([*running])["mars"]["thresholds"]
-    assert taus[:3] == [0.9] * 3 and set(taus[3:]) == {adaptive_threshold(0.9, 4)}
+    changed = taus.index(adaptive_threshold(0.9, 4))  # from the lane's next forward (the scheduler's may run ahead)
+    assert changed >= 3 and set(taus[:changed]) == {0.9} and set(taus[changed:]) == {adaptive_threshold(0.9, 4)}
 
 
 def test_stop_ends_both_runs_before_their_next_forward():

@@ -91,6 +91,16 @@ def slower_url(tmp_path_factory) -> Iterator[str]:
         yield url
 
 
+def waiting(driver, timeout: float):
+    """A WebDriverWait that asks again, until its own timeout, when Gradio re-renders an element between finding and
+    reading it (stale), before it exists, or when a page starved of the 2 cores times a script out."""
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException, TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout, ignored_exceptions=(
+        NoSuchElementException, StaleElementReferenceException, TimeoutException))
+
+
 def viewport(driver, width: int, height: int) -> None:
     """Make the page's viewport exactly width × height CSS pixels (headless Chromium's window cannot be narrower
     than 500)."""
@@ -123,9 +133,8 @@ def set_number(driver, elem_id: str, value: str) -> None:
 def press(driver, elem_id: str, timeout: float = 600) -> None:
     """Click a button that runs the model once it is enabled (it waits, disabled, while the model is prepared)."""
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
 
-    WebDriverWait(driver, timeout).until(lambda d: d.find_element(By.ID, elem_id).is_enabled())
+    waiting(driver, timeout).until(lambda d: d.find_element(By.ID, elem_id).is_enabled())
     driver.find_element(By.ID, elem_id).click()
 
 
@@ -201,10 +210,9 @@ def start_race(driver, url: str, prompt: str, threshold: str, max_new: str, time
     """Open the app, type a prompt and settings, press Run; return the page's WebDriverWait."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
 
     driver.get(url)
-    wait = WebDriverWait(driver, timeout)
+    wait = waiting(driver, timeout)
     box = wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "#race-prompt textarea")))
     box.clear()
     box.send_keys(prompt)
@@ -270,11 +278,10 @@ def test_batch_in_a_browser(driver, served, tmp_path):
     """The Batch tab: one batch, block-cached MARS against AR, per-sample panes and the block-slot heatmap."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
 
     url, timeout = served
     driver.get(url)
-    wait = WebDriverWait(driver, timeout)
+    wait = waiting(driver, timeout)
     tab = wait.until(ec.element_to_be_clickable((By.XPATH, "//button[@role='tab' and normalize-space()='Batch']")))
     tab.click()
     set_number(driver, "batch-threshold", os.environ.get("MARS_SCREENSHOT_THRESHOLD", "0.3"))
@@ -320,12 +327,11 @@ def test_verified_walkthrough_in_a_browser(driver, served, tmp_path):
     it fed (saved as walkthrough_verified.png, on the forward MARS_SCREENSHOT_FORWARD, default 2)."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
 
     url, timeout = served
     forward = int(os.environ.get("MARS_SCREENSHOT_FORWARD", "2"))
     driver.get(url)
-    wait = WebDriverWait(driver, timeout)
+    wait = waiting(driver, timeout)
     tab = wait.until(ec.element_to_be_clickable(
         (By.XPATH, "//button[@role='tab' and normalize-space()='Walkthrough']")))
     tab.click()
@@ -349,10 +355,20 @@ def test_verified_walkthrough_in_a_browser(driver, served, tmp_path):
 
 
 def chart_points(driver, elem_id: str) -> int:
-    """How many points the plotly chart in #elem_id draws, over all its traces (0 while none is drawn)."""
-    return driver.execute_script(
-        "const plot = document.querySelector('#' + arguments[0] + ' .js-plotly-plot');"
-        "return plot && plot.data ? plot.data.reduce((n, t) => n + (t.x ? t.x.length : 0), 0) : 0;", elem_id)
+    """How many points the plotly chart in #elem_id draws, over all its traces (0 while none is drawn); a page
+    starved by training on 2 cores can time the script out: asked again, up to 5 times."""
+    from selenium.common.exceptions import TimeoutException
+
+    for attempt in range(5):
+        try:
+            return driver.execute_script(
+                "const plot = document.querySelector('#' + arguments[0] + ' .js-plotly-plot');"
+                "return plot && plot.data ? plot.data.reduce((n, t) => n + (t.x ? t.x.length : 0), 0) : 0;",
+                elem_id)
+        except TimeoutException:
+            if attempt == 4:
+                raise
+    raise AssertionError("unreachable")
 
 
 def test_train_in_a_browser(driver, served, tmp_path):
@@ -363,19 +379,16 @@ def test_train_in_a_browser(driver, served, tmp_path):
     point are kept in assets/train_browser.json, Start pressed once the page's status line says the app's start is
     done), and Race puts it against the model before training (train.png:
     the charts; train_race.png: the race)."""
-    from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
 
     from studio.train.loop import PRELOADING_LINE
 
     url, timeout = served
     tab = (By.XPATH, "//button[@role='tab' and normalize-space()='Train']")
     driver.get(url)
-    # training takes both cores of a 2-core machine: a page starved for a while has a script (chart_points) time out,
-    # which is asked again until the wait's own timeout, not taken as the answer
-    wait = WebDriverWait(driver, timeout, ignored_exceptions=(TimeoutException,))
+    # training takes both cores of a 2-core machine: waiting() asks a starved page's script again
+    wait = waiting(driver, timeout)
     opened = time.monotonic()  # a teacher opens the page of an app started just now: the status line says what it
     wait.until(lambda d: not any(PRELOADING_LINE[:40] in e.text for e in d.find_elements(By.ID, "model-status"))
                and d.find_element(By.ID, "race-run").is_enabled())  # ...until the app's start is done
@@ -412,9 +425,9 @@ def test_train_in_a_browser(driver, served, tmp_path):
         wait.until(lambda d: "done" in d.find_element(By.ID, "train-status").text)
     else:  # Stop ends it at its next step (on a busy machine a tiny model may have spent its steps first: "done")
         driver.find_element(By.ID, "train-stop").click()
-        WebDriverWait(driver, 300).until(lambda d: any(
+        waiting(driver, 300).until(lambda d: any(
             word in d.find_element(By.ID, "train-status").text for word in ("stopped", "done")))
-    WebDriverWait(driver, 300).until(lambda d: "Trained for" in d.find_element(By.ID, "train-message").text)
+    waiting(driver, 300).until(lambda d: "Trained for" in d.find_element(By.ID, "train-message").text)
     assert not visible_errors(driver)
     steps = int(re.search(r"step (\d+)", driver.find_element(By.ID, "train-status").text).group(1))
     time.sleep(1.5)  # the last chart update paints
@@ -452,12 +465,11 @@ def test_a_recorded_training_replays_in_a_browser_with_trainings_off(driver, tmp
     recorded training (labelled recorded, the charts filling) and then its recorded race."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
 
     monkeypatch.setenv("MARS_REPLAY_SPEED", "60")
     with launched_app(str(save_tiny_model(tmp_path / "tiny")), "--trainings", "0", "--no-preload") as url:
         driver.get(url)
-        wait = WebDriverWait(driver, 120)
+        wait = waiting(driver, 120)
         train_tab = (By.XPATH, "//button[@role='tab' and normalize-space()='Train']")
         wait.until(ec.element_to_be_clickable(train_tab)).click()
         time.sleep(0.5)
@@ -509,10 +521,9 @@ def test_the_first_five_minutes(driver, slower_url, tmp_path):
     within 2× of the time its run took."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
 
     driver.get(slower_url)
-    wait = WebDriverWait(driver, 120)
+    wait = waiting(driver, 120)
     wait.until(lambda d: d.find_element(By.ID, "race-run").is_enabled())  # the model is ready
     wait.until(lambda d: "Press Run" in d.find_element(By.ID, "ar-pane").text)  # the page's first content
     before = [driver.find_element(By.ID, f"{k}-pane").text for k in ("ar", "mars", "verified")]
@@ -575,12 +586,11 @@ def test_a_first_start_says_what_it_prepares_before_the_first_race(driver, tmp_p
     """The embedded model with an empty cache (MARS_CACHE in a fresh folder): from the first page load the page says
     it is preparing the model (converting the GGUF file first), with its step and seconds, and Run waits."""
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
 
     monkeypatch.setenv("MARS_CACHE", str(tmp_path / "empty_cache"))
     with launched_app(None) as url:  # the embedded default: convert, merge, load (minutes on 2 cores)
         driver.get(url)
-        wait = WebDriverWait(driver, 60)
+        wait = waiting(driver, 60)
         wait.until(lambda d: "Preparing" in d.find_element(By.ID, "model-status").text)
         status = driver.find_element(By.ID, "model-status").text
         assert "step 1 of" in status and "converting the GGUF file" in status
@@ -588,7 +598,7 @@ def test_a_first_start_says_what_it_prepares_before_the_first_race(driver, tmp_p
         assert in_first_screen(driver, "model-status")
         # it counts the seconds: the page is not frozen (a poll each second; the conversion may hold the
         # interpreter a few seconds on a loaded 2-core machine, so allow ten)
-        WebDriverWait(driver, 10).until(lambda d: d.find_element(By.ID, "model-status").text != status)
+        waiting(driver, 10).until(lambda d: d.find_element(By.ID, "model-status").text != status)
         assert "s in all" in driver.find_element(By.ID, "model-status").text
         assert "preparing model default: step 1 of" in load_test.app_log(int(url.rstrip("/").rsplit(":", 1)[1])
                                                                           ).read_text()
@@ -612,13 +622,12 @@ def test_screenshots_of_every_tab(driver, served, tmp_path):
     MARS_SCREENSHOT_PROMPT, that prompt raced live)."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
 
     url, timeout = served
     target = ROOT / "docs" / "screenshots"
     target.mkdir(exist_ok=True)
     driver.get(url)
-    wait = WebDriverWait(driver, timeout)
+    wait = waiting(driver, timeout)
     wait.until(lambda d: d.find_element(By.ID, "race-run").is_enabled())
 
     def tab(name: str) -> None:

@@ -19,6 +19,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 import pytest
 
@@ -82,9 +83,11 @@ def page(monkeypatch):
     assert models.TRACKER.active == 0
 
 
-def serve(monkeypatch, model, tokenizer) -> None:
+def serve(monkeypatch, model, tokenizer, batching: bool = False) -> None:
+    """Serve the model; by default each race alone (its lanes' forwards in its own thread, where Page slows them),
+    with `batching` on the scheduler's thread."""
     monkeypatch.setitem(models.MODELS, "served", (model, tokenizer))
-    monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="served"))
+    monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="served", batching=batching))
 
 
 def race_frames(page: Page, prompt: str, new: int) -> tuple:
@@ -127,6 +130,20 @@ def test_lanes_doing_the_same_work_report_the_same_speed_tiny_model(monkeypatch,
                        intermediate_size=512)
     serve(monkeypatch, model, tok)
     check_equal_work(page, "Count from one to ten", warm=24, new=150)
+
+
+def test_lanes_on_the_scheduler_report_the_same_speed(monkeypatch, page):
+    """Lanes whose forwards the scheduler runs (its own thread): the page drawing after each frame now holds the CPU
+    in the race's thread (a busy loop, which also holds the interpreter) while the scheduler's thread runs whichever
+    group comes next; the groups take turns starting a round, so the clock stays fair."""
+    tok = tiny_tokenizer(mask_token=True)
+    model = tiny_qwen2(len(tok), max_position_embeddings=1024, num_hidden_layers=4, hidden_size=128,
+                       intermediate_size=512)
+    serve(monkeypatch, model, tok, batching=True)
+    page.wait = spin
+    page.draw = lambda: spin(page.seconds)  # the drawing itself, on the race's thread
+    check_equal_work(page, "Count from one to ten", warm=24, new=150)
+    assert models.scheduler("served").forwards > 0  # the scheduler ran them
 
 
 REAL = importlib.import_module("mars_core.load")
@@ -178,6 +195,7 @@ def fake_stream(clock: Virtual, tokens: int, seconds: float) -> Iterator[StreamE
 
 def virtual_race(monkeypatch) -> tuple:
     """A race of fake lanes (WORK) on a virtual clock, the page drawing after every frame; the last frame."""
+    monkeypatch.setattr(models, "CONFIG", replace(models.CONFIG, batching=False))  # the lanes' streams: these fakes
     clock = Virtual()
     page = Page(now=clock, wait=clock.advance)
     page.seconds = PAGE_FORWARDS * WORK["ar"][1]

@@ -33,8 +33,8 @@ def test_load_test_reports_every_round_and_adapt_lowers_the_threshold(tmp_path):
     assert "tok/s" in done.stdout and "MARS-lane tokens" in done.stdout
     header = next(line for line in done.stdout.splitlines() if line.split()[:2] == ["C", "adapt"])
     # the verified lane's columns, then the app's memory, tracebacks and the training, last
-    assert header.split()[-13:] == ["v", "tok", "v", "t/f", "v", "t/s", "v=AR", "RSS", "max", "RSS", "end", "tb",
-                                    "train"]
+    assert header.split()[-17:] == ["v", "tok", "v", "t/f", "v", "t/s", "v=AR", "all", "t/s", "=alone", "share",
+                                    "RSS", "max", "RSS", "end", "tb", "train"]
     assert "C=1 adapt off: training done: step budget spent, 5 steps" in done.stdout
     report = json.loads(out.read_text())
     assert report["command"] == shlex.join(["python", str(ROOT / "benchmarks" / "load_test.py"), *args])
@@ -58,6 +58,12 @@ def test_load_test_reports_every_round_and_adapt_lowers_the_threshold(tmp_path):
         assert row["verified_compared"] == clients and 0 <= row["verified_identical"] <= 1
         assert row["verified_identical"] == pytest.approx(row["verified_identical_count"] / clients)
         assert row["verified_agreement_on"] == ["ids"]
+        # every answer against the same request's answer alone (the warm-up's): AR and verified equal, token for
+        # token, with its visitors' lanes sharing forwards (the app's default); every lane's tokens counted
+        assert row["alone_compared"] == clients and row["alone_exact"] == 1.0
+        assert 1 <= row["shared_most"] <= clients
+        assert row["all_tokens"] == 3 * 8 * clients and row["all_throughput"] == pytest.approx(
+            row["all_tokens"] / row["wall_s"])
         # the app's memory over the round, no traceback in its log, and the round's training finished
         assert 0 < row["rss_end_mb"] <= row["rss_peak_mb"] and row["rss_app_peak_mb"] > 0 and row["processes"] >= 1
         assert row["tracebacks"] == 0

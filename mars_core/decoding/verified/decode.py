@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ...runtime.curve import CostCurve
 from ...runtime.forward import fed_then, head
 from ..commit import Committed, decode_loop
 from ..control import DecodeControl
@@ -194,6 +195,41 @@ def one_token_decode(model: torch.nn.Module, prompts: list[list[int]], spec: Dec
     return sliding_decode(model, prompts, replace(spec, block_size=1), control)
 
 
+def settings(spec: DecodeSpec, layout: VerifiedConfig | None) -> tuple[VerifiedConfig, int, CostCurve | None]:
+    """The layout a decode uses (a static runtime's fixed widths: every group up to the drafts checked, no
+    siblings), its depth D and the curve its trees are sized by (None: the fixed rules)."""
+    config, g = layout or VerifiedConfig(), spec.block_size - 1
+    if spec.runtime.static:
+        config = replace(config, group_floor=0.0, sibling_floor=None)
+    depth = max(g, config.lookup_drafts) if g > 0 else 0
+    return config, depth, (config.cost or spec.runtime.cost) if config.use_cost else None
+
+
+def widest(depth: int, g: int) -> int:
+    """The widest tree a forward may feed per sample: two pending, D drafts, every group and sibling."""
+    return 2 + depth + (depth + 1) * g + depth * (1 + g)
+
+
+def priced(r: VerifiedDecode, curve: CostCurve | None, batch: int) -> None:
+    """Price r's widths for `batch` samples: the curve's seconds by width, and the pace that learns them as the
+    forwards run (a CPU step's time is known when its host copy returns; on a GPU the step decides)."""
+    r.seconds = seconds_by_width(curve, batch, r.depth, r.g, r.model.device)
+    live = r.seconds is not None and (r.spec.runtime.live_cost or r.model.device.type == "cuda")
+    r.pace = Pace.from_curve(r.seconds) if live else None
+
+
+def start(model: torch.nn.Module, prompts: list[list[int]], spec: DecodeSpec, threshold: float, cache: Any, *,
+          layout: VerifiedConfig | None = None, record: Callable[[Forward], None] | None = None) -> VerifiedDecode:
+    """A verified decode of the prompts over `cache` (sized for them: widest()), before its first forward."""
+    config, depth, curve = settings(spec, layout)
+    state, tree = prefill(prompts, spec, threshold, depth, model.device)
+    r = VerifiedDecode(model=model, spec=spec, config=config, cache=cache, depth=depth, record=record, state=state,
+                       tree=tree, seconds=None, pace=None,
+                       floors=(FLOORS[0], 0.0) if spec.runtime.static else FLOORS)
+    priced(r, curve, len(prompts))
+    return r
+
+
 @torch.inference_mode()
 def verified_decode(
     model: torch.nn.Module, prompts: list[list[int]], spec: DecodeSpec, control: DecodeControl, *,
@@ -202,21 +238,10 @@ def verified_decode(
     """Yield one Step per forward. send() a bool [b] tensor to stop samples (stop strings). layout: how trees are
     shaped (None: VerifiedConfig()); record: called with each forward's Forward. Where no width pays on the curve
     (plan.one_token_only), it is one-token decoding itself, unless a caller asked for the trees' records."""
-    config, g, static = layout or VerifiedConfig(), spec.block_size - 1, spec.runtime.static
-    if static:  # fixed widths: every group up to the drafts checked, no siblings
-        config = replace(config, group_floor=0.0, sibling_floor=None)
-    depth = max(g, config.lookup_drafts) if g > 0 else 0
-    curve = (config.cost or spec.runtime.cost) if config.use_cost else None
+    _, depth, curve = settings(spec, layout)
     if record is None and one_token_only(curve, len(prompts), spec.block_size):
         yield from one_token_decode(model, prompts, spec, control)
         return
-    state, tree = prefill(prompts, spec, control.snapshot().threshold, depth, model.device)
-    seconds = seconds_by_width(curve, len(prompts), depth, g, model.device)
-    # a CPU step's time is known when its host copy returns; on a GPU the step (launches and all) is what decides
-    live = seconds is not None and (spec.runtime.live_cost or model.device.type == "cuda")
-    widest = 2 + depth + (depth + 1) * g + depth * (1 + g)  # two pending, D drafts, every group and sibling
-    with decode_cache(model, prompts, spec, widest) as cache:
-        r = VerifiedDecode(model=model, spec=spec, config=config, cache=cache, depth=depth, record=record, state=state,
-                tree=tree, seconds=seconds, pace=Pace.from_curve(seconds) if live else None,
-                floors=(FLOORS[0], 0.0) if static else FLOORS)
-        yield from decode_loop(control, state.answer, lambda ctl: step(r, ctl), lambda _: advance(r))
+    with decode_cache(model, prompts, spec, widest(depth, spec.block_size - 1)) as cache:
+        r = start(model, prompts, spec, control.snapshot().threshold, cache, layout=layout, record=record)
+        yield from decode_loop(control, r.state.answer, lambda ctl: step(r, ctl), lambda _: advance(r))

@@ -18,4 +18,21 @@ def load(records_dir: Path) -> str:
                       "p95 latency s", "τ in force", "agree", "same"], rows)
 
 
-TABLES: dict[str, Callable[[Path], str]] = {"load": load}
+CLASS = (("each race alone (`--no-batching`)", "load_test/class_alone.json"),
+         ("lanes share forwards (the default)", "load_test/class_shared.json"))
+
+
+def class_rounds(records_dir: Path) -> str:
+    """A class racing at once, without and with the scheduler: per client count, races done and failed, latencies,
+    every lane's tokens per wall second, answers equal to the same request's alone, the most lanes a forward fed."""
+    rows = []
+    for label, name in CLASS:
+        for r in read(records_dir, name)["rows"]:
+            exact = f"{r['alone_exact_count']} of {r['alone_compared']}" if r.get("alone_compared") else "–"
+            rows.append([label, str(r["clients"]), f"{r['done']} / {r['failed']}", f"{r['latency_p50']:.1f}",
+                         f"{r['latency_p95']:.1f}", f"{r['all_throughput']:.1f}", exact, str(r["shared_most"])])
+    return table(["app", "visitors", "races done / failed", "p50 latency s", "p95 latency s",
+                  "tokens/s, all lanes", "AR and verified = alone", "lanes a forward, most"], rows)
+
+
+TABLES: dict[str, Callable[[Path], str]] = {"load": load, "class": class_rounds}

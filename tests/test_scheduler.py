@@ -1,0 +1,103 @@
+"""The scheduler (continuous batching): concurrent callers share forwards, each gets its answer alone token for token;
+Stop and a changed τ act on their own request only; the cap holds and the queue says who is ahead."""
+
+import threading
+
+import pytest
+
+from mars_core import DecodeControl, generate
+from mars_core.runtime.curve import CostCurve
+from mars_core.scheduler import UNTIMED_CAP, Scheduler, lanes_cap
+
+from trained import ANSWERS, mars_trained
+
+PROMPTS = list(ANSWERS)
+
+
+@pytest.fixture(scope="module")
+def trained(tokenizer):
+    return mars_trained("qwen2", tokenizer)
+
+
+def together(scheduler, jobs):
+    """Run each job (prompt, strategy, control) in its own thread at once; their token ids and events."""
+    out = [None] * len(jobs)
+    start = threading.Barrier(len(jobs))
+
+    def one(k, prompt, strategy, control):
+        start.wait()
+        events = list(scheduler.stream(prompt, strategy=strategy, max_new_tokens=40, control=control))
+        out[k] = ([t for e in events for t in e.token_ids[0]], events)
+
+    threads = [threading.Thread(target=one, args=(k, *job)) for k, job in enumerate(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return out
+
+
+@pytest.mark.parametrize("strategy,tau", [("ar", 1.0), ("verified", 0.3), ("sliding", 0.7)])
+def test_concurrent_requests_share_forwards_and_keep_their_answers(trained, tokenizer, strategy, tau):
+    alone = [generate(trained, tokenizer, p, strategy=strategy, threshold=tau, max_new_tokens=40).token_ids[0]
+             for p in PROMPTS]
+    scheduler = Scheduler(trained, tokenizer)
+    got = together(scheduler, [(p, strategy, DecodeControl(threshold=tau)) for p in PROMPTS])
+    assert [ids for ids, _ in got] == alone
+    assert scheduler.widest >= 2  # forwards were shared
+    shared = [e.shared for _, events in got for e in events]
+    assert max(shared) == scheduler.widest and all(e.seconds > 0 for _, events in got for e in events)
+    assert all(events[-1].done[0] for _, events in got)
+
+
+def test_stop_and_threshold_act_on_their_own_request(trained, tokenizer):
+    scheduler = Scheduler(trained, tokenizer)
+    controls = [DecodeControl(threshold=0.9) for _ in PROMPTS]
+    alone = [generate(trained, tokenizer, p, strategy="sliding", threshold=0.9, max_new_tokens=40).token_ids[0]
+             for p in PROMPTS]
+    streams = [scheduler.stream(p, strategy="sliding", max_new_tokens=40, control=c) for p, c in zip(PROMPTS, controls)]
+    firsts = [next(s) for s in streams]  # every request has had its prefill
+    controls[1].stop()
+    controls[2].threshold = 1.0  # from its next forward on: one token a forward
+    rest = [list(s) for s in streams]
+    ids = [f.token_ids[0] + [t for e in r for t in e.token_ids[0]] for f, r in zip(firsts, rest)]
+    assert rest[1] == [] or len(rest[1]) <= 1  # stopped: it ends (at most the forward already run)
+    for k in (0, 3, 4):
+        assert ids[k] == alone[k]
+    taus = [e.threshold for e in rest[2]]  # forwards the thread ran before the change kept 0.9; then 1 for good
+    changed = taus.index(1.0)
+    assert set(taus[:changed]) <= {0.9} and set(taus[changed:]) == {1.0}
+    assert all(len(e.token_ids[0]) <= 1 for e in rest[2][changed:])
+    assert all(e.threshold == 0.9 for e in rest[0])  # the others' τ stays theirs
+
+
+def test_the_cap_and_the_queue(trained, tokenizer):
+    scheduler = Scheduler(trained, tokenizer, cap=2)
+    alone = [generate(trained, tokenizer, p, strategy="verified", max_new_tokens=40).token_ids[0] for p in PROMPTS]
+    got = together(scheduler, [(p, "verified", DecodeControl(threshold=0.3)) for p in PROMPTS])
+    assert [ids for ids, _ in got] == alone
+    assert scheduler.widest == 2
+    # four more at once: two join at the next turn; the others wait for room, those queued before them counted
+    with scheduler.lock:  # the thread admits nobody meanwhile
+        streams = [scheduler.stream(p, strategy="verified", max_new_tokens=40) for p in PROMPTS[:4]]
+        assert [s.ahead() for s in streams] == [None, None, 2, 3]
+    got = [[t for e in s for t in e.token_ids[0]] for s in streams]
+    assert got == alone[:4] and scheduler.widest == 2
+
+
+def test_refused_requests_say_why(trained, tokenizer):
+    scheduler = Scheduler(trained, tokenizer)
+    with pytest.raises(ValueError, match="greedily"):
+        scheduler.stream("hi", max_new_tokens=40, control=DecodeControl(threshold=0.3, temperature=0.7))
+    with pytest.raises(ValueError, match="not 'block'"):
+        scheduler.stream("hi", strategy="block", max_new_tokens=40)
+    with pytest.raises(ValueError, match="prompt too long"):
+        scheduler.stream("hi " * 300, max_new_tokens=40)
+
+
+def test_the_cap_comes_from_the_cost_curve():
+    flat = CostCurve.from_function(lambda b, w: 1.0, batch_sizes=(1, 16), widths=(1, 4, 8))
+    steep = CostCurve.from_function(lambda b, w: b * w, batch_sizes=(1, 16), widths=(1, 4, 8))
+    assert lanes_cap(flat, 4) == 32  # a wider forward costs nothing more: the most
+    assert lanes_cap(steep, 4) == 4  # cost grows with every request: PACE of them
+    assert lanes_cap(None, 4) == UNTIMED_CAP
