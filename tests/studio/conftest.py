@@ -21,6 +21,7 @@ def served(tiny, monkeypatch):
     monkeypatch.setitem(models.MODELS, "tiny", tiny)
     monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="tiny"))
     monkeypatch.setattr(lanes, "FRAME_SECONDS", 0.0)  # one update per forward: the tests step a run by forward
+    monkeypatch.setattr(lanes, "APP_FRAMES", float("inf"))  # ... whatever else the test counts as running
     monkeypatch.delenv("SPACE_ID", raising=False)
     yield
     assert models.TRACKER.active == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import warnings
@@ -771,3 +772,17 @@ def test_every_tab_says_the_models_preparation_while_it_waits_for_it(monkeypatch
     assert "Preparing `tiny`: step 1 of 1, loading the weights" in next(walkthrough.walk_steps(PROMPT, 0.9, 4, 8))[0]
     assert "step 1 of 1" in next(walk_verified.verified_steps(PROMPT, 0.3, 4, 8))[0]
     assert next(explorer.sweep("1", 4, 8, ["lists"], 1, progress=lambda *a: None))[3] == said
+
+
+def test_a_busy_app_sends_each_page_fewer_frames(monkeypatch):
+    """With others generating, a page's frames come at most every (others / APP_FRAMES) seconds (the last always):
+    the app's frames stay about APP_FRAMES a second however many visitors race."""
+    monkeypatch.setattr(lanes, "FRAME_SECONDS", 0.0)
+    monkeypatch.setattr(lanes, "APP_FRAMES", 6.0)
+    alone, busy = lanes.Throttle(), lanes.Throttle()
+    assert alone.due(10, False) and alone.due(10, False)  # alone: every time it is asked
+    with contextlib.ExitStack() as running:
+        for _ in range(13):  # 13 generations: 12 others
+            running.enter_context(models.TRACKER)
+        assert busy.due(10, False) and not busy.due(10, False)  # then not again within 2 s
+        assert busy.due(10, True)  # the last frame always comes
