@@ -677,6 +677,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threshold", type=float, default=0.9, help="base threshold τ")
     p.add_argument("--block-size", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--batch-tab", type=int, default=0, metavar="RUNS",
+                   help="instead of the rounds: the Batch tab's handler in this process, RUNS timed runs (batch_tab())")
     p.add_argument("--concurrency", type=int, default=None,
                    help="the app's --concurrency (default: the app's own default)")
     p.add_argument("--batching", action=argparse.BooleanOptionalAction, default=None,
@@ -785,6 +787,67 @@ def run_rounds(args: argparse.Namespace, app: dict | None = None) -> list[dict]:
     return rows
 
 
+# ----------------------------------------------------------------------------- the Batch tab
+
+BATCH_SIDES = ("block", "verified", "ar")
+
+
+def one_run(tab, state, args: argparse.Namespace) -> dict:
+    """The tab's handler once, to its last frame; what each side read."""
+    out = list(tab.batch_race("\n".join(tab.EXAMPLES), args.threshold, args.block_size, args.max_new_tokens,
+                              state.BatchSession()))
+    trace = out[-1][-1]
+    row = {k: {f: trace[k][f] for f in ("forwards", "tokens", "seconds", "tokens_per_second")} for k in BATCH_SIDES}
+    ar = trace["ar"]["tokens_per_second"]
+    return row | {"verified_same_as_ar": sum(trace["verified_same_as_ar"]),
+                  "block_same_as_ar": sum(trace["same_as_ar"]), "prompts": len(trace["same_as_ar"]),
+                  "verified_x_ar": trace["verified"]["tokens_per_second"] / ar,
+                  "block_x_ar": trace["block"]["tokens_per_second"] / ar}
+
+
+def batch_tab(args: argparse.Namespace, command: str) -> dict:
+    """--batch-tab RUNS: the Batch tab as a visitor runs it, its own handler on its six example prompts (64 new tokens,
+    --threshold, --block-size), the served model at the app's defaults on this machine (compiled where the app
+    compiles), RUNS timed runs after an untimed one: each side's forwards, tokens, seconds and tokens/s as the tab's
+    clock counts them, answers equal to AR's, verified's and block's tokens/s over AR's, and the medians."""
+    args.max_new_tokens, args.runs = 64, args.batch_tab
+
+    from mars_core.machine import machine_info, machine_line
+    from studio import models
+    from studio.batch import state, tab
+    from studio.cli import compile_by_default
+
+    models.CONFIG = models.AppConfig(model=args.model, compile=compile_by_default())
+    for said in models.preparing([models.CONFIG.model], lambda: False):
+        print(said, flush=True)
+    models.get_model(models.CONFIG.model)
+    time.sleep(1)
+    while models.COMPILING:  # the compiled forward, as the app serves it once its compile ends
+        time.sleep(1)
+    forward = models.forward_note(models.CONFIG.model)
+    print(f"forward: {forward}", flush=True)
+    one_run(tab, state, args)  # untimed: first calls
+    runs = []
+    for _ in range(args.runs):
+        runs.append(one_run(tab, state, args))
+        r = runs[-1]
+        print(f"verified {r['verified']['tokens_per_second']:.1f} tok/s ({r['verified_x_ar']:.2f}x AR, "
+              f"{r['verified_same_as_ar']} of {r['prompts']} = AR) · block {r['block']['tokens_per_second']:.1f} "
+              f"({r['block_x_ar']:.2f}x, {r['block_same_as_ar']} = AR) · AR {r['ar']['tokens_per_second']:.1f}",
+              flush=True)
+    report = {"command": command,
+              "date": time.strftime("%F"), "machine": machine_line(machine_info()), "forward": forward,
+              "settings": {k: getattr(args, k) for k in ("threshold", "block_size", "max_new_tokens", "model", "runs")},
+              "runs": runs,
+              "verified_x_ar_median": statistics.median(r["verified_x_ar"] for r in runs),
+              "block_x_ar_median": statistics.median(r["block_x_ar"] for r in runs)}
+    print(f"median over {args.runs} runs: verified {report['verified_x_ar_median']:.2f}x the AR batch's tokens/s, "
+          f"block {report['block_x_ar_median']:.2f}x")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return report
+
 def command_line(argv: list[str] | None) -> str:
     """The command that ran this, shell-quoted: the script's path as it was given on the command line (as
     benchmarks/load_test.py when main() is called with `argv`), then its arguments."""
@@ -795,6 +858,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     """Run the rounds, print the table, write --json and --plot; Ctrl-C ends the app and exits with 130."""
     command = command_line(argv)
     args = parse_args(argv)
+    if args.batch_tab:
+        return [batch_tab(args, command)]
     app: dict = {}
     try:
         rows = run_rounds(args, app)

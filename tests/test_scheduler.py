@@ -78,6 +78,7 @@ def test_the_cap_and_the_queue(trained, tokenizer):
     assert [ids for ids, _ in got] == alone
     assert scheduler.widest == 2
     # four more at once: two join at the next turn; the others wait for room, those queued before them counted
+    scheduler = Scheduler(trained, tokenizer, cap=2)  # a new one: nothing of the last round is still leaving
     with scheduler.lock:  # the thread admits nobody meanwhile
         streams = [scheduler.stream(p, strategy="verified", max_new_tokens=40) for p in PROMPTS[:4]]
         assert [s.ahead() for s in streams] == [None, None, 2, 3]
