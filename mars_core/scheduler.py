@@ -31,7 +31,7 @@ import torch
 
 from .decoding import strategies
 from .decoding.control import DecodeControl
-from .decoding.joined import KINDS, Joined
+from .decoding.joined import KINDS, Joined, cache_length
 from .decoding.spec import DecodeSpec
 from .decoding.verified.plan import one_token_only
 from .generate import (
@@ -93,6 +93,7 @@ class Group:
     kind: str
     spec: DecodeSpec
     threshold: float  # verified's (it shapes the trees only); sliding's are per request
+    confidence: str  # how a prediction's confidence is read ("prob", "entropy", "margin"): the group's requests'
     rows: list[Request] = field(default_factory=list)
     running: Joined | None = None
     waiting: deque[Request] = field(default_factory=deque)
@@ -172,14 +173,18 @@ class Scheduler:
         check_request(self.model, self.tokenizer, ids, strategy, block, max_new_tokens)
         if kind == "verified" and one_token_only(self.runtime.cost, 1, block):
             kind = "ar"  # no width pays here: verified is one-token decoding (a group of its own)
-        tau = control.snapshot().threshold
-        key = (strategy, kind, block, max_new_tokens, tau if strategy == "verified" else None)
+        settings = control.snapshot()
+        tau = settings.threshold
+        spec = decode_spec(self.model, self.tokenizer, options, block)
+        # a static runtime's rows read every slot of the cache: only requests of one cache length share its forwards
+        slots = cache_length(len(ids[0]), spec, kind) if self.runtime.static else None
+        key = (strategy, kind, block, max_new_tokens, tau if strategy == "verified" else None, settings.confidence,
+               slots)
         request = Request(ids[0], control, TextTracker(self.tokenizer, 1))
         with self.lock:
             group = self.groups.get(key)
             if group is None:
-                spec = decode_spec(self.model, self.tokenizer, options, block)
-                group = self.groups[key] = Group(kind, spec, tau)
+                group = self.groups[key] = Group(kind, spec, tau, settings.confidence)
             group.waiting.append(request)
             self.lock.notify_all()
             if self.thread is None:
@@ -202,7 +207,21 @@ class Scheduler:
 
     def loop(self) -> None:
         """Visit every group once a turn while any has work; idle for IDLE_SECONDS, the thread ends (the next
-        request starts another)."""
+        request starts another). Should the thread die, what it held gets the error and the next request starts
+        another."""
+        try:
+            self.turns_until_idle()
+        except BaseException as err:
+            log.exception("the scheduler's thread failed")
+            with self.lock:
+                held = [r for g in self.groups.values() for r in (*g.rows, *g.waiting)]
+                self.groups, self.thread = {}, None
+            for request in held:
+                request.events.put(err)
+            raise
+
+    def turns_until_idle(self) -> None:
+        """The thread's turns, until it has been idle for IDLE_SECONDS."""
         while True:
             with self.lock:
                 if not self.lock.wait_for(lambda: any(g.rows or g.waiting for g in self.groups.values()),
@@ -240,27 +259,33 @@ class Scheduler:
             with self.lock:
                 group.running, group.rows = running, rows
         with self.lock:
+            for request in [r for r in group.waiting if r.leaving]:  # stopped or dropped while queued: ended now
+                group.waiting.remove(request)
+                request.events.put(_END)
             new: list[Request] = []
             while group.waiting and len(group.rows) + len(new) < self.cap:
-                request = group.waiting.popleft()
-                if request.leaving:
-                    request.events.put(_END)
-                else:
-                    new.append(request)
+                new.append(group.waiting.popleft())
             group.joining = len(new)
         if new:
-            try:
-                fresh = Joined.start(self.model, [r.ids for r in new], group.spec, group.kind, group.threshold)
-                fresh, joined = self.advance(group, fresh, new)
-            except Exception as err:  # noqa: BLE001 - the newcomers get the error; the group's rows go on
-                log.exception("a prefill failed")
-                for request in new:
-                    request.events.put(err)
-                fresh = None
+            self.join(group, new)
+
+    def join(self, group: Group, new: list[Request]) -> None:
+        """The newcomers' prefill (a decode of their own), then they join the group's running decode; a failure
+        there is theirs alone (the group's rows go on)."""
+        joined: list[Request] = []
+        try:
+            fresh = Joined.start(self.model, [r.ids for r in new], group.spec, group.kind, group.threshold)
+            fresh, joined = self.advance(group, fresh, new)
+            if fresh is not None:
+                merged = fresh if group.running is None else group.running.merge(fresh)
+                with self.lock:
+                    group.running, group.rows = merged, group.rows + joined
+        except Exception as err:  # noqa: BLE001 - the newcomers get the error
+            log.exception("a prefill failed")
+            for request in new:
+                request.events.put(err)
+        finally:
             with self.lock:
-                if fresh is not None:
-                    group.running = fresh if group.running is None else group.running.merge(fresh)
-                    group.rows = group.rows + joined
                 group.joining = 0
 
     def advance(self, group: Group, running: Joined, rows: list[Request]) -> tuple[Joined | None, list[Request]]:
@@ -268,7 +293,7 @@ class Scheduler:
         whose answers go on (None: none) and those requests."""
         taus = [r.control.snapshot().threshold if group.kind == "sliding" else group.threshold for r in rows]
         began = time.perf_counter()
-        step = running.step(taus)
+        step = running.step(taus, group.confidence)
         running.finish()
         seconds = time.perf_counter() - began
         self.forwards, self.widest = self.forwards + 1, max(self.widest, len(rows))

@@ -102,3 +102,24 @@ def test_the_cap_comes_from_the_cost_curve():
     assert lanes_cap(flat, 4) == 32  # a wider forward costs nothing more: the most
     assert lanes_cap(steep, 4) == 4  # cost grows with every request: PACE of them
     assert lanes_cap(None, 4) == UNTIMED_CAP
+
+
+def test_each_request_keeps_its_confidence_measure(trained, tokenizer):
+    controls = [DecodeControl(threshold=0.5, confidence=c) for c in ("prob", "entropy", "margin")]
+    alone = [generate(trained, tokenizer, PROMPTS[0], strategy="sliding", max_new_tokens=40, control=c).token_ids[0]
+             for c in controls]
+    got = together(Scheduler(trained, tokenizer), [(PROMPTS[0], "sliding", c) for c in controls])
+    assert [ids for ids, _ in got] == alone
+
+
+def test_a_request_stopped_in_the_queue_ends_without_waiting_for_room(trained, tokenizer):
+    scheduler = Scheduler(trained, tokenizer, cap=1)
+    control = DecodeControl(threshold=0.3)
+    with scheduler.lock:
+        first = scheduler.stream(PROMPTS[4], strategy="verified", max_new_tokens=200)
+        queued = scheduler.stream(PROMPTS[0], strategy="verified", max_new_tokens=200, control=control)
+        assert queued.ahead() == 1
+    next(first)  # the first runs: the forward is full
+    control.stop()
+    assert list(queued) == []  # ended at the thread's next turn, the first still running or not
+    assert [t for e in first for t in e.token_ids[0]]

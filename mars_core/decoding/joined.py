@@ -36,12 +36,21 @@ from .verified.verify import DecodeState
 KINDS = ("ar", "sliding", "verified")  # the strategies whose samples can join a running decode
 
 
-def own_cache(model: torch.nn.Module, prompts: list[list[int]], spec: DecodeSpec, widest: int) -> SlotCache:
+def cache_length(prompt: int, spec: DecodeSpec, kind: str) -> int:
+    """The cache a decode of `kind` gives a prompt of this many tokens (its answer and widest forward past it): on a
+    static runtime a row reads all of it, so only samples of one length share a forward there."""
+    if kind == "verified":
+        widest = verified.widest(verified.settings(spec, None)[1], spec.block_size - 1)
+    else:
+        widest = 2 * (1 if kind == "ar" else spec.block_size)
+    return decode_slots(prompt + spec.max_new_tokens, widest, spec.runtime.static)
+
+
+def own_cache(model: torch.nn.Module, prompts: list[list[int]], spec: DecodeSpec, kind: str) -> SlotCache:
     """A cache of the decode's own (not borrowed: it is stacked and cut as samples come and go), its copies of the
     weights checked first (runtime/watch.py)."""
     refresh(model, spec.runtime)
-    slots = decode_slots(max(map(len, prompts)) + spec.max_new_tokens, widest, spec.runtime.static)
-    return SlotCache(model, len(prompts), slots)
+    return SlotCache(model, len(prompts), cache_length(max(map(len, prompts)), spec, kind))
 
 
 def stacked_caches(model: torch.nn.Module, caches: list[SlotCache]) -> SlotCache:
@@ -176,13 +185,12 @@ class Joined:
         if kind not in KINDS:
             raise ValueError(f"joined decoding runs {KINDS}, not {kind!r}")
         if kind == "verified":
-            _, depth, _ = verified.settings(spec, None)
-            cache = own_cache(model, prompts, spec, verified.widest(depth, spec.block_size - 1))
+            cache = own_cache(model, prompts, spec, kind)
             return cls(kind, model, spec, cache, verified.start(model, prompts, spec, threshold, cache))
         spec = replace(spec, block_size=1) if kind == "ar" else spec
         pending, lengths = right_pad(prompts, spec.pad_id, model.device)
         window = Window(pending, lengths, lengths, Committed.empty(len(prompts), spec, spec.block_size, model.device))
-        return cls(kind, model, spec, own_cache(model, prompts, spec, 2 * spec.block_size), window)
+        return cls(kind, model, spec, own_cache(model, prompts, spec, kind), window)
 
     @property
     def size(self) -> int:
@@ -194,12 +202,13 @@ class Joined:
         return self.state.state.answer if self.kind == "verified" else self.state.answer
 
     @torch.inference_mode()
-    def step(self, thresholds: list[float]) -> Step:
+    def step(self, thresholds: list[float], confidence: str = "prob") -> Step:
         """One forward for every sample (sliding: each at its own threshold; verified: the first one's, which shapes
-        the trees only; AR: 1)."""
+        the trees only; AR: 1), confidences read as `confidence` says."""
         if self.kind == "verified":
-            return verified.step(self.state, DecodeControl(threshold=thresholds[0]))
-        return sliding_step(self.model, self.cache, self.state, self.spec, DecodeControl(threshold=min(thresholds)),
+            return verified.step(self.state, DecodeControl(threshold=thresholds[0], confidence=confidence))
+        control = DecodeControl(threshold=min(thresholds), confidence=confidence)
+        return sliding_step(self.model, self.cache, self.state, self.spec, control,
                             thresholds if self.kind == "sliding" else None)
 
     @torch.inference_mode()
