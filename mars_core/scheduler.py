@@ -152,13 +152,13 @@ class Scheduler:
                ) -> Streamed:
         """StreamEvents of one prompt's decode, run in shared forwards (a ValueError for what stream() refuses, and
         for sampling: the scheduler decodes greedily)."""
-        request, _ = self.submit(prompt, strategy=strategy, block_size=block_size, max_new_tokens=max_new_tokens,
-                                 control=control, threshold=threshold, chat=chat)
-        return Streamed(self, request)
+        return Streamed(self, self.submit(prompt, strategy=strategy, block_size=block_size,
+                                          max_new_tokens=max_new_tokens, control=control, threshold=threshold,
+                                          chat=chat))
 
     def submit(self, prompt: Any, *, strategy: str, block_size: int, max_new_tokens: int,
-               control: DecodeControl | None, threshold: float | None, chat: bool) -> tuple[Request, Group]:
-        """Validate and queue one request (its events: events())."""
+               control: DecodeControl | None, threshold: float | None, chat: bool) -> Request:
+        """Validate and queue one request (stream() reads its events)."""
         options = DecodeOptions(strategy=strategy, block_size=block_size, max_new_tokens=max_new_tokens,
                                 control=control, threshold=threshold if control is None else None, chat=chat,
                                 runtime=self.runtime)
@@ -191,7 +191,7 @@ class Scheduler:
                 # not a daemon: it ends when idle (a daemon thread left in torch at exit aborts the process)
                 self.thread = threading.Thread(target=self.loop, name="mars-scheduler")
                 self.thread.start()
-        return request, group
+        return request
 
     def ahead(self, request: Request) -> int | None:
         """How many requests of its group wait before it while it waits for room (None: it runs, or joins at the
