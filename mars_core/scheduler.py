@@ -97,7 +97,8 @@ class Group:
     rows: list[Request] = field(default_factory=list)
     running: Joined | None = None
     waiting: deque[Request] = field(default_factory=deque)
-    joining: int = 0  # taken from the queue, prefilling: rows once their first forward ran
+    joining: list[Request] = field(default_factory=list)  # taken from the queue, prefilling: rows once their
+    # first forward ran
 
 
 class Streamed(Iterator[StreamEvent]):
@@ -189,8 +190,13 @@ class Scheduler:
             self.lock.notify_all()
             if self.thread is None:
                 # not a daemon: it ends when idle (a daemon thread left in torch at exit aborts the process)
-                self.thread = threading.Thread(target=self.loop, name="mars-scheduler")
-                self.thread.start()
+                thread = threading.Thread(target=self.loop, name="mars-scheduler")
+                try:
+                    thread.start()
+                except BaseException:  # no thread to run it: the request is refused, the next one tries again
+                    group.waiting.remove(request)
+                    raise
+                self.thread = thread
         return request
 
     def ahead(self, request: Request) -> int | None:
@@ -200,7 +206,7 @@ class Scheduler:
             for group in self.groups.values():
                 if request in group.waiting:
                     before = list(group.waiting).index(request)
-                    return before if len(group.rows) + group.joining + before >= self.cap else None
+                    return before if len(group.rows) + len(group.joining) + before >= self.cap else None
         return None
 
     # ------------------------------------------------------------------------- the thread
@@ -214,7 +220,7 @@ class Scheduler:
         except BaseException as err:
             log.exception("the scheduler's thread failed")
             with self.lock:
-                held = [r for g in self.groups.values() for r in (*g.rows, *g.waiting)]
+                held = [r for g in self.groups.values() for r in (*g.rows, *g.joining, *g.waiting)]
                 self.groups, self.thread = {}, None
             for request in held:
                 request.events.put(err)
@@ -265,7 +271,7 @@ class Scheduler:
             new: list[Request] = []
             while group.waiting and len(group.rows) + len(new) < self.cap:
                 new.append(group.waiting.popleft())
-            group.joining = len(new)
+            group.joining = new
         if new:
             self.join(group, new)
 
@@ -286,7 +292,7 @@ class Scheduler:
                 request.events.put(err)
         finally:
             with self.lock:
-                group.joining = 0
+                group.joining = []
 
     def advance(self, group: Group, running: Joined, rows: list[Request]) -> tuple[Joined | None, list[Request]]:
         """One forward of `running` (its samples: rows), each request its event; returns the decode of the requests

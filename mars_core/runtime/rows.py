@@ -123,14 +123,10 @@ def _build() -> str | None:
         return "no C++ compiler on this machine"
     if os.environ.get("MARS_ROWS_KERNEL", "1") == "0":
         return "turned off (MARS_ROWS_KERNEL=0)"
-    from torch.utils.cpp_extension import load
-
     folder = _folder()
     folder.mkdir(parents=True, exist_ok=True)
     try:
-        load(name=f"mars_rows_{folder.name.removeprefix('rows-')}", sources=[str(SOURCE)],
-             extra_cflags=list(compile_flags()), extra_ldflags=["-fopenmp"], build_directory=str(folder),
-             is_python_module=False, verbose=False)
+        _load(folder)
         built = torch.ops.mars_rows.flavor()
         if built not in can:  # built without the instructions of any path this CPU runs
             return f"the compiler built it for {built}, which this CPU cannot run (it has {', '.join(can)})"
@@ -145,6 +141,20 @@ def _build() -> str | None:
     _STATE["flavor"] = built  # what serves: flavor() says so from now on
     _shapes()
     return None
+
+
+def _load(folder: Path) -> None:
+    """Build (or load the kept build of) the kernel in `folder`, one process at a time. torch's builder waits, with no
+    end, while its `lock` file exists, and a process killed while building or loading leaves it behind; our lock is a
+    flock the OS releases when its holder dies, so whoever holds it is alone here and a `lock` it finds is stale."""
+    from filelock import FileLock
+    from torch.utils.cpp_extension import load
+
+    with FileLock(folder / "build.lock"):
+        (folder / "lock").unlink(missing_ok=True)  # torch's baton, left by a process killed inside load()
+        load(name=f"mars_rows_{folder.name.removeprefix('rows-')}", sources=[str(SOURCE)],
+             extra_cflags=list(compile_flags()), extra_ldflags=["-fopenmp"], build_directory=str(folder),
+             is_python_module=False, verbose=False)
 
 
 def _on_cpu(op: str, **tensors: torch.Tensor | None) -> None:

@@ -81,6 +81,31 @@ def builds_as(fresh_state, monkeypatch, tmp_path):
     return set_flavor
 
 
+@pytest.mark.timeout(120)
+def test_a_process_killed_while_building_leaves_no_lock_that_holds_the_next(builds_as, monkeypatch):
+    """torch's builder waits with no end while its `lock` file exists: one left by a killed build (a test's app
+    stopped mid-start) once held CI until it gave up. Ours is a flock the OS releases: a holder SIGKILLed frees it, and
+    the `lock` torch left is cleared before its builder runs."""
+    import signal
+
+    import torch.utils.cpp_extension as ext
+
+    monkeypatch.setattr(rows, "cpu_flags", lambda: {"avx2", "fma"})
+    builds_as("avx2")
+    folder = rows._folder()
+    folder.mkdir(parents=True)
+    (folder / "lock").touch()  # a killed build's baton
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from filelock import FileLock; "
+                               "FileLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(600)",
+                               str(folder / "build.lock")], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    seen = []
+    monkeypatch.setattr(ext, "load", lambda **kwargs: seen.append((folder / "lock").exists()))
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    assert rows.why_not() is None and seen == [False]
+
+
 def test_an_amx_cpu_serves_an_avx512_bf16_build_and_says_so(builds_as, monkeypatch):
     """A compiler that builds only the AVX512-BF16 path on an AMX CPU: that build serves (the CPU runs it), and
     flavor() (the records' word) says AVX512-BF16 once it is loaded; a build for no path the CPU runs is refused, and

@@ -62,6 +62,7 @@ def browser():
         options.add_argument(flag)
     browser = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     browser.set_page_load_timeout(60)
+    browser.command_executor._client_config.timeout = 180  # a driver call that never answers fails (selenium's is none)
     yield browser
     browser.quit()
 
