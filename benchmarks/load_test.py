@@ -343,6 +343,22 @@ def wait_for_compile(url: str, log: Path, served: str, timeout: float, settle: f
         time.sleep(1.0)
 
 
+TRAIN_PRELOAD = ("preparing the Train tab's starting point", "the Train tab's starting point is ready")  # its log
+
+
+def wait_for_background(log: Path, timeout: float) -> float:
+    """Wait until the start-up work the app runs beside its first requests (the Train tab's starting point, prepared
+    once its models are) has ended, so a round measures the app as a class finds it; the seconds waited."""
+    began = time.monotonic()
+    while True:
+        text = log.read_text(errors="replace") if log.exists() else ""
+        if TRAIN_PRELOAD[0] not in text or TRAIN_PRELOAD[1] in text:
+            return time.monotonic() - began
+        if time.monotonic() - began > timeout:
+            raise TimeoutError(f"the app's start-up work did not end within {timeout:.0f} s (log: {log})")
+        time.sleep(1.0)
+
+
 def answers(ar: dict, mars: dict) -> tuple[list, list, str]:
     """Both lanes' answers as token ids, or as characters of their text where a lane has no ids; and which."""
     if "ids" in ar and "ids" in mars:
@@ -773,6 +789,8 @@ def run_rounds(args: argparse.Namespace, app: dict | None = None) -> list[dict]:
                 app["forward"] = wait_for_compile(url, log, served, args.compile_timeout)
                 print(f"compile ended after {time.monotonic() - began:.0f} s: {app['forward']}", flush=True)
             print(f"warm-up request (not counted): {warm_up(url, args):.1f} s", flush=True)
+            print(f"the app's start-up work ended ({wait_for_background(log, args.compile_timeout):.0f} s more)",
+                  flush=True)
             app["rss_after_warm_up_mb"] = sum(map(rss_kb, process_tree(app_process(url).pid))) / 1024 or None
             with tqdm(total=total, desc="requests", unit="req", file=sys.stderr) as progress:
                 for clients in args.clients:

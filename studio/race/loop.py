@@ -154,15 +154,19 @@ QUEUE_POLL = 0.25  # seconds between the queue's notices
 
 
 def queued(runs: dict[str, Run], controls: dict[str, DecodeControl]) -> Iterator[str]:
-    """While the scheduler holds the lanes in its queue (more races than share a forward), what the page says,
-    every QUEUE_POLL seconds; nothing where the lanes run at once (or decode alone)."""
+    """While the scheduler holds the lanes in its queue (more races than share a forward), what the page says when
+    it changes (asked every QUEUE_POLL seconds: a frame costs the busy app's one event loop, gr.skip()s included);
+    nothing where the lanes run at once (or decode alone)."""
+    said = None
     while not any(c.stopped for c in controls.values()):
         places = [p for run in runs.values() if (p := getattr(run.events, "ahead", lambda: None)()) is not None]
         if not places:
             return
         ahead, cap = max(places), models.scheduler(models.CONFIG.model).cap
         where = f"{ahead} race{'s' if ahead > 1 else ''} ahead of yours" if ahead else "yours is next"
-        yield f"In the queue: {where} (up to {cap} races share each forward here)…"
+        if (now := f"In the queue: {where} (up to {cap} races share each forward here)…") != said:
+            said = now
+            yield now
         time.sleep(QUEUE_POLL)
 
 

@@ -312,7 +312,8 @@ def preload() -> None:
     from mars_core.training.corpora import DEFAULT_CORPUS
     from studio.inputs import INPUTS
 
-    models.BACKGROUND[PRELOADING_LINE] = time.monotonic()
+    began = models.BACKGROUND[PRELOADING_LINE] = time.monotonic()
+    models.log.info("preparing the Train tab's starting point")
     try:
         base_probe(train_state.base_name(), corpus_split(DEFAULT_CORPUS)[1][:PROBE_ITEMS],
                    int(INPUTS["train-block"].value))
@@ -320,6 +321,7 @@ def preload() -> None:
         pass  # the model could not be prepared: a Start says why
     finally:
         models.BACKGROUND.pop(PRELOADING_LINE, None)
+        models.log.info("the Train tab's starting point is ready (%.0f s)", time.monotonic() - began)
 
 
 def _drain(arrived: queue.Queue, points: list[dict]) -> bool:

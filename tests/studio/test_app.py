@@ -786,3 +786,18 @@ def test_a_busy_app_sends_each_page_fewer_frames(monkeypatch):
             running.enter_context(models.TRACKER)
         assert busy.due(10, False) and not busy.due(10, False)  # then not again within 2 s
         assert busy.due(10, True)  # the last frame always comes
+
+
+def test_a_queued_race_says_its_place_when_it_changes(monkeypatch):
+    """While its lanes wait for room on the scheduler, the race's message line changes with its place, and only
+    then: a frame costs the busy app's event loop (gr.skip() outputs included), so an unchanged place sends none."""
+    from types import SimpleNamespace
+
+    places = iter([3, 3, 3, 2, 2, 0, None])
+    lane = SimpleNamespace(events=SimpleNamespace(ahead=lambda: next(places)))
+    monkeypatch.setattr(race_loop, "QUEUE_POLL", 0.0)
+    monkeypatch.setattr(models, "scheduler", lambda name: SimpleNamespace(cap=6))
+    said = list(race_loop.queued({"ar": lane}, {"ar": race_loop.DecodeControl()}))
+    assert said == ["In the queue: 3 races ahead of yours (up to 6 races share each forward here)…",
+                    "In the queue: 2 races ahead of yours (up to 6 races share each forward here)…",
+                    "In the queue: yours is next (up to 6 races share each forward here)…"]
