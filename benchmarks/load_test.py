@@ -343,16 +343,15 @@ def wait_for_compile(url: str, log: Path, served: str, timeout: float, settle: f
         time.sleep(1.0)
 
 
-TRAIN_PRELOAD = ("preparing the Train tab's starting point", "the Train tab's starting point is ready")  # its log
-
-
 def wait_for_background(log: Path, timeout: float) -> float:
     """Wait until the start-up work the app runs beside its first requests (the Train tab's starting point, prepared
     once its models are) has ended, so a round measures the app as a class finds it; the seconds waited."""
+    from studio.train.loop import PRELOAD_LOG
+
     began = time.monotonic()
     while True:
         text = log.read_text(errors="replace") if log.exists() else ""
-        if TRAIN_PRELOAD[0] not in text or TRAIN_PRELOAD[1] in text:
+        if PRELOAD_LOG[0] not in text or PRELOAD_LOG[1] in text:
             return time.monotonic() - began
         if time.monotonic() - began > timeout:
             raise TimeoutError(f"the app's start-up work did not end within {timeout:.0f} s (log: {log})")

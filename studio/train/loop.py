@@ -285,6 +285,8 @@ def _played(record: dict, live: Broadcast, label: str, stop: threading.Event, sp
                         f"{race['prompt']!r}."), *race["panes"], race["summary"])
 
 
+PRELOAD_LOG = ("preparing the Train tab's starting point", "the Train tab's starting point is ready")  # its log lines
+# (benchmarks/load_test.py waits for the second)
 PRELOADING_LINE = ("Preparing the Train tab's starting point (the untrained base model and its step-0 probe; "
                   "a Start meanwhile waits for it)")
 _BASE_PROBES: dict[tuple, dict] = {}  # (model, B, the probe's prompts) -> the untrained model's probe figures
@@ -313,7 +315,7 @@ def preload() -> None:
     from studio.inputs import INPUTS
 
     began = models.BACKGROUND[PRELOADING_LINE] = time.monotonic()
-    models.log.info("preparing the Train tab's starting point")
+    models.log.info(PRELOAD_LOG[0])
     try:
         base_probe(train_state.base_name(), corpus_split(DEFAULT_CORPUS)[1][:PROBE_ITEMS],
                    int(INPUTS["train-block"].value))
@@ -321,7 +323,7 @@ def preload() -> None:
         pass  # the model could not be prepared: a Start says why
     finally:
         models.BACKGROUND.pop(PRELOADING_LINE, None)
-        models.log.info("the Train tab's starting point is ready (%.0f s)", time.monotonic() - began)
+        models.log.info("%s (%.0f s)", PRELOAD_LOG[1], time.monotonic() - began)
 
 
 def _drain(arrived: queue.Queue, points: list[dict]) -> bool:

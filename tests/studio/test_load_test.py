@@ -132,6 +132,21 @@ def test_compile_wait_reads_the_apps_log(tmp_path):
     assert notes == {"default": "compiled", "smollm2-135m-instruct": "uncompiled: compiling failed (RuntimeError: no"}
 
 
+def test_the_rounds_wait_for_the_apps_start_up_work(tmp_path):
+    """The Train tab's starting point, prepared at start beside the first requests: the rounds begin once the app's
+    log says it ended (at once where it never began)."""
+    log = tmp_path / "app.log"
+    log.write_text("2025-01-01 10:00:00,000 mars_studio INFO model default ready, prepared in 5 s\n")
+    assert load_test.wait_for_background(log, timeout=0.0) < 1.0
+    with open(log, "a") as f:
+        f.write("2025-01-01 10:00:01,000 mars_studio INFO preparing the Train tab's starting point\n")
+    with pytest.raises(TimeoutError):
+        load_test.wait_for_background(log, timeout=0.0)
+    with open(log, "a") as f:
+        f.write("2025-01-01 10:00:31,000 mars_studio INFO the Train tab's starting point is ready (30 s)\n")
+    assert load_test.wait_for_background(log, timeout=0.0) < 1.0
+
+
 def test_train_outcome_reads_the_last_frame():
     update = {"__type__": "update"}
     refused = load_test.train_outcome_of((*[update] * 6, "⚠ Corpus must be one of counting, …"), 0.1)
