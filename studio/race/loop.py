@@ -10,6 +10,7 @@ one: lanes.Turns).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 
@@ -150,22 +151,25 @@ def start_lanes(prompt: str, block: int, new: int, controls: dict[str, DecodeCon
     return runs, runtime.invariant and not config.ar_model
 
 
-QUEUE_POLL = 0.25  # seconds between the queue's notices
+QUEUE_POLL = 0.25  # seconds between looks at the queue
+QUEUE_AGAIN = 2.0  # seconds after which an unchanged place is said again: Gradio closes the generator of a page that
+# left only when it yields, so this bounds how long a closed page keeps its place in the queue
 
 
 def queued(runs: dict[str, Run], controls: dict[str, DecodeControl]) -> Iterator[str]:
-    """While the scheduler holds the lanes in its queue (more races than share a forward), what the page says when
-    it changes (asked every QUEUE_POLL seconds: a frame costs the busy app's one event loop, gr.skip()s included);
-    nothing where the lanes run at once (or decode alone)."""
-    said = None
+    """While the scheduler holds the lanes in its queue (more races than share a forward), what the page says: when
+    the place changes, else every QUEUE_AGAIN seconds (each frame costs the busy app's one event loop, its gr.skip()
+    outputs included); nothing where the lanes run at once (or decode alone)."""
+    said, at = None, -math.inf
     while not any(c.stopped for c in controls.values()):
         places = [p for run in runs.values() if (p := getattr(run.events, "ahead", lambda: None)()) is not None]
         if not places:
             return
         ahead, cap = max(places), models.scheduler(models.CONFIG.model).cap
         where = f"{ahead} race{'s' if ahead > 1 else ''} ahead of yours" if ahead else "yours is next"
-        if (now := f"In the queue: {where} (up to {cap} races share each forward here)…") != said:
-            said = now
+        now = f"In the queue: {where} (up to {cap} races share each forward here)…"
+        if now != said or time.monotonic() - at >= QUEUE_AGAIN:
+            said, at = now, time.monotonic()
             yield now
         time.sleep(QUEUE_POLL)
 

@@ -801,3 +801,6 @@ def test_a_queued_race_says_its_place_when_it_changes(monkeypatch):
     assert said == ["In the queue: 3 races ahead of yours (up to 6 races share each forward here)…",
                     "In the queue: 2 races ahead of yours (up to 6 races share each forward here)…",
                     "In the queue: yours is next (up to 6 races share each forward here)…"]
+    places = iter([3, 3, 3, None])  # and said again after QUEUE_AGAIN seconds unchanged (a page that left is closed
+    monkeypatch.setattr(race_loop, "QUEUE_AGAIN", 0.0)  # only when its generator yields)
+    assert len(list(race_loop.queued({"ar": lane}, {"ar": race_loop.DecodeControl()}))) == 3
