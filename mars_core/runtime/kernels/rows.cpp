@@ -255,26 +255,81 @@ void panels(const PanelJob& job, float* scratch, int64_t p0, int64_t p1, const E
 constexpr int QROWS = 4;  // rows int8_strip keeps in registers (a sum and a block's dot product a row)
 constexpr int64_t PREFETCH = 8 * STRIP_BLOCK;  // bytes ahead of the block in use that int8_strip asks the cache for
 
+// Block b of x's row m quantized (quantize_rows), k beyond K as 0, one value at a time: a row's last block where K is
+// not a multiple of 32
+void quantize_tail(const c10::BFloat16* x, int64_t K, int64_t m, int64_t b, int8_t* q, float* scale) {
+  float v[DEPTH];
+  float most = 0.f;
+  bool finite = true;
+  block_of(x, K, m, b, v);
+  for (int64_t i = 0; i < DEPTH; ++i) {
+    finite = finite && std::isfinite(v[i]);
+    most = std::max(most, std::fabs(v[i]));
+  }
+  const float up = finite && most > 0.f ? 127.f / most : 0.f;
+  for (int64_t i = 0; i < DEPTH; ++i)
+    q[i] = static_cast<int8_t>(std::clamp(std::nearbyint(v[i] * up), -127.f, 127.f));
+  *scale = finite ? most / 127.f : std::numeric_limits<float>::quiet_NaN();
+}
+
+// A whole block of 32 bf16 quantized as quantize_tail does, 8 lanes a vector: the same largest |x| (a max is exact in
+// any order), the same 127 / m, the same fp32 products rounded to nearest even, so the same q and scale bit for bit
+// (a non-finite block: q unused, its scale NaN)
+inline void quantize_block(const c10::BFloat16* x, int8_t* q, float* scale) {
+  const __m256i inf = _mm256_set1_epi32(0x7F800000), magnitude = _mm256_set1_epi32(0x7FFFFFFF);
+  __m256 v[4];
+  __m256i special = _mm256_setzero_si256();  // lanes whose exponent is all ones: inf or NaN
+  __m256 most = _mm256_setzero_ps();
+  for (int i = 0; i < 4; ++i) {  // a bf16 is fp32's upper half
+    const __m256i u = _mm256_slli_epi32(
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + 8 * i))), 16);
+    special = _mm256_or_si256(special, _mm256_cmpeq_epi32(_mm256_and_si256(u, inf), inf));
+    v[i] = _mm256_castsi256_ps(u);
+    most = _mm256_max_ps(most, _mm256_castsi256_ps(_mm256_and_si256(u, magnitude)));
+  }
+  if (!_mm256_testz_si256(special, special)) {
+    *scale = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+  __m128 half = _mm_max_ps(_mm256_castps256_ps128(most), _mm256_extractf128_ps(most, 1));
+  half = _mm_max_ps(half, _mm_movehl_ps(half, half));
+  const float m = _mm_cvtss_f32(_mm_max_ss(half, _mm_movehdup_ps(half)));
+  const __m256 up = _mm256_set1_ps(m > 0.f ? 127.f / m : 0.f);
+  const __m256 lo = _mm256_set1_ps(-127.f), hi = _mm256_set1_ps(127.f);
+  __m256i n[4];
+  for (int i = 0; i < 4; ++i)
+    n[i] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(
+        _mm256_round_ps(_mm256_mul_ps(v[i], up), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), lo), hi));
+  // int32 -> int8 (no value saturates: all within +-127); packs work within 128-bit lanes, the permute restores order
+  const __m256i words = _mm256_packs_epi32(n[0], n[1]), words2 = _mm256_packs_epi32(n[2], n[3]);
+  const __m256i bytes = _mm256_packs_epi16(words, words2);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q),
+                      _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  *scale = m / 127.f;
+}
+
+// 8 fp32 to bf16 as c10::BFloat16(float) rounds them (round to nearest even on the bits; a NaN to 0x7FC0), stored at out
+inline void store_bf16x8(c10::BFloat16* out, __m256 f) {
+  const __m256i u = _mm256_castps_si256(f);
+  const __m256i bias = _mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1)),
+                                        _mm256_set1_epi32(0x7FFF));
+  const __m256i r = _mm256_blendv_epi8(_mm256_srli_epi32(_mm256_add_epi32(u, bias), 16), _mm256_set1_epi32(0x7FC0),
+                                       _mm256_castps_si256(_mm256_cmp_ps(f, f, _CMP_UNORD_Q)));
+  const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), packed);
+}
+
 // x's M rows (bf16, K a row) quantized per block of 32 k, each row by itself: q = round(x * 127 / m), m the block's
 // largest |x|, its scale m / 127 (a block of zeros: 0; one with a non-finite x: NaN, so the row's outputs are NaN).
 // q [M][blocks * 32] (k beyond K: 0), scale [M][blocks].
 void quantize_rows(const c10::BFloat16* x, int64_t M, int64_t K, int64_t blocks, int8_t* q, float* scale) {
   at::parallel_for(0, M, 16, [&](int64_t m0, int64_t m1) {
-    float v[DEPTH];
     for (int64_t m = m0; m < m1; ++m)
-      for (int64_t b = 0; b < blocks; ++b) {
-        float most = 0.f;
-        bool finite = true;
-        block_of(x, K, m, b, v);
-        for (int64_t i = 0; i < DEPTH; ++i) {
-          finite = finite && std::isfinite(v[i]);
-          most = std::max(most, std::fabs(v[i]));
-        }
-        const float up = finite && most > 0.f ? 127.f / most : 0.f;
-        for (int64_t i = 0; i < DEPTH; ++i)
-          q[(m * blocks + b) * DEPTH + i] = static_cast<int8_t>(std::clamp(std::nearbyint(v[i] * up), -127.f, 127.f));
-        scale[m * blocks + b] = finite ? most / 127.f : std::numeric_limits<float>::quiet_NaN();
-      }
+      for (int64_t b = 0; b < blocks; ++b)
+        if ((b + 1) * DEPTH <= K)
+          quantize_block(x + m * K + b * DEPTH, q + (m * blocks + b) * DEPTH, scale + m * blocks + b);
+        else
+          quantize_tail(x, K, m, b, q + (m * blocks + b) * DEPTH, scale + m * blocks + b);
   });
 }
 
@@ -449,9 +504,14 @@ at::Tensor product8(const at::Tensor& x, const at::Tensor& packed, Columns cols,
         INT8_KERNELS[rows - 1](w + s * blocks * STRIP_BLOCK, q.data() + m * blocks * DEPTH, scale.data() + m * blocks,
                                blocks, sums);
         for (int64_t r = 0; r < rows; ++r)
-          for (int64_t c = lo; c < hi; ++c)
-            out[(m + r) * width_out + c - col0] =
-                c10::BFloat16(sums[r * STRIP + c - s * STRIP] + (b.empty() ? 0.f : b[c - col0]));
+          if (hi - lo == STRIP)  // a whole strip: one vector (bias added in fp32 first, then rounded, as below)
+            store_bf16x8(out + (m + r) * width_out + lo - col0,
+                         _mm256_add_ps(_mm256_load_ps(sums + r * STRIP),
+                                       b.empty() ? _mm256_setzero_ps() : _mm256_loadu_ps(b.data() + lo - col0)));
+          else
+            for (int64_t c = lo; c < hi; ++c)
+              out[(m + r) * width_out + c - col0] =
+                  c10::BFloat16(sums[r * STRIP + c - s * STRIP] + (b.empty() ? 0.f : b[c - col0]));
       }
     }
   });
@@ -501,11 +561,19 @@ at::Tensor product(const at::Tensor& x, const at::Tensor& packed, Columns cols, 
   // bias added in fp32 first
   auto emit = [&](int64_t p, int64_t m0, int64_t rows, const float* sums) {
     const int64_t c0 = p * PANEL, lo = std::max(c0, col0), hi = std::min(c0 + PANEL, col1);
-#ifndef __AVX512F__  // c10::BFloat16(float) rounds to nearest even, as store_bf16x16 does
-    for (int64_t r = 0; r < rows && m0 + r < M; ++r)
-      for (int64_t c = lo; c < hi; ++c)
+#ifndef __AVX512F__  // c10::BFloat16(float) rounds to nearest even, as store_bf16x8 and store_bf16x16 do
+    for (int64_t r = 0; r < rows && m0 + r < M; ++r) {
+      int64_t c = lo;
+#ifdef MARS_WIDEN
+      for (; c + 8 <= hi; c += 8)  // 8 columns a vector, the panel's tail one at a time
+        store_bf16x8(out + (m0 + r) * width_out + c - col0,
+                     _mm256_add_ps(_mm256_loadu_ps(sums + r * PANEL + c - c0),
+                                   b.empty() ? _mm256_setzero_ps() : _mm256_loadu_ps(b.data() + c - col0)));
+#endif
+      for (; c < hi; ++c)
         out[(m0 + r) * width_out + c - col0] =
             c10::BFloat16(sums[r * PANEL + c - c0] + (b.empty() ? 0.f : b[c - col0]));
+    }
 #else
     for (int64_t r = 0; r < rows && m0 + r < M; ++r) {
       for (int64_t c = lo; c < hi; c += 16) {  // 16 columns a vector (a panel's tail: its own lanes)
