@@ -27,6 +27,7 @@ from ..attention import as_model_mask
 from .attention import keys_by_rows
 from .engine import Engine
 from .graphs import capturable, replayed
+from .rows import feeding
 from .slots import SlotCache, borrowed
 
 if TYPE_CHECKING:
@@ -108,13 +109,14 @@ def _forward(model: torch.nn.Module, cache: SlotCache, ids: torch.Tensor, positi
     mask = cache.mask(seen, index)
     plan = cache.key_plan(index, full=runtime.static, alone=runtime.units_alone) if runtime.rows else None
     decoder, mask = model.get_decoder(), as_model_mask(mask, model)
+    fed = fed if runtime.rows else None  # rows kernel's linears compute fed rows only (rows.feeding)
     if runtime.compiled is None or not runtime.compiled.serves:  # not compiled, or for another make (watch.py)
-        with runtime.active(), keys_by_rows(plan):
+        with runtime.active(), keys_by_rows(plan), feeding(fed):
             return decoder(input_ids=ids, position_ids=positions, attention_mask=mask,
                            **with_cache(decoder, cache.kv)).last_hidden_state
     with torch.inference_mode():  # fresh inference tensors, no views: what the one compiled graph was traced on
         ids, positions, mask = (t.clone(memory_format=torch.contiguous_format) for t in (ids, positions, mask))
-    with runtime.active(), keys_by_rows(plan), torch.inference_mode():
+    with runtime.active(), keys_by_rows(plan), feeding(fed), torch.inference_mode():
         return runtime.compiled(decoder, input_ids=ids, position_ids=positions, attention_mask=mask,
                                 **with_cache(decoder, cache.kv))
 

@@ -13,6 +13,8 @@ import hashlib
 import os
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -107,6 +109,23 @@ def must_build() -> bool:
 def rows_kernel() -> bool:
     """Whether the rows kernel serves here (why_not() is None)."""
     return why_not() is None
+
+
+@contextmanager
+def feeding(fed: torch.Tensor | None) -> Iterator[None]:
+    """Inside, in this thread, the rows kernel's linear layers (mars_rows::routed and routed_siblings, eager and
+    compiled alike) compute only the rows fed [b, W] marks, for calls of b * W rows; the others come out 0. A
+    decoding forward pads samples to the widest one's columns, and a row's bits are its own whatever shares its call
+    (width and batch invariance), so a fed row's numbers are unchanged (kernels/rows.cpp `feeding`). None, or where
+    the kernel does not serve: every row, as outside."""
+    if fed is None or not rows_kernel():
+        yield
+        return
+    torch.ops.mars_rows.feeding(fed)
+    try:
+        yield
+    finally:
+        torch.ops.mars_rows.feeding(None)
 
 
 def _build() -> str | None:

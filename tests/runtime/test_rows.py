@@ -267,10 +267,11 @@ def test_the_build_serves_the_flavor_asked_for_else_one_this_cpu_runs():
         assert built == rows.asked()
 
 
-def fused(g: torch.Generator, sizes: tuple[int, ...], k: int):
+def fused(g: torch.Generator, sizes: tuple[int, ...], k: int, int8: bool = False):
     """Sibling weights [n_i, k] fused into one packed matrix, each registered as its columns; their biases (bf16);
-    the matrix's columns."""
+    the matrix's columns. int8: the weights on the int8 grid (packed as int8 where the kernel has that path)."""
     ws = [(torch.randn(n, k, generator=g) * 0.05).bfloat16() for n in sizes]
+    ws = [torch.ops.mars_rows.grid(w) for w in ws] if int8 else ws
     bs = [torch.randn(w.shape[0], generator=g).bfloat16() for w in ws]
     packed, n, col = torch.ops.mars_rows.pack(torch.cat(ws)), sum(sizes), 0
     for w in ws:
@@ -321,6 +322,31 @@ def test_a_weights_columns_of_a_fused_matrix_are_the_whole_products_bit_for_bit(
                 assert got.shape == (rows_of_x, 2, w.shape[0]) and got.is_contiguous()
                 assert torch.equal(got.view(torch.int16), whole[..., col : col + w.shape[0]].view(torch.int16)), col
                 col += w.shape[0]
+
+
+@serves
+@pytest.mark.parametrize("int8", [False, True])
+def test_inside_feeding_only_the_fed_rows_are_computed_each_with_its_own_bits(int8):
+    """Inside rows.feeding(fed [b, W]), a routed or fused call of b * W rows computes the fed rows, each the bits it
+    gets with every row computed, and gives 0 for the others; a call of another row count, a forward with every row
+    fed, and every call after the context: every row."""
+    g = torch.Generator().manual_seed(9)
+    ws, bs, packed, n = fused(g, (64, 32, 40), 96, int8=int8)
+    x = torch.randn(3, 5, 96, generator=g).bfloat16()
+    fed = torch.rand(3, 5, generator=g) < 0.6
+    fed[0, 0], fed[1] = True, False  # a sample fed nothing (finished) among fed ones
+    with torch.inference_mode():
+        whole, alone = torch.ops.mars_rows.routed_siblings(x, ws, bs), torch.ops.mars_rows.routed(x, ws[2], bs[2])
+        with rows.feeding(fed):
+            some = torch.ops.mars_rows.routed_siblings(x, ws, bs)
+            one = torch.ops.mars_rows.routed(x, ws[2], bs[2])
+            other = torch.ops.mars_rows.routed(x[:2], ws[2], bs[2])  # 10 rows, not the forward's 15: all of them
+        with rows.feeding(torch.ones(3, 5, dtype=torch.bool)):
+            every = torch.ops.mars_rows.routed_siblings(x, ws, bs)
+        after = torch.ops.mars_rows.routed_siblings(x, ws, bs)
+    assert torch.equal(some[fed], whole[fed]) and torch.equal(one[fed], alone[fed])
+    assert not some[~fed].any() and not one[~fed].any() and whole[~fed].any()
+    assert torch.equal(other, alone[:2]) and torch.equal(every, whole) and torch.equal(after, whole)
 
 
 @serves

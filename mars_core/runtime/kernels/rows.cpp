@@ -1100,7 +1100,47 @@ void register_weight(const at::Tensor& weight, const at::Tensor& packed, int64_t
                                                      layout_of(weight), packed, Columns{n, col0, col1}});
 }
 
+// The rows the forward running in this thread feeds (feeding()): a decoding forward pads every sample to the widest
+// one's columns, and the linear layers' work is by row, so only fed rows need computing. A row's bits are its own
+// whatever else shares the call, so a fed row gets the same bits; an unfed row's outputs are 0, and never read (the
+// decoders read fed rows only, and the cache slots unfed columns are written to are never seen).
 namespace {
+struct Fed {
+  int64_t rows = 0;  // the forward's rows (batch x width): a call of another row count computes every row
+  at::Tensor index;  // the fed rows among them, ascending (int64); undefined: none set, every row computed
+};
+thread_local Fed fed_rows;
+}  // namespace
+
+// From now on in this thread, routed and routed_siblings calls of fed's numel() rows compute only the rows where fed
+// (bool, any shape: read flat) is true, the others 0; none: every row (what a forward sets before it and clears after)
+void feeding(const std::optional<at::Tensor>& fed) {
+  constexpr const char* op = "mars_rows.feeding";
+  if (!fed.has_value()) {
+    fed_rows = Fed{};
+    return;
+  }
+  check_cpu(op, "fed", *fed);
+  TORCH_CHECK(fed->scalar_type() == at::kBool, op, ": fed is ", fed->scalar_type(), ", it needs bool");
+  const auto flat = fed->reshape({-1});
+  fed_rows = Fed{flat.numel(), at::nonzero(flat).reshape({-1})};
+}
+
+namespace {
+// product() of x's fed rows only (feeding()), each at its own place in the output, the unfed ones 0; every row where
+// no fed rows are set for this row count, or all of them are fed
+at::Tensor fed_product(const at::Tensor& x, const at::Tensor& packed, Columns cols, const std::vector<float>& b) {
+  const int64_t K = x.size(-1), M = K ? x.numel() / K : 0;
+  const Fed& fed = fed_rows;
+  if (!fed.index.defined() || fed.rows != M || fed.index.numel() == M) return product(x, packed, cols, b);
+  auto sizes = x.sizes().vec();
+  sizes.back() = cols.col1 - cols.col0;
+  auto y = at::zeros({M, sizes.back()}, x.options());
+  if (fed.index.numel() > 0)
+    y.index_copy_(0, fed.index, product(x.reshape({M, K}).index_select(0, fed.index), packed, cols, b));
+  return y.view(sizes);
+}
+
 // weight's registered entry where it answers x W^T (no grad, bf16, the same weight, of the same sizes and strides,
 // unchanged since it was packed)
 std::optional<Entry> serving(const at::Tensor& x, const at::Tensor& weight) {
@@ -1126,7 +1166,7 @@ at::Tensor served(const char* op, const at::Tensor& x, const Entry& entry, const
   check_bias(op, bias, cols);
   std::vector<float> b;
   if (bias.has_value()) append_bias(b, *bias);
-  return product(x, entry.packed, entry.cols, b);
+  return fed_product(x, entry.packed, entry.cols, b);
 }
 }  // namespace
 
@@ -1181,7 +1221,7 @@ at::Tensor routed_siblings(const at::Tensor& x, at::TensorList weights,
       check_bias(op, bias, weights[i].size(0));
       append_bias(b, *bias);
     }
-    return product(x, first->packed, Columns{col, 0, col}, b);
+    return fed_product(x, first->packed, Columns{col, 0, col}, b);
   }
   std::vector<at::Tensor> parts;
   for (size_t i = 0; i < weights.size(); ++i) parts.push_back(routed(x, weights[i], biases.get(i)));
@@ -1199,6 +1239,7 @@ TORCH_LIBRARY(mars_rows, m) {
   m.def("register(Tensor weight, Tensor packed, int n, int col0, int col1) -> ()");
   m.def("routed(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
   m.def("routed_siblings(Tensor x, Tensor[] weights, Tensor?[] biases) -> Tensor");
+  m.def("feeding(Tensor? fed) -> ()", feeding);  // called around a forward, never traced
 }
 // Every tensor op's kernel takes tensors of any device (CompositeExplicitAutograd), so that one on another device is
 // refused by the op's checks, not by the dispatcher; rows.py's fakes stand for routed, routed_siblings and attention
