@@ -280,8 +280,14 @@ class Scheduler:
         there is theirs alone (the group's rows go on)."""
         joined: list[Request] = []
         try:
-            fresh = Joined.start(self.model, [r.ids for r in new], group.spec, group.kind, group.threshold)
-            fresh, joined = self.advance(group, fresh, new)
+            taus = self.thresholds(group, new)
+            # newcomers with one prompt (and τ) share one prefill: its sample is replicated for each of them after
+            # the forward (a row's numbers are its own in any batch, so each copy is that request's prefill alone)
+            firsts: dict[tuple, int] = {}
+            sample = [firsts.setdefault((tuple(r.ids), tau), len(firsts)) for r, tau in zip(new, taus)]
+            prompts = [list(ids) for ids, _ in firsts]
+            fresh = Joined.start(self.model, prompts, group.spec, group.kind, group.threshold)
+            fresh, joined = self.advance(group, fresh, new, taus, sample)
             if fresh is not None:
                 merged = fresh if group.running is None else group.running.merge(fresh)
                 with self.lock:
@@ -294,27 +300,35 @@ class Scheduler:
             with self.lock:
                 group.joining = []
 
-    def advance(self, group: Group, running: Joined, rows: list[Request]) -> tuple[Joined | None, list[Request]]:
-        """One forward of `running` (its samples: rows), each request its event; returns the decode of the requests
-        whose answers go on (None: none) and those requests."""
-        taus = [r.control.snapshot().threshold if group.kind == "sliding" else group.threshold for r in rows]
+    @staticmethod
+    def thresholds(group: Group, rows: list[Request]) -> list[float]:
+        """Each request's τ for the coming forward (a sliding request's own, as its caller has it now)."""
+        return [r.control.snapshot().threshold if group.kind == "sliding" else group.threshold for r in rows]
+
+    def advance(self, group: Group, running: Joined, rows: list[Request], taus: list[float] | None = None,
+                sample: list[int] | None = None) -> tuple[Joined | None, list[Request]]:
+        """One forward of `running`, each request its event; returns the decode of the requests whose answers go on
+        (None: none) and those requests. Request i is sample sample[i] of `running` (None: sample i); a sample that
+        several requests share (one prompt's prefill) is copied for each of them after the forward."""
+        taus = self.thresholds(group, rows) if taus is None else taus
+        sample = list(range(len(rows))) if sample is None else sample
         began = time.perf_counter()
-        step = running.step(taus, group.confidence)
+        step = running.step([taus[sample.index(j)] for j in range(running.size)], group.confidence)
         running.finish()
         seconds = time.perf_counter() - began
         self.forwards, self.widest = self.forwards + 1, max(self.widest, len(rows))
         now = time.perf_counter()
         for i, request in enumerate(rows):
-            event = event_of(step, request.forwards, now - request.began, request.tracker, [i],
+            event = event_of(step, request.forwards, now - request.began, request.tracker, [sample[i]],
                              threshold=taus[i] if group.kind == "sliding" else step.threshold,
                              seconds=seconds, shared=len(rows))
             request.forwards += 1
             request.events.put(event)
         done = running.answer.done.tolist()
-        for request, finished in zip(rows, done):
-            if finished:
+        for i, request in enumerate(rows):
+            if done[sample[i]]:
                 request.events.put(_END)
-        keep = [i for i, finished in enumerate(done) if not finished]
-        if len(keep) == len(rows):
+        keep = [i for i in range(len(rows)) if not done[sample[i]]]
+        if len(keep) == len(rows) and sample == list(range(running.size)):
             return running, rows
-        return (running.take(keep) if keep else None), [rows[i] for i in keep]
+        return (running.take([sample[i] for i in keep]) if keep else None), [rows[i] for i in keep]

@@ -6,6 +6,7 @@ import threading
 import pytest
 
 from mars_core import DecodeControl, generate
+from mars_core.decoding.joined import Joined
 from mars_core.runtime.curve import CostCurve
 from mars_core.scheduler import UNTIMED_CAP, Scheduler, lanes_cap
 
@@ -48,6 +49,27 @@ def test_concurrent_requests_share_forwards_and_keep_their_answers(trained, toke
     shared = [e.shared for _, events in got for e in events]
     assert max(shared) == scheduler.widest and all(e.seconds > 0 for _, events in got for e in events)
     assert all(events[-1].done[0] for _, events in got)
+
+
+@pytest.mark.parametrize("strategy,tau", [("ar", 1.0), ("verified", 0.3), ("sliding", 0.7)])
+def test_newcomers_with_one_prompt_share_its_prefill_and_keep_their_answers(trained, tokenizer, monkeypatch,
+                                                                            strategy, tau):
+    """Requests that join at one turn with the same prompt (a sliding one: and the same τ) are prefilled once, the
+    sample copied for each; every answer is its answer alone (a class pressing Run on one prompt)."""
+    prompts = [PROMPTS[0], PROMPTS[1], PROMPTS[0], PROMPTS[0]]
+    taus = [tau, tau, tau, 1.0 if strategy == "sliding" else tau]  # sliding: the last at its own τ, its own prefill
+    alone = [generate(trained, tokenizer, p, strategy=strategy, threshold=t, max_new_tokens=40).token_ids[0]
+             for p, t in zip(prompts, taus)]
+    prefilled, start = [], Joined.start
+    monkeypatch.setattr(Joined, "start", classmethod(
+        lambda cls, model, ps, *args: prefilled.append(len(ps)) or start(model, ps, *args)))
+    scheduler = Scheduler(trained, tokenizer)
+    with scheduler.lock:  # all four join at the thread's first turn
+        streams = [scheduler.stream(p, strategy=strategy, max_new_tokens=40, control=DecodeControl(threshold=t))
+                   for p, t in zip(prompts, taus)]
+    got = [[t for e in s for t in e.token_ids[0]] for s in streams]
+    assert got == alone
+    assert prefilled == [3 if strategy == "sliding" else 2] and scheduler.widest == 4
 
 
 def test_stop_and_threshold_act_on_their_own_request(trained, tokenizer):
