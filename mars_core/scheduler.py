@@ -49,8 +49,9 @@ from .runtime.curve import CostCurve
 
 log = logging.getLogger("mars_core")
 
-PACE = 4.0  # the cap: a forward of `cap` requests costs at most this many times one request's (cost curve), so a
-# request in a full forward still advances at least 1/PACE as fast as alone
+PACE = 8.0  # the cap: a forward of `cap` requests costs at most this many times one request's (cost curve), so a
+# request in a full forward still advances at least 1/PACE as fast as alone; wider caps serve a class sooner
+# (docs/app.md#a-class-racing-at-once)
 MOST = 32  # ... and never more than this many requests a forward
 UNTIMED_CAP = 8  # the cap where the runtime has no cost curve
 IDLE_SECONDS = 2.0  # the thread ends after this long with nothing to run

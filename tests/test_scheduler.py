@@ -8,7 +8,7 @@ import pytest
 from mars_core import DecodeControl, generate
 from mars_core.decoding.joined import Joined
 from mars_core.runtime.curve import CostCurve
-from mars_core.scheduler import UNTIMED_CAP, Scheduler, lanes_cap
+from mars_core.scheduler import PACE, UNTIMED_CAP, Scheduler, lanes_cap
 
 from trained import ANSWERS, mars_trained
 
@@ -122,7 +122,7 @@ def test_the_cap_comes_from_the_cost_curve():
     flat = CostCurve.from_function(lambda b, w: 1.0, batch_sizes=(1, 16), widths=(1, 4, 8))
     steep = CostCurve.from_function(lambda b, w: b * w, batch_sizes=(1, 16), widths=(1, 4, 8))
     assert lanes_cap(flat, 4) == 32  # a wider forward costs nothing more: the most
-    assert lanes_cap(steep, 4) == 4  # cost grows with every request: PACE of them
+    assert lanes_cap(steep, 4) == PACE and lanes_cap(steep, 4, pace=3.0) == 3  # cost grows with each: PACE
     assert lanes_cap(None, 4) == UNTIMED_CAP
 
 
