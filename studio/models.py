@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import math
 import os
 import threading
 import time
@@ -78,18 +79,26 @@ def slots() -> threading.Semaphore:
 WAITING = "Waiting for a free generation slot (others are decoding)…"
 
 
+SLOT_POLL = 0.25  # seconds between looks for a free generation slot (Stop answers within it)
+SLOT_AGAIN = 2.0  # seconds after which the waiting notice is sent again: each frame costs the app's one event loop
+# (its gr.skip() outputs each build a component there), and Gradio closes a left page's generator only when it yields
+
+
 def in_a_slot(work: Iterator[T], waiting: Callable[[], T], stopped: Callable[[], bool] = lambda: False,
               gave_up: Callable[[], T] | None = None) -> Iterator[T]:
     """Run the generator `work` in one of the app-wide generation slots: every tab that runs the model does. Until
-    one is free, yield waiting() every 0.25 s (the page says so, Stop still answers, and a page that leaves ends the
-    wait: Gradio closes the generator); stopped while waiting, yield gave_up() and end."""
-    slot = slots()
-    while not slot.acquire(timeout=0.25):
+    one is free, yield waiting() at once and then every SLOT_AGAIN s (the page says so, and a page that leaves ends
+    the wait: Gradio closes the generator); stopped while waiting (looked at every SLOT_POLL s), yield gave_up() and
+    end."""
+    slot, said = slots(), -math.inf
+    while not slot.acquire(timeout=SLOT_POLL):
         if stopped():
             if gave_up:
                 yield gave_up()
             return
-        yield waiting()
+        if time.monotonic() - said >= SLOT_AGAIN:
+            said = time.monotonic()
+            yield waiting()
     try:
         yield from work
     finally:

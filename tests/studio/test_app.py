@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -594,6 +596,28 @@ def test_walkthrough_and_sweep_wait_for_a_free_generation_slot(monkeypatch):
     page, walk = list(walking)[-1]
     assert "Forward 1 of" in page and walk.steps and slot.acquire(blocking=False)  # the slot was given back
     slot.release()
+
+
+def test_a_wait_for_a_slot_says_so_at_once_then_every_few_seconds(monkeypatch):
+    """models.in_a_slot: the waiting notice at once, then again only every SLOT_AGAIN s however often it looks for a
+    slot (each frame costs the app's event loop); Stop still ends the wait at its next look."""
+    monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="tiny", concurrency=1))
+    monkeypatch.setattr(models, "SLOT_POLL", 0.01)
+    monkeypatch.setattr(models, "SLOT_AGAIN", 0.2)
+    stop = threading.Event()
+    slot = models.slots()
+    assert slot.acquire(timeout=5)  # another generation holds the only slot
+    try:
+        waiting = models.in_a_slot(iter(["ran"]), lambda: "waiting", stop.is_set, lambda: "gave up")
+        began, said = time.monotonic(), [next(waiting)]
+        while time.monotonic() - began < 0.5:
+            said.append(next(waiting))
+        looks = 0.5 / models.SLOT_POLL  # about 50 looks at the slot: 3 or 4 notices
+        assert said[0] == "waiting" and set(said) == {"waiting"} and 2 <= len(said) <= 5 < looks / 4
+        stop.set()
+        assert list(waiting) == ["gave up"]
+    finally:
+        slot.release()
 
 
 def test_sweep_handler_gives_chart_table_and_csv():
