@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import math
 import os
 import threading
 import time
@@ -88,18 +87,25 @@ def in_a_slot(work: Iterator[T], waiting: Callable[[], T], stopped: Callable[[],
               gave_up: Callable[[], T] | None = None) -> Iterator[T]:
     """Run the generator `work` in one of the app-wide generation slots: every tab that runs the model does. Until
     one is free, yield waiting() at once and then every SLOT_AGAIN s (the page says so, and a page that leaves ends
-    the wait: Gradio closes the generator); stopped while waiting (looked at every SLOT_POLL s), yield gave_up() and
+    the wait: Gradio closes the generator), and once more when the slot is had, before the work (a page that left
+    meanwhile gives the slot back there); stopped while waiting (looked at every SLOT_POLL s), yield gave_up() and
     end."""
-    slot, said = slots(), -math.inf
-    while not slot.acquire(timeout=SLOT_POLL):
-        if stopped():
-            if gave_up:
-                yield gave_up()
-            return
-        if time.monotonic() - said >= SLOT_AGAIN:
-            said = time.monotonic()
-            yield waiting()
+    slot = slots()
+    waited = not slot.acquire(blocking=False)
+    if waited:
+        said = time.monotonic()
+        yield waiting()
+        while not slot.acquire(timeout=SLOT_POLL):
+            if stopped():
+                if gave_up:
+                    yield gave_up()
+                return
+            if time.monotonic() - said >= SLOT_AGAIN:
+                said = time.monotonic()
+                yield waiting()
     try:
+        if waited:
+            yield waiting()
         yield from work
     finally:
         slot.release()

@@ -55,8 +55,9 @@ def test_concurrent_requests_share_forwards_and_keep_their_answers(trained, toke
 def test_newcomers_with_one_prompt_share_its_prefill_and_keep_their_answers(trained, tokenizer, monkeypatch,
                                                                             strategy, tau):
     """Requests that join at one turn with the same prompt (a sliding one: and the same τ) are prefilled once, the
-    sample copied for each; every answer is its answer alone (a class pressing Run on one prompt)."""
-    prompts = [PROMPTS[0], PROMPTS[1], PROMPTS[0], PROMPTS[0]]
+    sample copied for each; every answer is its answer alone, and each copy is its own from there on: one stopped
+    after its prefill leaves the others' answers whole (a class pressing Run on one prompt)."""
+    prompts = [PROMPTS[1], PROMPTS[0], PROMPTS[0], PROMPTS[0]]
     taus = [tau, tau, tau, 1.0 if strategy == "sliding" else tau]  # sliding: the last at its own τ, its own prefill
     alone = [generate(trained, tokenizer, p, strategy=strategy, threshold=t, max_new_tokens=40).token_ids[0]
              for p, t in zip(prompts, taus)]
@@ -64,11 +65,15 @@ def test_newcomers_with_one_prompt_share_its_prefill_and_keep_their_answers(trai
     monkeypatch.setattr(Joined, "start", classmethod(
         lambda cls, model, ps, *args: prefilled.append(len(ps)) or start(model, ps, *args)))
     scheduler = Scheduler(trained, tokenizer)
+    controls = [DecodeControl(threshold=t) for t in taus]
     with scheduler.lock:  # all four join at the thread's first turn
-        streams = [scheduler.stream(p, strategy=strategy, max_new_tokens=40, control=DecodeControl(threshold=t))
-                   for p, t in zip(prompts, taus)]
-    got = [[t for e in s for t in e.token_ids[0]] for s in streams]
-    assert got == alone
+        streams = [scheduler.stream(p, strategy=strategy, max_new_tokens=40, control=c)
+                   for p, c in zip(prompts, controls)]
+    firsts = [next(s) for s in streams]  # the prefill's event, each its own
+    controls[2].stop()  # a copy of PROMPTS[0]'s sample leaves
+    got = [f.token_ids[0] + [t for e in s for t in e.token_ids[0]] for f, s in zip(firsts, streams)]
+    assert [got[k] for k in (0, 1, 3)] == [alone[k] for k in (0, 1, 3)]
+    assert got[2] == alone[2][: len(got[2])]  # what it got before it left
     assert prefilled == [3 if strategy == "sliding" else 2] and scheduler.widest == 4
 
 

@@ -224,7 +224,8 @@ class Joined:
     @torch.inference_mode()
     def take(self, rows: list[int]) -> Joined:
         """The decode of the samples `rows` only, in that order (the others leave; a sample named twice is
-        copied: two samples from there on)."""
+        copied: two samples from there on). Called between forwards (after finish()): verified's last verdict and
+        choice, not cut, are read no more; the next step makes its own."""
         idx = torch.tensor(rows, dtype=torch.long, device=self.cache.at.device)
         cache = kept_cache(self.model, self.cache, idx)
         if self.kind == "verified":

@@ -228,6 +228,34 @@ def test_a_weight_on_the_grid_packs_as_int8_and_multiplies_rows_quantized_each_a
 
 @serves
 @int8_path
+def test_a_whole_block_of_x_quantizes_as_a_short_last_block_does_bit_for_bit():
+    """x's rows are quantized per block of 32 in vectors where a block is whole, one value at a time in a last block
+    that K leaves short (kernels/rows.cpp): the same integers and scale either way, so with x's and W's input 63 at 0
+    a product over K = 64 equals the product over K = 63 bit for bit. Blocks of every size, ties (x * 127 / m halfway
+    between two integers: to even), negatives, -0, a block of zeros, and one so small that 127 / m overflows (its
+    values quantize to 0)."""
+    g = torch.Generator().manual_seed(11)
+    n = 24
+    w = (torch.randn(n, 64, generator=g) * 0.05).bfloat16()
+    w[:, 63] = 0
+    w = torch.ops.mars_rows.grid(w)
+    x = (torch.randn(40, 64, generator=g) * torch.logspace(-30, 3, 40)[:, None]).bfloat16()
+    x[0, 32:40] = torch.tensor([127.0, 0.5, 1.5, 2.5, -0.5, -1.5, 3.5, -0.0])  # m = 127: x itself rounded
+    x[0, 40:] = 0
+    x[1, 32:] = 0
+    x[2, 32:] = 0
+    x[2, 32:36] = 2e-38  # 127 / m is not finite in fp32
+    x[:, 63] = 0
+    whole, short = torch.ops.mars_rows.pack(w), torch.ops.mars_rows.pack(w[:, :63].contiguous())
+    assert whole.dtype == short.dtype == torch.int8
+    got = torch.ops.mars_rows.linear(x, whole, n, None)
+    want = torch.ops.mars_rows.linear(x[:, :63].contiguous(), short, n, None)
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    assert got.isfinite().all()
+
+
+@serves
+@int8_path
 def test_a_row_with_a_nan_is_nan_and_its_batchmates_are_untouched():
     """A non-finite value in a row makes that row's outputs NaN (as a float product would not be finite), never its
     batchmates'."""

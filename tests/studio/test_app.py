@@ -600,7 +600,8 @@ def test_walkthrough_and_sweep_wait_for_a_free_generation_slot(monkeypatch):
 
 def test_a_wait_for_a_slot_says_so_at_once_then_every_few_seconds(monkeypatch):
     """models.in_a_slot: the waiting notice at once, then again only every SLOT_AGAIN s however often it looks for a
-    slot (each frame costs the app's event loop); Stop still ends the wait at its next look."""
+    slot (each frame costs the app's event loop), and once more when the slot is had; Stop still ends the wait at its
+    next look."""
     monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="tiny", concurrency=1))
     monkeypatch.setattr(models, "SLOT_POLL", 0.01)
     monkeypatch.setattr(models, "SLOT_AGAIN", 0.2)
@@ -616,8 +617,13 @@ def test_a_wait_for_a_slot_says_so_at_once_then_every_few_seconds(monkeypatch):
         assert said[0] == "waiting" and set(said) == {"waiting"} and 2 <= len(said) <= 5 < looks / 4
         stop.set()
         assert list(waiting) == ["gave up"]
+        waiting = models.in_a_slot(iter(["ran"]), lambda: "waiting")
+        assert next(waiting) == "waiting"
     finally:
         slot.release()
+    assert list(waiting) == ["waiting", "ran"]  # one frame once the slot is had (a page that left ends there)
+    assert slot.acquire(blocking=False)  # and the slot was given back
+    slot.release()
 
 
 def test_sweep_handler_gives_chart_table_and_csv():

@@ -255,6 +255,13 @@ void panels(const PanelJob& job, float* scratch, int64_t p0, int64_t p1, const E
 constexpr int QROWS = 4;  // rows int8_strip keeps in registers (a sum and a block's dot product a row)
 constexpr int64_t PREFETCH = 8 * STRIP_BLOCK;  // bytes ahead of the block in use that int8_strip asks the cache for
 
+// What a block of x whose largest |x| is m is multiplied by before rounding: 127 / m; 0 for a block of zeros, and for
+// one so small (m below about 4e-37) that 127 / m is not finite: its values quantize to 0, as a zero block's do
+inline float up_of(float m) {
+  const float up = m > 0.f ? 127.f / m : 0.f;
+  return std::isfinite(up) ? up : 0.f;
+}
+
 // Block b of x's row m quantized (quantize_rows), k beyond K as 0, one value at a time: a row's last block where K is
 // not a multiple of 32
 void quantize_tail(const c10::BFloat16* x, int64_t K, int64_t m, int64_t b, int8_t* q, float* scale) {
@@ -266,7 +273,7 @@ void quantize_tail(const c10::BFloat16* x, int64_t K, int64_t m, int64_t b, int8
     finite = finite && std::isfinite(v[i]);
     most = std::max(most, std::fabs(v[i]));
   }
-  const float up = finite && most > 0.f ? 127.f / most : 0.f;
+  const float up = finite ? up_of(most) : 0.f;
   for (int64_t i = 0; i < DEPTH; ++i)
     q[i] = static_cast<int8_t>(std::clamp(std::nearbyint(v[i] * up), -127.f, 127.f));
   *scale = finite ? most / 127.f : std::numeric_limits<float>::quiet_NaN();
@@ -294,7 +301,7 @@ inline void quantize_block(const c10::BFloat16* x, int8_t* q, float* scale) {
   __m128 half = _mm_max_ps(_mm256_castps256_ps128(most), _mm256_extractf128_ps(most, 1));
   half = _mm_max_ps(half, _mm_movehl_ps(half, half));
   const float m = _mm_cvtss_f32(_mm_max_ss(half, _mm_movehdup_ps(half)));
-  const __m256 up = _mm256_set1_ps(m > 0.f ? 127.f / m : 0.f);
+  const __m256 up = _mm256_set1_ps(up_of(m));
   const __m256 lo = _mm256_set1_ps(-127.f), hi = _mm256_set1_ps(127.f);
   __m256i n[4];
   for (int i = 0; i < 4; ++i)
@@ -1102,8 +1109,10 @@ void register_weight(const at::Tensor& weight, const at::Tensor& packed, int64_t
 
 // The rows the forward running in this thread feeds (feeding()): a decoding forward pads every sample to the widest
 // one's columns, and the linear layers' work is by row, so only fed rows need computing. A row's bits are its own
-// whatever else shares the call, so a fed row gets the same bits; an unfed row's outputs are 0, and never read (the
-// decoders read fed rows only, and the cache slots unfed columns are written to are never seen).
+// whatever else shares the call, so a fed row gets the same bits; an unfed row's outputs are 0, and decide nothing
+// (no fed column sees an unfed one, the cache slots unfed columns are written to are never seen, and what decoders
+// read at unfed columns is held, as a finished sample's or a group it did not feed). Not nested: one forward at a
+// time in a thread, its setting cleared after it.
 namespace {
 struct Fed {
   int64_t rows = 0;  // the forward's rows (batch x width): a call of another row count computes every row
