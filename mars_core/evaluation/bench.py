@@ -45,7 +45,7 @@ from ..runtime import keep as keep_all
 from ..runtime.graphs import graph_counts
 from ..runtime.rows import note as rows_note
 from ..runtime.slots import cache_slots
-from ..runtime.timing import median_seconds, write_json
+from ..runtime.timing import cache_root, median_seconds, write_json
 from ..runtime.watch import refresh
 from .bench_llamacpp import (
     LLAMACPP_METHODS,
@@ -448,9 +448,12 @@ def read_cost(path: Path) -> CostCurve:
 
 
 def bench_record(args: argparse.Namespace, machine: dict, runtime: Runtime, rows: list[Row], prompts: int, *,
-                 llamacpp: dict[str, Served] | None = None, stream: dict | None = None) -> dict:
+                 llamacpp: dict[str, Served] | None = None, stream: dict | None = None, start: dict | None = None
+                 ) -> dict:
     """What --json keeps: where and how the run ran (machine, kernels, width check, cost curve; each llama.cpp
-    engine's GGUF, threads, curve and width check; CUDA graphs captured, replayed and failed), then the rows."""
+    engine's GGUF, threads, curve and width check; CUDA graphs captured, replayed and failed), how long it took to be
+    ready to decode (start: MARS_CACHE empty or kept at the start; load, conversion, kernel build, packing, checks and
+    cost curve; the compile), then the rows."""
     curve = runtime.cost
     return {"machine": machine, "device": machine_line(machine), "dtype": machine["dtype"],
             "model": args.model or "default", "split": args.split, "prompts": prompts,
@@ -458,8 +461,15 @@ def bench_record(args: argparse.Namespace, machine: dict, runtime: Runtime, rows
             "width_check": runtime.width_check.to_dict() if runtime.width_check else None,
             "cost_curve": curve.to_dict() if curve is not None else None,
             "llamacpp": {w: s.record() for w, s in (llamacpp or {}).items()}, "weight_stream": stream,
-            "peak_rss_mb": peak_rss_mb(), "graphs": graph_counts(),
+            "peak_rss_mb": peak_rss_mb(), "graphs": graph_counts(), "start": start,
             "rows": [{k: v for k, v in asdict(r).items() if k != "answers"} for r in rows]}
+
+
+def cache_empty() -> bool:
+    """Whether MARS_CACHE holds nothing yet (a cold start: the model converted, the kernel built, the forward compiled
+    and the curve timed anew; inductor's cache lives there too unless TORCHINDUCTOR_CACHE_DIR names another folder)."""
+    root = cache_root()
+    return not root.is_dir() or not any(root.iterdir())
 
 
 def peak_rss_mb() -> float | None:
@@ -553,18 +563,24 @@ def main(argv: list[str] | None = None) -> None:
         args.verified_thresholds = f"{VERIFIED_THRESHOLD:g}"
 
     records = split_prompts(args.split, args.limit)
+    began = time.perf_counter()
+    start = {"cache_at_start": "empty" if cache_empty() else "kept"}
     model, tokenizer, runtime = load_prepared(args.model, dtype=args.dtype, pack=not args.no_pack,
                                               invariant=not args.fastest_kernels,
                                               measure_cost=args.layout == "cost" and not args.cost)
     if args.cost:
         runtime = replace(runtime, cost=read_cost(Path(args.cost)))
+    start["load_and_prepare_s"] = round(time.perf_counter() - began, 1)
     compiled = None
     if any(m.endswith("_compiled") and m not in HF_KINDS for m in methods):
         from ..runtime.compiled import compile_runtime
 
-        began = time.perf_counter()
+        compiling = time.perf_counter()
         compiled = compile_runtime(model, runtime, progress=lambda stage: print(f"compiled forward: {stage}"))
-        print(f"compiled forward: {compiled.forward_note}, ready in {time.perf_counter() - began:.0f} s")
+        start["compile_s"] = round(time.perf_counter() - compiling, 1)
+        print(f"compiled forward: {compiled.forward_note}, ready in {start['compile_s']:.0f} s")
+    start["ready_s"] = round(time.perf_counter() - began, 1)
+    print(f"start ({start['cache_at_start']} MARS_CACHE): ready to decode in {start['ready_s']:.0f} s")
     machine = runtime.record(model)
     machine["rows_kernel"] = rows_note()
     if compiled is not None:
@@ -594,7 +610,7 @@ def main(argv: list[str] | None = None) -> None:
     print("weight stream: " + ", ".join(f"{k} {v}" for k, v in stream.items()))
     if args.json:  # a new folder is made: the run must not be lost to it
         write_json(args.json, bench_record(args, machine, runtime, rows, len(records), llamacpp=llamacpp,
-                                                 stream=stream), indent=2)
+                                                 stream=stream, start=start), indent=2)
     path = args.plot or (args.json.rsplit(".", 1)[0] + ".png" if args.json else None)
     if path and speedup_plot(rows, path, f"mars-bench: speedup over transformers generate ({machine_line(machine)})"):
         print(f"plot: {path}")

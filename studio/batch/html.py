@@ -141,9 +141,10 @@ def panes_html(prompts: list[str], block: BatchRun | None = None, ar: BatchRun |
 
 def stats_markdown(
     block: BatchRun, ar: BatchRun, verified: BatchRun, block_size: int, *, threshold: float, status: str,
-    device: str = "CPU",
+    device: str = "CPU", why: str = "",
 ) -> str:
-    """What is deterministic first (forwards, steps per forward, tokens per forward, same answers), then timings."""
+    """What is deterministic first (forwards, steps per forward, tokens per forward, same answers; why: why verified
+    feeds one token a forward here, where it does), then timings."""
     n, b, a, v = block.size, block.summary(), ar.summary(), verified.summary()
     # steps per forward = forwards AR needed for the batch / forwards of the block batch
     steps = a["forwards"] / b["forwards"] if b["forwards"] else 0.0
@@ -162,6 +163,7 @@ def stats_markdown(
         f"**Verified batch**: {v['forwards']} forwards · {v['tokens']} tokens · "
         f"**{v['tokens'] / max(v['forwards'] * n, 1):.2f} tokens per forward per sample** · "
         f"**{sum(same_as_ar(verified, ar))} of {n}** answers equal their AR answer token for token{so_far}  \n"
+        + (f"{why}  \n" if why else "") +
         f"**AR batch**: {a['forwards']} forwards · {a['tokens']} tokens · "
         f"{a['tokens'] / max(a['forwards'] * n, 1):.2f} tokens per forward per sample  \n"
         f"**{steps:.2f} steps per forward**{so_far} (AR forwards the batch needed / block forwards) · "

@@ -16,6 +16,7 @@ import gradio as gr
 
 from mars_core import DecodeControl, stream
 from mars_core.decoding.strategies import default_threshold
+from mars_core.decoding.verified.plan import one_token_only, tree_price
 from mars_core.generate import check_request, encode_prompt
 from studio import lanes, models
 from studio.batch.html import panes_html, row_label, same_as_ar, slots_figure, stats_markdown
@@ -70,17 +71,30 @@ def failure(message: str) -> tuple:
     return notice("error", warn(message))
 
 
+def one_token_here(runtime: Any, samples: int, block_size: int) -> str:
+    """Why the verified batch decodes one token a forward on this machine, where it does (no tree pays at this batch
+    size on the runtime's cost curve: plan.one_token_only, the rule its decoder follows); else ""."""
+    if runtime is None or not one_token_only(runtime.cost, samples, block_size):
+        return ""
+    price = tree_price(runtime.cost, samples, block_size - 1)
+    return (f"Here a forward of {samples} samples that checks a draft and hangs the next {block_size - 1} masks each "
+            f"costs {price:.1f}× a one-token forward (the cost curve timed on this machine), more than such a tree "
+            "commits: verified decodes one token a forward here, AR's forwards and AR's answers.")
+
+
 def frame(
     prompts: list[str], block: BatchRun, ar: BatchRun, verified: BatchRun, *, block_size: int, threshold: float,
-    status: str, device: str, chart: bool = True,
+    status: str, device: str, chart: bool = True, why: str = "",
 ) -> tuple:
-    """One update of the tab: cells, slot chart (or gr.skip(): left as it is), stats and trace."""
+    """One update of the tab: cells, slot chart (or gr.skip(): left as it is), stats (why: one_token_here's note)
+    and trace."""
     figure = slots_figure(block.counts, [row_label(i, p) for i, p in enumerate(prompts)], block_size,
                           block.new_blocks(), block.finished_at)
     return (
         panes_html(prompts, block, ar, verified), plotly_data(figure) if chart else gr.skip(),
-        stats_markdown(block, ar, verified, block_size, threshold=threshold, status=status, device=device), "",
-        trace(block, ar, status, verified=verified, prompts=prompts, block_size=block_size, threshold=threshold),
+        stats_markdown(block, ar, verified, block_size, threshold=threshold, status=status, device=device, why=why),
+        "", trace(block, ar, status, verified=verified, prompts=prompts, block_size=block_size, threshold=threshold,
+                  one_token_here=why),
     )
 
 
@@ -126,6 +140,7 @@ def decode(prompts: list[str], tau: float, block_size: int, new: int, controls: 
                                                 max_new_tokens=new, control=controls[2], runtime=runtime),
                         tokenizer, len(prompts))
     sides = [block, ar, verified]
+    why = one_token_here(runtime, len(prompts), block_size)
     device = model.device.type.upper()  # what the wall-clock line measured: CPU, CUDA, MPS
     throttle, turns = Throttle(), Turns()
     try:
@@ -139,7 +154,7 @@ def decode(prompts: list[str], tau: float, block_size: int, new: int, controls: 
                 status = "stopped" if stopped else ("done" if finished else "running")
                 if throttle.due(sum(len(ids) for side in sides for ids in side.ids), finished):
                     yield frame(prompts, block, ar, verified, block_size=block_size, threshold=tau, status=status,
-                                device=device, chart=throttle.charts)
+                                device=device, chart=throttle.charts, why=why)
                     turns.framed()
     finally:
         for side in sides:

@@ -137,9 +137,24 @@ def test_cli_runs_on_a_saved_model(tmp_path, model, tokenizer, capsys):
     assert data["width_check"]["differing"] == 0 and machine["attention"] in rows
     assert machine["rows_kernel"].startswith("serving" if rows_kernel else "not serving")
     assert machine["linear"] == ("onednn_packed" if packing_pays(torch.nn.Linear(2, 2)) else "torch")
+    start = data["start"]  # how long until it could decode: no compiled method asked, so no compile
+    assert start["cache_at_start"] in ("empty", "kept") and 0 <= start["load_and_prepare_s"] <= start["ready_s"]
+    assert "compile_s" not in start
     printed = capsys.readouterr().out
     assert "speedup" in printed and f"machine: {machine['cpu']}" in printed
+    assert f"ready to decode in {start['ready_s']:.0f} s" in printed
     assert set(METHODS) >= {r["method"] for r in data["rows"]}
+
+
+def test_a_start_is_cold_while_mars_cache_holds_nothing(tmp_path, monkeypatch):
+    from mars_core.evaluation.bench import cache_empty
+
+    monkeypatch.setenv("MARS_CACHE", str(tmp_path / "cache"))
+    assert cache_empty()  # no folder yet
+    (tmp_path / "cache").mkdir()
+    assert cache_empty()
+    (tmp_path / "cache" / "kernels").mkdir()
+    assert not cache_empty()
 
 
 def test_cli_takes_a_cost_curve_for_a_reproducible_layout(tmp_path, model, tokenizer):

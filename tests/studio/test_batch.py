@@ -95,6 +95,29 @@ def test_tau_one_block_batch_is_ar():
     assert session.controls is None
 
 
+def test_where_no_tree_pays_at_the_batch_size_the_tab_says_why_verified_feeds_one_token(monkeypatch):
+    """A machine where a forward's cost grows with every token fed (seconds = batch x width: a compute-bound CPU):
+    the verified batch decodes one token a forward, AR's forwards and answers, and the stats say why, with the
+    curve's price of the least tree (a draft and the next 3 masks: 5 tokens a sample, 5x one); where width is
+    nearly free the note is not there."""
+    from dataclasses import replace
+
+    from mars_core.runtime import CostCurve
+
+    dear = CostCurve.from_function(lambda b, w: 1e-3 * b * w, batch_sizes=(1, 4, 16), widths=tuple(range(1, 33)))
+    served = models.get_runtime
+    monkeypatch.setattr(models, "get_runtime", lambda name: replace(served(name), cost=dear))
+    outputs = list(batch.batch_race(TEXT, 0.9, 4, 16, batch_state.BatchSession()))
+    trace, stats = final(outputs), outputs[-1][STATS]
+    assert trace["status"] == "done"
+    assert trace["verified"]["forwards"] == trace["ar"]["forwards"] and trace["verified"]["ids"] == trace["ar"]["ids"]
+    why = trace["one_token_here"]
+    assert "costs 5.0× a one-token forward" in why and "one token a forward here" in why and why in stats
+    cheap = CostCurve.from_function(lambda b, w: 1e-3 * (1 + 0.01 * b * w), batch_sizes=(1, 4, 16),
+                                    widths=tuple(range(1, 33)))
+    assert batch.one_token_here(replace(served(None), cost=cheap), 6, 4) == ""
+
+
 def test_low_threshold_commits_several_tokens_and_fast_samples_wait():
     outputs = list(batch.batch_race(TEXT, 0.1, 4, 32, batch_state.BatchSession()))
     trace = final(outputs)

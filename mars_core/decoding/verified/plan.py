@@ -124,10 +124,20 @@ def width_pays(curve: CostCurve, batch: int, g: int) -> bool:
     proposals (proposals_worth), priced as plan_by_cost prices them. Where none does (llama.cpp's Q8_0 on an AVX2 CPU:
     a group of 3 masks after a draft costs 2.8-3x a token, docs/llamacpp.md#speed), the plan would feed plain forwards
     at the price of its bookkeeping: verified decoding is then one-token decoding (decode.verified_decode)."""
-    drafts = math.ceil(YIELD_PRIOR)
-    seconds = curve.at(batch, range(2 + drafts + g))  # widths 0 .. 1 + drafts + g
-    gain = 1 + YIELD_PRIOR + proposals_worth(seconds, g, YIELD_PRIOR)
-    return gain * seconds[1] > seconds[1 + drafts + g]
+    seconds = curve.at(batch, range(2 + math.ceil(YIELD_PRIOR) + g))  # widths 0 .. 1 + drafts + g
+    return tree_gain(seconds, g) > tree_price(curve, batch, g)
+
+
+def tree_price(curve: CostCurve, batch: int, g: int) -> float:
+    """What the least tree width_pays weighs costs over a one-token forward at this batch size, by the curve: a
+    forward of 1 + ceil(YIELD_PRIOR) + g tokens a sample (drafts checked, the next group hung) over one of 1."""
+    one, tree = curve.at(batch, [1, 1 + math.ceil(YIELD_PRIOR) + g])
+    return tree / one
+
+
+def tree_gain(seconds: list[float], g: int) -> float:
+    """What that tree commits, in tokens, as plan_by_cost prices them: 1 + YIELD_PRIOR and its group's proposals."""
+    return 1 + YIELD_PRIOR + proposals_worth(seconds, g, YIELD_PRIOR)
 
 
 def one_token_only(curve: CostCurve | None, batch: int, block_size: int) -> bool:

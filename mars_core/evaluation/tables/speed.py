@@ -135,8 +135,10 @@ def identity(records_dir: Path) -> str:
 
 
 def forward(records_dir: Path) -> str:
-    """A one-token forward against one read of the weights (mars-bench's weight_stream), and how long the compiled
-    forward took to be ready, by machine: the newest batch-1 record of each kind that measured it."""
+    """A one-token forward against one read of the weights (mars-bench's weight_stream), how long the compiled
+    forward took to be ready, and the whole start (load, conversion, kernel build, packing, checks, cost curve and
+    compile; from an empty or a kept MARS_CACHE) where the record timed it, by machine: the newest batch-1 record of
+    each kind that measured it."""
     rows = []
     newest: dict[str, tuple[str, dict[str, Any]]] = {}
     for name, rec in R.read_all(records_dir, SPEED) + [
@@ -157,10 +159,19 @@ def forward(records_dir: Path) -> str:
             f"{R.num(eager, 2)} ({R.times(ws.get('forward_1_over_read_eager'))})" if eager else R.DASH,
             f"{R.num(compiled, 2)} ({R.times(ws.get('forward_1_over_read_compiled'))})" if compiled else R.DASH,
             rec["machine"].get("compiled_forward", R.DASH),
+            start_cell(rec.get("start")),
             f"`{name}`, {R.provenance(rec)}",
         ])
     return R.table(("machine", "weights MB", "read once, ms", "one-token forward, eager: ms (× the read)",
-                    "compiled: ms (× the read)", "compiled forward ready", "record"), rows)
+                    "compiled: ms (× the read)", "compiled forward ready", "start to decoding", "record"), rows)
+
+
+def start_cell(start: dict[str, Any] | None) -> str:
+    """mars-bench's start: seconds until it could decode, and whether MARS_CACHE was empty (a first start)."""
+    if not start:
+        return R.DASH
+    cache = "empty" if start["cache_at_start"] == "empty" else "kept"
+    return f"{R.num(start['ready_s'], 0)} s ({cache} MARS_CACHE)"
 
 
 WIDTHS = (2, 4, 8, 16)
