@@ -16,7 +16,7 @@ import gradio as gr
 
 from mars_core import DecodeControl, stream
 from mars_core.decoding.strategies import default_threshold
-from mars_core.decoding.verified.plan import one_token_only, tree_price
+from mars_core.decoding.verified import one_token_only, tree_price
 from mars_core.generate import check_request, encode_prompt
 from studio import lanes, models
 from studio.batch.html import panes_html, row_label, same_as_ar, slots_figure, stats_markdown

@@ -15,7 +15,8 @@ The rooms, in the order a forward runs them:
     chain.py   the next drafts (mask_chain, with_lookup) and the tree they are fed in (next_chain, next_tree)
     plan.py    which drafts, groups and siblings pay for their width: a pure function of confidences and the cost
                curve (plan_by_cost, group_odds, sibling_odds, FLOORS), and whether any width pays at all (width_pays:
-               where none does, verified decoding is one-token decoding); it never imports tree.py
+               where none does, verified decoding is one-token decoding; tree_price: the least tree's price there);
+               it never imports tree.py
     pace.py    Pace: the curve's price of width, moved by the decode's own timed forwards (Runtime.live_cost)
     record.py  Forward, what a caller that asks (DecodeOptions.record) sees of each forward
     decode.py  verified_decode, the loop
@@ -24,8 +25,8 @@ The rooms, in the order a forward runs them:
 from .chain import LOOKUP_PRIOR, lookup_odds, track_lookup
 from .config import TreeLayout, VerifiedConfig
 from .decode import verified_decode
-from .plan import one_token_only
+from .plan import one_token_only, tree_price
 from .record import Forward
 
 __all__ = ["Forward", "LOOKUP_PRIOR", "TreeLayout", "VerifiedConfig", "lookup_odds", "one_token_only", "track_lookup",
-           "verified_decode"]
+           "tree_price", "verified_decode"]
