@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ._records import machine_cell, read, table
+from ._records import linear, machine_cell, provenance, read, table
 
 HELD_OUT, NEVER_TRAINED = "model/eval_smollm2_mars_b4.json", "model/eval_smollm2_mars_b4_never_trained.json"
 HELD_OUT_FP32 = "model/eval_smollm2_mars_b4_fp32.json"
@@ -133,8 +133,23 @@ def weights(records_dir: Path) -> str:
                   "machine"], rows)
 
 
+def fidelity(records_dir: Path) -> str:
+    """Each served configuration's next-token choices along the held-out reference answers, teacher-forced under the
+    runtime it serves with, against the weights as trained in fp32 (python -m mars_core.evaluation.fidelity)."""
+    rec = read(records_dir, "model/fidelity_avx2.json")
+    rows = []
+    for c in rec["configs"]:
+        machine = {**rec["machine"], "dtype": c["dtype"], "weight_bits": 8 if c["weights"] == "int8" else 16}
+        rows.append([c["label"], f"{c['differing']} of {c['positions']} ({pct(1 - c['top1_agreement'], 2)}%)",
+                     f"{c['kl_mean']:.5f}", f"{c['answers_touched']} of {rec['records']}",
+                     linear({"linear": c["linear"]}), machine_cell(machine), provenance(rec)])
+    return table(["configuration", "greedy choice not fp32's", "KL from fp32, mean (nats)", "answers touched",
+                  "linear layers", "machine", "record"], rows)
+
+
 TABLES: dict[str, Callable[[Path], str]] = {
     "weights": weights,
+    "fidelity": fidelity,
     "quality": quality,
     "heldout": per_category(HELD_OUT, (1.0, 0.95, 0.9, 0.8, 0.5)),
     "never_trained": per_category(NEVER_TRAINED, (1.0, 0.9)),
