@@ -1,14 +1,15 @@
 """How closely a served model follows its weights as trained: next-token predictions along an evaluation split's
-reference answers (teacher-forced), each configuration under the runtime it serves with, against the weights as
-trained in fp32.
+reference answers (teacher-forced), each configuration under prepare()'s runtime for it (its kernels and weights, the
+forward eager: the compiled one is a decoder of its own, checked on its own), against the weights as trained in fp32.
 
     python -m mars_core.evaluation.fidelity [--split heldout] [--limit N] [--json FILE]
 
 A decoded answer's accuracy moves by whole answers (one of the held-out split's 70 scored answers is 1.4 points), and
 an answer that parts from another at one token differs in everything after; this counts every position of every
 reference answer instead: where a configuration's greedy choice differs from fp32's, and the KL divergence of its
-next-token distribution from fp32's. Width invariance makes one forward over prompt and answer give each position the
-logits a decode reaching it computes (docs/speed.md#width-invariance-verified-is-one-token-decoding-bit-for-bit).
+next-token distribution from fp32's. Width invariance (checked where prepare() runs: the width check is kept per
+machine) makes one forward over prompt and answer give each position the logits a decode reaching it computes
+(docs/speed.md#width-invariance-verified-is-one-token-decoding-bit-for-bit).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from ..generate import encode_prompt
+from ..generate import encode_prompt, stop_token_ids
 from ..load import load
 from ..machine import machine_info, machine_line
 from ..runtime import feed, head, new_cache, prepare, visible
@@ -29,7 +30,8 @@ from ..runtime.slots import cache_slots
 from ..runtime.timing import write_json
 from .prompts import load_split
 
-# (label, dtype, weights) a configuration is loaded with (load(dtype=, weights=)); the first is the reference
+# (label, dtype, weights) a configuration is loaded with (load(dtype=, weights=)). weights="bf16": the weights as
+# trained (not rounded onto the int8 grid), in the dtype asked; "int8": on the grid, times 8-bit rows (runtime/grid.py)
 REFERENCE = ("fp32, as trained", "fp32", "bf16")
 CONFIGS = (("bf16, as trained", "bf16", "bf16"), ("8-bit weights and rows", "bf16", "int8"))
 
@@ -53,15 +55,17 @@ class Fidelity:
                 "kl_mean": self.kl_sum / max(self.positions, 1)}
 
 
-def answer_ids(tokenizer: Any, record: dict[str, Any]) -> tuple[list[int], int]:
+def answer_ids(tokenizer: Any, record: dict[str, Any], stops: list[int]) -> tuple[list[int], int]:
     """(prompt and reference answer as one sequence of ids, the prompt's length): the answer as the chat template
-    closes an assistant turn, so a decode of the prompt would predict exactly these tokens."""
+    closes an assistant turn, up to its first stop id (kept: a decode predicts it, and stops there; what a template
+    writes after it, a newline, no decode reads), so a decode of the prompt would predict exactly these tokens."""
     prompt = encode_prompt(tokenizer, record["prompt"])
     turns = [{"role": "user", "content": record["prompt"]}, {"role": "assistant", "content": record["reference"]}]
     full = list(tokenizer(tokenizer.apply_chat_template(turns, tokenize=False), add_special_tokens=False)["input_ids"])
-    if full[: len(prompt)] != prompt:
+    if full[: len(prompt)] != prompt or len(full) == len(prompt):
         raise ValueError(f"the chat template does not extend the prompt's ids with its answer: {record['prompt']!r}")
-    return full, len(prompt)
+    end = next((i + 1 for i in range(len(prompt), len(full)) if full[i] in stops), len(full))
+    return full[:end], len(prompt)
 
 
 @torch.inference_mode()
@@ -83,10 +87,21 @@ def served(dtype: str, weights: str) -> tuple[torch.nn.Module, Any, Any]:
     return model, tokenizer, prepare(model, check=False, measure_cost=False)
 
 
+def score(result: Fidelity, want: torch.Tensor, got: torch.Tensor) -> None:
+    """Add one answer's positions to result: want and got are log-probabilities [positions, V], the reference's and
+    this configuration's; KL(want || got) summed over positions (a token both give probability 0 adds nothing)."""
+    flips = int((got.argmax(-1) != want.argmax(-1)).sum())
+    result.positions += len(want)
+    result.differing += flips
+    result.answers_touched += flips > 0
+    result.kl_sum += float(torch.where(want > -torch.inf, want.exp() * (want - got), 0.0).sum())
+
+
 def compare(records: list[dict[str, Any]], progress: bool = True) -> tuple[list[Fidelity], int, list[str]]:
     """Each configuration's Fidelity against the reference over the records' answers, the positions counted, and why
     any configuration was left out (8-bit weights serve on the AVX2 rows kernel only: runtime/grid.py)."""
-    reference = served(REFERENCE[1], REFERENCE[2])
+    reference, tokenizer, reference_runtime = served(REFERENCE[1], REFERENCE[2])
+    stops = stop_token_ids(reference, tokenizer)
     others, results, left = [], [], []
     for label, dtype, weights in CONFIGS:
         try:
@@ -96,19 +111,13 @@ def compare(records: list[dict[str, Any]], progress: bool = True) -> tuple[list[
             continue
         others.append((model, runtime))
         results.append(Fidelity(label, dtype, weights, runtime.record(model)["linear"]))
-    tokenizer = reference[1]
     positions = 0
     for record in tqdm(records, desc="fidelity", disable=not progress):
-        ids, start = answer_ids(tokenizer, record)
-        want = torch.log_softmax(answer_logits(reference[0], reference[2], ids, start), -1)
+        ids, start = answer_ids(tokenizer, record, stops)
+        want = torch.log_softmax(answer_logits(reference, reference_runtime, ids, start), -1)
         positions += len(ids) - start
         for result, (model, runtime) in zip(results, others):
-            got = torch.log_softmax(answer_logits(model, runtime, ids, start), -1)
-            flips = int((got.argmax(-1) != want.argmax(-1)).sum())
-            result.positions += len(ids) - start
-            result.differing += flips
-            result.answers_touched += flips > 0
-            result.kl_sum += float((want.exp() * (want - got)).sum())
+            score(result, want, torch.log_softmax(answer_logits(model, runtime, ids, start), -1))
     return results, positions, left
 
 

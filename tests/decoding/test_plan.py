@@ -191,3 +191,25 @@ def test_a_forward_that_fed_no_drafts_moves_the_yield_toward_its_prior():
     before = state.draft_yield.item()
     track_yield(state, SimpleNamespace(fed=torch.ones(2, 3, dtype=torch.bool)), torch.tensor([0, 0]))
     assert state.draft_yield.item() == pytest.approx(0.7 * before)
+
+
+@pytest.mark.parametrize("seconds,price,pays", [
+    (lambda b, w: 0.01 * b * w, 5.0, False),  # every token a full token's work: the least tree (1 + 1 + 3) costs 5x
+    (lambda b, w: 0.01, 1.0, True),  # width free
+    (lambda b, w: 0.01 * (1 + 0.35 * (w - 1)), 2.4, False),  # 35% a token: 2.4x against 2 + 0.5 / 2.05 tokens
+    (lambda b, w: 0.01 * (1 + 0.2 * (w - 1)), 1.8, True),
+])
+def test_the_least_tree_s_price_decides_whether_width_pays(seconds, price, pays):
+    """tree_price: a forward of 1 + ceil(YIELD_PRIOR) + g tokens a sample over one of 1, at the batch asked; width pays
+    where the tokens that tree commits as the plan prices them (1 + YIELD_PRIOR and its group's proposals, weighed by
+    GROUP_YIELD_WEIGHT t(1) / t(1 + g)) exceed that price, as width_pays has always decided it."""
+    from mars_core.decoding.verified.plan import one_token_only, tree_price, width_pays
+    from mars_core.runtime import CostCurve
+
+    curve = CostCurve.from_function(seconds, batch_sizes=(1, 4, 16), widths=tuple(range(1, 33)))
+    g = 3
+    assert tree_price(curve, 4, g) == pytest.approx(price)
+    t = curve.at(4, range(7))
+    gain = 1 + YIELD_PRIOR + GROUP_YIELD_WEIGHT * t[1] / t[1 + g] * max(1.0, YIELD_PRIOR)
+    assert (gain * t[1] > t[2 + g]) is pays and width_pays(curve, 4, g) is pays
+    assert one_token_only(curve, 4, g + 1) is not pays

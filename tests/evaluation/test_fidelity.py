@@ -22,15 +22,35 @@ def tok():
     return tiny_tokenizer(mask_token=True)
 
 
-def test_the_answer_follows_the_prompt_as_the_chat_template_closes_it(tok):
-    ids, start = fidelity.answer_ids(tok, RECORDS[0])
+def test_the_answer_follows_the_prompt_as_the_chat_template_closes_it_up_to_its_stop(tok):
+    """The prompt's ids, then the answer and its end token (a decode predicts it and stops), not the newline the
+    template writes after it."""
+    ids, start = fidelity.answer_ids(tok, RECORDS[0], [tok.eos_token_id])
     assert ids[:start] == fidelity.encode_prompt(tok, RECORDS[0]["prompt"]) and len(ids) > start
-    assert "one two three four five" in tok.decode(ids[start:])
+    assert ids[-1] == tok.eos_token_id and ids.count(tok.eos_token_id) == 2  # the user turn's end, the answer's
+    assert tok.decode(ids[start:]) == "one two three four five<|im_end|>"
+    whole, _ = fidelity.answer_ids(tok, RECORDS[0], [])  # no stop named: the template's text whole
+    assert whole[: len(ids)] == ids and len(whole) > len(ids)
+
+
+def test_served_loads_each_configuration_as_labelled_and_prepares_it(tok, monkeypatch):
+    """load() is asked for the dtype and weights the configuration names; the runtime is prepare()'s for that model."""
+    asked = []
+    model = tiny_llama(len(tok), attn_implementation=ATTENTION)
+
+    def load(name, **kwargs):
+        asked.append((name, kwargs))
+        return model, tok
+
+    monkeypatch.setattr(fidelity, "load", load)
+    got, _, runtime = fidelity.served("fp32", "bf16")
+    assert got is model and asked == [(None, {"dtype": "fp32", "device": "cpu", "weights": "bf16"})]
+    assert runtime.rows  # prepare()'s runtime: attention by rows
 
 
 def test_one_forward_gives_each_answer_position_the_logits_the_model_gives_it(tok):
     model = tiny_llama(len(tok), attn_implementation=ATTENTION)
-    ids, start = fidelity.answer_ids(tok, RECORDS[1])
+    ids, start = fidelity.answer_ids(tok, RECORDS[1], [tok.eos_token_id])
     got = fidelity.answer_logits(model, prepare(model, check=False, measure_cost=False), ids, start)
     with torch.no_grad():
         want = model(torch.tensor([ids])).logits[0, start - 1 : -1].float()
@@ -57,7 +77,8 @@ def test_each_configuration_is_counted_against_the_reference(tok, monkeypatch):
                                               ("never", "fp16", "bf16")))
     results, positions, left = fidelity.compare(RECORDS, progress=False)
     same, changed = (r.row() for r in results)
-    expected = sum(len(ids) - start for ids, start in (fidelity.answer_ids(tok, r) for r in RECORDS))
+    stops = fidelity.stop_token_ids(model, tok)
+    expected = sum(len(ids) - start for ids, start in (fidelity.answer_ids(tok, r, stops) for r in RECORDS))
     assert positions == same["positions"] == changed["positions"] == expected
     assert same["differing"] == 0 and same["top1_agreement"] == 1.0 and same["kl_mean"] == pytest.approx(0, abs=1e-6)
     assert changed["differing"] > 0 and changed["kl_mean"] > 0.01 and 1 <= changed["answers_touched"] <= 2

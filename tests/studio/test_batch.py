@@ -107,7 +107,7 @@ def test_where_no_tree_pays_at_the_batch_size_the_tab_says_why_verified_feeds_on
     dear = CostCurve.from_function(lambda b, w: 1e-3 * b * w, batch_sizes=(1, 4, 16), widths=tuple(range(1, 33)))
     served = models.get_runtime
     monkeypatch.setattr(models, "get_runtime", lambda name: replace(served(name), cost=dear))
-    outputs = list(batch.batch_race(TEXT, 0.9, 4, 16, batch_state.BatchSession()))
+    outputs = list(batch.batch_race(TEXT, 0.9, 4, 8, batch_state.BatchSession()))
     trace, stats = final(outputs), outputs[-1][STATS]
     assert trace["status"] == "done"
     assert trace["verified"]["forwards"] == trace["ar"]["forwards"] and trace["verified"]["ids"] == trace["ar"]["ids"]

@@ -124,15 +124,21 @@ def width_pays(curve: CostCurve, batch: int, g: int) -> bool:
     proposals (proposals_worth), priced as plan_by_cost prices them. Where none does (llama.cpp's Q8_0 on an AVX2 CPU:
     a group of 3 masks after a draft costs 2.8-3x a token, docs/llamacpp.md#speed), the plan would feed plain forwards
     at the price of its bookkeeping: verified decoding is then one-token decoding (decode.verified_decode)."""
-    seconds = curve.at(batch, range(2 + math.ceil(YIELD_PRIOR) + g))  # widths 0 .. 1 + drafts + g
-    return tree_gain(seconds, g) > tree_price(curve, batch, g)
+    seconds = least_tree_seconds(curve, batch, g)
+    return tree_gain(seconds, g) * seconds[1] > seconds[-1]
+
+
+def least_tree_seconds(curve: CostCurve, batch: int, g: int) -> list[float]:
+    """Seconds of a forward by tokens a sample, widths 0 .. 1 + ceil(YIELD_PRIOR) + g: up to the least tree width_pays
+    weighs (its drafts checked, the next group hung), at this batch size."""
+    return curve.at(batch, range(2 + math.ceil(YIELD_PRIOR) + g))
 
 
 def tree_price(curve: CostCurve, batch: int, g: int) -> float:
-    """What the least tree width_pays weighs costs over a one-token forward at this batch size, by the curve: a
-    forward of 1 + ceil(YIELD_PRIOR) + g tokens a sample (drafts checked, the next group hung) over one of 1."""
-    one, tree = curve.at(batch, [1, 1 + math.ceil(YIELD_PRIOR) + g])
-    return tree / one
+    """What that least tree costs over a one-token forward at this batch size, by the curve (what the Batch tab says
+    where it does not pay)."""
+    seconds = least_tree_seconds(curve, batch, g)
+    return seconds[-1] / seconds[1]
 
 
 def tree_gain(seconds: list[float], g: int) -> float:

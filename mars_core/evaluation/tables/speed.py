@@ -170,8 +170,7 @@ def start_cell(start: dict[str, Any] | None) -> str:
     """mars-bench's start: seconds until it could decode, and whether MARS_CACHE was empty (a first start)."""
     if not start:
         return R.DASH
-    cache = "empty" if start["cache_at_start"] == "empty" else "kept"
-    return f"{R.num(start['ready_s'], 0)} s ({cache} MARS_CACHE)"
+    return f"{R.num(start['ready_s'], 0)} s ({start['cache_at_start']} MARS_CACHE)"
 
 
 WIDTHS = (2, 4, 8, 16)
