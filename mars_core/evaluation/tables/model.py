@@ -134,8 +134,8 @@ def weights(records_dir: Path) -> str:
 
 
 def fidelity(records_dir: Path) -> str:
-    """Each served configuration's next-token choices along the held-out reference answers, teacher-forced under the
-    runtime it serves with, against the weights as trained in fp32 (python -m mars_core.evaluation.fidelity)."""
+    """Each served configuration's next-token choices along the held-out reference answers, teacher-forced under
+    prepare()'s eager runtime for it, against the weights as trained in fp32 (mars_core.evaluation.fidelity)."""
     rec = read(records_dir, "model/fidelity_avx2.json")
     rows = []
     for c in rec["configs"]:
