@@ -197,7 +197,7 @@ def bf16_supported(device: torch.device) -> bool:
 def rows_kernel_serves(device: torch.device) -> bool:
     """Whether our rows kernel serves a bf16 model's linear layers on this device: a CPU with AMX, AVX512-BF16 or AVX2
     (there its bf16 weights, widened in registers, are half fp32's bytes a token; docs/speed.md). Builds the kernel on
-    first call where none is kept (about a minute)."""
+    first call where none is kept (one compiler process)."""
     if device.type != "cpu":
         return False
     from .runtime import rows
@@ -206,7 +206,7 @@ def rows_kernel_serves(device: torch.device) -> bool:
 
 
 def _build_rows_kernel_meanwhile(device: torch.device) -> None:
-    """Where the rows kernel must still be built here (about a minute of one compiler process), start the build in a
+    """Where the rows kernel must still be built here (one compiler process), start the build in a
     thread, so that converting the model runs beside it on the other core; its first user waits for it (rows.why_not
     holds a lock)."""
     from .runtime import rows

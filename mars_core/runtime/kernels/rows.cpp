@@ -11,7 +11,16 @@
 // what one row costs (the weights' read), each output is computed in the same order whatever the number of rows, and
 // a row is computed from that row alone: a row's bits do not depend on how many rows, or which, share the call (width
 // and batch invariance, checked by runtime/invariance.py). A machine runs one of the three, so their bits never meet.
-#include <torch/extension.h>
+// ATen's per-operator headers, not <torch/extension.h>: parsing that one (all of torch's C++ API and pybind11) was
+// most of a build's time, and a cold start waits for the build (docs/speed.md#the-rows-kernel)
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/nonzero.h>
+#include <ATen/ops/zeros.h>
+#include <torch/library.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
