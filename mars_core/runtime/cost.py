@@ -41,13 +41,18 @@ class Timing:
     spot_widths: tuple[int, ...] = (1, 4)  # batch-1 widths a kept curve is checked against at load
     spot_rounds: int = 3  # rounds of those (the fastest kept)
     drift: float | None = None  # also timed again where its shape t(w) / t(1) moved by this factor either way
+    # a narrower width never priced above a wider one timed (torch: a stall after a change of kernel, not its cost);
+    # False: each width as timed, where the kernels really take rows in pairs and an odd width costs more
+    narrower_never_dearer: bool = True
+    kept_as: str = FORMAT  # in a kept curve's name: a curve kept under another rule is timed anew
 
 
 # torch's forward; an engine's (llama.cpp: one row takes other kernels than two, so every narrow width is timed; the
-# planner reads only the shape, which moves between two hosts of one CPU model, so the shape is checked too)
+# planner reads only the shape, which moves between two hosts of one CPU model, so the shape is checked too; its
+# Q8_0 kernels take rows in pairs, so an odd width can cost more than the even one above it, and is priced so)
 TORCH = Timing()
 ENGINE = Timing(batch_sizes=(1,), widths=(1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32), context=30,
-                spot_widths=(1, 4, 8), spot_rounds=5, drift=1.2)
+                spot_widths=(1, 4, 8), spot_rounds=5, drift=1.2, narrower_never_dearer=False, kept_as="v3")  # v3: each width as timed
 BATCH_SIZES, WIDTHS, SPOT_WIDTHS = TORCH.batch_sizes, TORCH.widths, TORCH.spot_widths
 
 
@@ -88,8 +93,9 @@ def measure_cost(model: torch.nn.Module | Engine, runtime: Runtime, *, batch_siz
                     times[w].append(_timed_forward(model, runtime, cache, prefix[:, context : context + w], context))
         measured = [min(times[w][1:]) for w in timed]
         # A narrower forward never costs more than a wider one timed (on an Intel Xeon in fp32, MKL's one-row
-        # kernel read 45 ms after a run of wide oneDNN forwards, 35 alone, while two rows read 37).
-        for j in reversed(range(len(measured) - 1)):
+        # kernel read 45 ms after a run of wide oneDNN forwards, 35 alone, while two rows read 37), unless the
+        # Timing says its kernels' odd widths really cost more (llama.cpp's Q8_0)
+        for j in reversed(range(len(measured) - 1) if plan.narrower_never_dearer else ()):
             measured[j] = min(measured[j], measured[j + 1])
         one = rows[0] if batch_sizes[0] == 1 and b > 1 else None  # batch 1's curve, by tokens a forward
         rows.append(tuple(_past_budget(w, b, timed, measured, one, widths) for w in widths))
@@ -143,10 +149,10 @@ def stale(curve: CostCurve, now: list[float], plan: Timing = TORCH) -> bool:
 def forward_cost(model: torch.nn.Module | Engine, runtime: Runtime, cache_dir: str | Path | None = None,
                  refresh: bool = False) -> CostCurve:
     """The model's cost curve on this machine under the runtime's kernels (an Engine: its own forward), kept as
-    cache_dir/<key>-v2.json (timing.kept: a curve timed while the machine was busy serves this process only). A kept
+    cache_dir/<key>-<Timing.kept_as>.json (timing.kept: a curve timed while the machine was busy serves this process only). A kept
     curve is checked against forwards timed now when the machine is quiet, and timed again where it went stale;
     refresh: timed again whatever is kept."""
-    path = Path(cache_dir) / f"{runtime.key(model)}-{FORMAT}.json" if cache_dir is not None else None
     plan = timing_of(model)
+    path = Path(cache_dir) / f"{runtime.key(model)}-{plan.kept_as}.json" if cache_dir is not None else None
     return kept(path, CostCurve.from_dict, lambda: measure_cost(model, runtime), CostCurve.to_dict, fresh=refresh,
                 holds=lambda curve: machine_busy() or not stale(curve, spot_seconds(model, runtime), plan))

@@ -325,7 +325,7 @@ def test_a_kept_curve_whose_shape_moved_is_timed_again(engine, monkeypatch, tmp_
     monkeypatch.setattr(timing, "machine_busy", lambda: False)
     monkeypatch.setattr(runtime_cost, "machine_busy", lambda: False)
     monkeypatch.setattr(runtime_cost, "measure_cost", lambda m, rt: timed.append(1) or fresh)
-    path = tmp_path / f"{Runtime().key(engine)}-{runtime_cost.FORMAT}.json"
+    path = tmp_path / f"{Runtime().key(engine)}-{plan.kept_as}.json"
     path.write_text(kept.to_json())
 
     monkeypatch.setattr(runtime_cost, "spot_seconds", lambda m, rt: [0.020, 0.036, 0.045])  # 1.8x, 2.25x: within

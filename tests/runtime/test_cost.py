@@ -148,6 +148,26 @@ def test_a_narrow_forward_never_reads_dearer_than_a_wider_one(model, monkeypatch
     assert curve.seconds == ((0.037, 0.037, 0.049),)
 
 
+def test_an_engine_whose_odd_widths_cost_more_is_priced_as_timed(model, monkeypatch, tmp_path):
+    """llama.cpp's Q8_0 kernels take rows in pairs: 5 rows cost more than 6, and the engine feeds 5 as 5. Its Timing
+    keeps each width as timed (the planner must not price 5 at 6's cost), where torch's is made non-decreasing; a
+    curve kept under the old rule (another name) is not read for it."""
+    table = {1: 0.012, 4: 0.031, 5: 0.040, 6: 0.037}
+    monkeypatch.setattr(cost, "_timed_forward", lambda m, rt, c, ids, ctx, **kw: table.get(ids.shape[1], 0))
+    assert measure_cost(model, PLAIN, batch_sizes=(1,), widths=(1, 4, 5, 6), rounds=1).seconds == (
+        (0.012, 0.031, 0.037, 0.037),)
+    monkeypatch.setattr(cost, "timing_of", lambda m: cost.ENGINE)
+    assert measure_cost(model, PLAIN, batch_sizes=(1,), widths=(1, 4, 5, 6), rounds=1).seconds == (
+        (0.012, 0.031, 0.040, 0.037),)
+    busy(monkeypatch, False)
+    monkeypatch.setattr(cost, "spot_seconds", lambda m, rt: [0.012, 0.031, 0.041])
+    old = CostCurve((1,), cost.ENGINE.widths, ((0.02,) * len(cost.ENGINE.widths),))
+    (tmp_path / f"{PLAIN.key(model)}-{cost.FORMAT}.json").write_text(old.to_json())
+    monkeypatch.setattr(cost, "measure_cost", lambda m, rt: CostCurve((1,), (1, 4, 5, 6), ((0.012, 0.031, 0.040,
+                                                                                             0.037),)))
+    assert cost.ENGINE.kept_as != cost.FORMAT and forward_cost(model, PLAIN, tmp_path).at(1, [5]) == [0.040]
+
+
 def test_each_runtime_gets_its_own_curve():
     """A curve timed with plain F.linear layers is not read back for oneDNN-packed ones, nor one timed with attention
     row by row for SDPA (or the other way)."""
