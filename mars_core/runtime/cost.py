@@ -52,7 +52,8 @@ class Timing:
 # Q8_0 kernels take rows in pairs, so an odd width can cost more than the even one above it, and is priced so)
 TORCH = Timing()
 ENGINE = Timing(batch_sizes=(1,), widths=(1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32), context=30,
-                spot_widths=(1, 4, 8), spot_rounds=5, drift=1.2, narrower_never_dearer=False, kept_as="v3")  # v3: each width as timed
+                spot_widths=(1, 4, 8), spot_rounds=5, drift=1.2, narrower_never_dearer=False,
+                kept_as="v3")  # v3: each width as timed
 BATCH_SIZES, WIDTHS, SPOT_WIDTHS = TORCH.batch_sizes, TORCH.widths, TORCH.spot_widths
 
 
@@ -149,9 +150,9 @@ def stale(curve: CostCurve, now: list[float], plan: Timing = TORCH) -> bool:
 def forward_cost(model: torch.nn.Module | Engine, runtime: Runtime, cache_dir: str | Path | None = None,
                  refresh: bool = False) -> CostCurve:
     """The model's cost curve on this machine under the runtime's kernels (an Engine: its own forward), kept as
-    cache_dir/<key>-<Timing.kept_as>.json (timing.kept: a curve timed while the machine was busy serves this process only). A kept
-    curve is checked against forwards timed now when the machine is quiet, and timed again where it went stale;
-    refresh: timed again whatever is kept."""
+    cache_dir/<key>-<Timing.kept_as>.json (timing.kept: a curve timed while the machine was busy serves this process
+    only). A kept curve is checked against forwards timed now when the machine is quiet, and timed again where it
+    went stale; refresh: timed again whatever is kept."""
     plan = timing_of(model)
     path = Path(cache_dir) / f"{runtime.key(model)}-{plan.kept_as}.json" if cache_dir is not None else None
     return kept(path, CostCurve.from_dict, lambda: measure_cost(model, runtime), CostCurve.to_dict, fresh=refresh,

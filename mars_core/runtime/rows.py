@@ -71,7 +71,8 @@ def _folder() -> Path:
 
 
 def why_not() -> str | None:
-    """Why this machine has no rows kernel, or None where it has one (built on first call where none is kept, then loaded)."""
+    """Why this machine has no rows kernel, or None where it has one (built on first call where none is kept, then
+    loaded)."""
     with _LOCK:
         if "why" not in _STATE:
             began = time.perf_counter()
