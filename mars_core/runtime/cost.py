@@ -49,7 +49,8 @@ class Timing:
 
 # torch's forward; an engine's (llama.cpp: one row takes other kernels than two, so every narrow width is timed; the
 # planner reads only the shape, which moves between two hosts of one CPU model, so the shape is checked too; its
-# Q8_0 kernels take rows in pairs, so an odd width can cost more than the even one above it, and is priced so)
+# kernels take rows in pairs, so an odd width can cost more than the even one above it: each width as timed, the odd
+# ones up to 7, wider ones read between the even widths timed)
 TORCH = Timing()
 ENGINE = Timing(batch_sizes=(1,), widths=(1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32), context=30,
                 spot_widths=(1, 4, 8), spot_rounds=5, drift=1.2, narrower_never_dearer=False,
@@ -75,8 +76,9 @@ def measure_cost(model: torch.nn.Module | Engine, runtime: Runtime, *, batch_siz
                  budget: int = TOKEN_BUDGET) -> CostCurve:
     """Time the decoders' forward (forward.feed, logits for up to 8 slots, as verified decoding reads them) after a
     `context`-token prefix, under the runtime's kernels, the fastest of interleaved rounds (other work only ever adds
-    time, so the minimum is the forward's own cost), made non-decreasing in width; widths past the token budget are
-    extrapolated. Unset: the model's Timing (timing_of) and ROUNDS."""
+    time, so the minimum is the forward's own cost), made non-decreasing in width where the Timing says so
+    (narrower_never_dearer); widths past the token budget are extrapolated. Unset: the model's Timing (timing_of)
+    and ROUNDS."""
     plan = timing_of(model)
     batch_sizes, widths = batch_sizes or plan.batch_sizes, widths or plan.widths
     context, rounds = context or plan.context, rounds or ROUNDS
@@ -94,8 +96,8 @@ def measure_cost(model: torch.nn.Module | Engine, runtime: Runtime, *, batch_siz
                     times[w].append(_timed_forward(model, runtime, cache, prefix[:, context : context + w], context))
         measured = [min(times[w][1:]) for w in timed]
         # A narrower forward never costs more than a wider one timed (on an Intel Xeon in fp32, MKL's one-row
-        # kernel read 45 ms after a run of wide oneDNN forwards, 35 alone, while two rows read 37), unless the
-        # Timing says its kernels' odd widths really cost more (llama.cpp's Q8_0)
+        # kernel stalled after a run of wide oneDNN forwards and read dearer than two rows), unless the Timing says
+        # its kernels' odd widths really cost more (llama.cpp's)
         for j in reversed(range(len(measured) - 1) if plan.narrower_never_dearer else ()):
             measured[j] = min(measured[j], measured[j + 1])
         one = rows[0] if batch_sizes[0] == 1 and b > 1 else None  # batch 1's curve, by tokens a forward

@@ -213,3 +213,16 @@ def test_the_least_tree_s_price_decides_whether_width_pays(seconds, price, pays)
     gain = 1 + YIELD_PRIOR + GROUP_YIELD_WEIGHT * t[1] / t[1 + g] * max(1.0, YIELD_PRIOR)
     assert (gain * t[1] > t[2 + g]) is pays and width_pays(curve, 4, g) is pays
     assert one_token_only(curve, 4, g + 1) is not pays
+
+
+def test_a_wider_tree_that_costs_less_lets_width_pay_on_a_curve_with_dear_odd_widths():
+    """llama.cpp's curve is priced as timed, so 5 tokens can cost more than 6: the least tree (a draft and the next 3
+    masks, 5 tokens) is priced at the least of its width and any wider one (a tree of 6 holds it and commits as
+    much). On a non-decreasing curve that is its own width's price, as before."""
+    from mars_core.decoding.verified.plan import tree_price, width_pays
+    from mars_core.runtime import CostCurve
+
+    dear_five = CostCurve((1,), (1, 2, 3, 4, 5, 6, 8), ((1.0, 1.4, 1.7, 1.8, 3.5, 2.0, 2.6),))
+    assert tree_price(dear_five, 1, 3) == pytest.approx(2.0) and width_pays(dear_five, 1, 3)
+    rising = CostCurve((1,), (1, 2, 3, 4, 5, 6, 8), ((1.0, 1.4, 1.7, 1.8, 3.5, 3.6, 4.0),))
+    assert tree_price(rising, 1, 3) == pytest.approx(3.5) and not width_pays(rising, 1, 3)

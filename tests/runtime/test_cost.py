@@ -161,7 +161,7 @@ def test_an_engine_whose_odd_widths_cost_more_is_priced_as_timed(model, monkeypa
         (0.012, 0.031, 0.040, 0.037),)
     busy(monkeypatch, False)
     monkeypatch.setattr(cost, "spot_seconds", lambda m, rt: [0.012, 0.031, 0.041])
-    old = CostCurve((1,), cost.ENGINE.widths, ((0.02,) * len(cost.ENGINE.widths),))
+    old = CostCurve((1,), (1, 4, 5, 6, 8), ((0.012, 0.031, 0.037, 0.037, 0.041),))  # not stale: read if named so
     (tmp_path / f"{PLAIN.key(model)}-{cost.FORMAT}.json").write_text(old.to_json())
     monkeypatch.setattr(cost, "measure_cost", lambda m, rt: CostCurve((1,), (1, 4, 5, 6), ((0.012, 0.031, 0.040,
                                                                                              0.037),)))

@@ -405,13 +405,15 @@ def test_train_in_a_browser(driver, served, tmp_path):
     wait.until(lambda d: chart_points(d, "train-loss-plot") >= 4)  # the AR loss and 3 slots, at a first step
     first = chart_points(driver, "train-loss-plot")
     # it moves: more steps drawn. On a slow 2-core machine a tiny model can spend its 400 steps before the page draws
-    # its first losses (a starved page's first frame can be the last one): then the status says it is done, there is
-    # no live training left for a second visitor to watch, and the rest of the test runs on the finished one
+    # its first losses (a starved page's first frame can be the last one): then the status says it is checking the
+    # trained model or done, there is no live training left for a second visitor to watch, and the rest of the test
+    # runs on the finished one
+    ended = ("checking", "done")
     wait.until(lambda d: chart_points(d, "train-loss-plot") > first
-               or "done" in d.find_element(By.ID, "train-status").text)
+               or any(word in d.find_element(By.ID, "train-status").text for word in ended))
     status = driver.find_element(By.ID, "train-status").text
     live = "training" in status
-    assert live or "done" in status, status
+    assert live or any(word in status for word in ended), status
     teacher = driver.current_window_handle
     if live:
         driver.switch_to.new_window("tab")  # a student: another session of the same app

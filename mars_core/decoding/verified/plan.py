@@ -130,8 +130,13 @@ def width_pays(curve: CostCurve, batch: int, g: int) -> bool:
 
 def least_tree_seconds(curve: CostCurve, batch: int, g: int) -> list[float]:
     """Seconds of a forward by tokens a sample, widths 0 .. 1 + ceil(YIELD_PRIOR) + g: up to the least tree width_pays
-    weighs (its drafts checked, the next group hung), at this batch size."""
-    return curve.at(batch, range(2 + math.ceil(YIELD_PRIOR) + g))
+    weighs (its drafts checked, the next group hung), at this batch size; that tree's at the least price of any width
+    from its own up (a wider tree holds it and commits as much), where a curve is not non-decreasing (llama.cpp's:
+    an odd width can cost more than the even one above it)."""
+    widths = 2 + math.ceil(YIELD_PRIOR) + g
+    seconds = curve.at(batch, range(widths))
+    seconds[-1] = min(curve.at(batch, range(widths - 1, max(widths, max(curve.widths) + 1))))
+    return seconds
 
 
 def tree_price(curve: CostCurve, batch: int, g: int) -> float:

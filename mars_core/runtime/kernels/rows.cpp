@@ -13,13 +13,16 @@
 // and batch invariance, checked by runtime/invariance.py). A machine runs one of the three, so their bits never meet.
 // ATen's per-operator headers, not <torch/extension.h>: parsing that one (all of torch's C++ API and pybind11) was
 // most of a build's time, and a cold start waits for the build (docs/speed.md#the-rows-kernel)
+#include <ATen/core/List.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/linear.h>
 #include <ATen/ops/nonzero.h>
 #include <ATen/ops/zeros.h>
+#include <c10/util/accumulate.h>
 #include <torch/library.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
