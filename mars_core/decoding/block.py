@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..runtime.forward import feed, keep, visible
+from ..runtime.forward import causal_seen, feed, keep
 from .commit import Committed, commit, decode_loop
 from .control import DecodeControl
 from .feed import decode_cache, logits_at, right_pad
@@ -71,8 +71,7 @@ def forward(model: torch.nn.Module, cache, s: Blocks, spec: DecodeSpec, width: i
     ids = torch.cat([s.uncached, s.block[:, s.cached : width]], 1)
     positions = torch.cat([s.uncached_pos, s.base[:, None] + slots], 1)
     fed = torch.cat([s.uncached_valid, torch.ones((b, width - s.cached), dtype=torch.bool, device=dev)], 1)
-    causal = torch.ones(fed.shape[1], fed.shape[1], dtype=torch.bool, device=dev).tril()
-    hidden = feed(model, cache, ids, positions, visible(causal, fed), fed, runtime=spec.runtime, capture=False)
+    hidden = feed(model, cache, ids, positions, causal_seen(fed), fed, runtime=spec.runtime, capture=False)
     first = s.cached + (U == 0)  # the block slot the first logit predicts (U > 0 means cached == 0)
     rows = U + torch.arange(first - s.cached - 1, width - s.cached, device=dev).expand(b, -1)
     if U:  # slot `cached` is predicted by each sample's last real uncached token

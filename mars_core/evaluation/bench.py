@@ -40,7 +40,7 @@ from ..decoding.strategies import NAMES, STRATEGIES
 from ..decoding.verified import VerifiedConfig
 from ..generate import encode_prompt, generate, stop_token_ids
 from ..machine import machine_line
-from ..runtime import CostCurve, Runtime, feed, head, new_cache, prepared, visible
+from ..runtime import CostCurve, Runtime, causal_seen, feed, head, new_cache, prepared
 from ..runtime import keep as keep_all
 from ..runtime.graphs import graph_counts
 from ..runtime.rows import note as rows_note
@@ -189,7 +189,7 @@ def forward_seconds(model, tokenizer, prompts: list[str], new_tokens: int, conte
     def run(ids: torch.Tensor, start: int) -> torch.Tensor:
         w = ids.shape[1]
         fed = torch.ones(b, w, dtype=torch.bool, device=dev)
-        seen = visible(torch.ones(w, w, dtype=torch.bool, device=dev).tril(), fed)
+        seen = causal_seen(fed)
         hidden = feed(model, cache, ids, torch.arange(start, start + w, device=dev).expand(b, -1), seen, fed,
                       runtime=runtime)
         return head(model, hidden[:, -(keep or w):], runtime)

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from ..generate import encode_prompt, stop_token_ids
 from ..load import load
 from ..machine import machine_info, machine_line
-from ..runtime import feed, head, new_cache, prepare, visible
+from ..runtime import causal_seen, feed, head, new_cache, prepare
 from ..runtime.slots import cache_slots
 from ..runtime.timing import write_json
 from .prompts import load_split
@@ -74,7 +74,7 @@ def answer_logits(model: torch.nn.Module, runtime: Any, ids: list[int], start: i
     n = len(ids)
     tokens = torch.tensor([ids], device=model.device)
     fed = torch.ones(1, n, dtype=torch.bool, device=model.device)
-    seen = visible(torch.ones(n, n, dtype=torch.bool).tril(), fed)
+    seen = causal_seen(fed)
     with new_cache(model, 1, cache_slots(n, 0)) as cache:
         hidden = feed(model, cache, tokens, torch.arange(n, device=model.device)[None], seen, fed, runtime=runtime)
         return head(model, hidden[:, start - 1 : n - 1], runtime)[0].float()

@@ -18,7 +18,7 @@ import torch
 
 from .curve import CostCurve, interpolate, shape_moved
 from .engine import Engine
-from .forward import feed, head, keep, new_cache, visible
+from .forward import causal_seen, feed, head, keep, new_cache
 from .runtime import Runtime
 from .slots import cache_slots
 from .timing import kept, machine_busy, seconds
@@ -123,7 +123,7 @@ def _timed_forward(model: torch.nn.Module, runtime: Runtime, cache, ids: torch.T
     of its slots; kept: its tokens stay (else the next forward overwrites them)."""
     (b, w), dev = ids.shape, ids.device
     fed = torch.ones(b, w, dtype=torch.bool, device=dev)
-    seen = visible(torch.ones(w, w, dtype=torch.bool, device=dev).tril(), fed)
+    seen = causal_seen(fed)
     positions = torch.arange(context, context + w, device=dev).expand(b, -1)
 
     def forward() -> torch.Tensor:

@@ -71,6 +71,12 @@ def visible(template: torch.Tensor, fed: torch.Tensor) -> torch.Tensor:
     return (template.to(fed.device)[None] & fed[:, None, :]) | eye
 
 
+def causal_seen(fed: torch.Tensor) -> torch.Tensor:
+    """seen [b, W, W] of a causal run (a prompt, a measured forward): each column sees the fed columns up to itself."""
+    width = fed.shape[1]
+    return visible(torch.ones(width, width, dtype=torch.bool, device=fed.device).tril(), fed)
+
+
 def feed(model: torch.nn.Module | Engine, cache: SlotCache | Any, ids: torch.Tensor, positions: torch.Tensor,
          seen: torch.Tensor, fed: torch.Tensor, *, runtime: Runtime, capture: bool = True) -> torch.Tensor:
     """One forward through the decoder: the last hidden states [b, W, H] (logits are read later, where needed, with

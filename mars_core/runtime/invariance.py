@@ -15,7 +15,7 @@ import torch
 
 from .cost import vocab_size
 from .engine import Engine
-from .forward import feed, head, keep, new_cache, visible
+from .forward import causal_seen, feed, head, keep, new_cache
 from .runtime import Runtime, WidthCheck
 from .slots import decode_slots
 from .timing import kept
@@ -42,7 +42,7 @@ def fed_rows(model: torch.nn.Module | Engine, runtime: Runtime, context: torch.T
         start, logits = torch.zeros_like(lengths), []
         for run, (ids, fed) in enumerate(runs):
             w = ids.shape[1]
-            seen = visible(torch.ones(w, w, dtype=torch.bool, device=dev).tril(), fed)
+            seen = causal_seen(fed)
             at = start[:, None] + torch.arange(w, device=dev)
             if not run:  # the masks at the positions after each context
                 at = torch.cat([at[:, :n], lengths[:, None] + torch.arange(masks, device=dev)], 1)

@@ -7,7 +7,7 @@ from contextlib import nullcontext
 import pytest
 import torch
 
-from mars_core.runtime import ATTENTION, feed, new_cache, prepare, rows, visible
+from mars_core.runtime import ATTENTION, causal_seen, feed, new_cache, prepare, rows
 from mars_core.runtime import forward as forward_module
 from mars_core.runtime.grid import int8_serves, round_to_grid
 from mars_core.runtime.slots import cache_slots
@@ -33,7 +33,7 @@ def test_a_padded_column_is_not_computed_and_the_fed_ones_keep_their_bits(monkey
     positions = torch.arange(6).expand(2, -1)
     fed = torch.ones(2, 6, dtype=torch.bool)
     fed[1, 4:] = False
-    seen = visible(torch.ones(6, 6, dtype=torch.bool).tril(), fed)
+    seen = causal_seen(fed)
 
     def hidden() -> torch.Tensor:
         with torch.inference_mode(), new_cache(model, 2, cache_slots(0, 6)) as cache:

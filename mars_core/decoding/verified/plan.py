@@ -133,10 +133,9 @@ def least_tree_seconds(curve: CostCurve, batch: int, g: int) -> list[float]:
     weighs (its drafts checked, the next group hung), at this batch size; that tree's at the least price of any width
     from its own up (a wider tree holds it and commits as much), where a curve is not non-decreasing (llama.cpp's:
     an odd width can cost more than the even one above it)."""
-    widths = 2 + math.ceil(YIELD_PRIOR) + g
-    seconds = curve.at(batch, range(widths))
-    seconds[-1] = min(curve.at(batch, range(widths - 1, max(widths, max(curve.widths) + 1))))
-    return seconds
+    tree = 1 + math.ceil(YIELD_PRIOR) + g
+    seconds = curve.at(batch, range(max(tree, max(curve.widths)) + 1))
+    return [*seconds[:tree], min(seconds[tree:])]
 
 
 def tree_price(curve: CostCurve, batch: int, g: int) -> float:
