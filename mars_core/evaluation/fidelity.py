@@ -99,7 +99,8 @@ def score(result: Fidelity, want: torch.Tensor, got: torch.Tensor) -> None:
 
 def compare(records: list[dict[str, Any]], progress: bool = True) -> tuple[list[Fidelity], int, list[str]]:
     """Each configuration's Fidelity against the reference over the records' answers, the positions counted, and why
-    any configuration was left out (8-bit weights serve on the AVX2 rows kernel only: runtime/grid.py)."""
+    any configuration was left out (8-bit weights serve on the AVX2 and AVX512-BF16 rows kernels only:
+    runtime/grid.py)."""
     reference, tokenizer, reference_runtime = served(REFERENCE[1], REFERENCE[2])
     stops = stop_token_ids(reference, tokenizer)
     others, results, left = [], [], []

@@ -161,8 +161,8 @@ def test_it_computes_f_linear(n, k, bias):
     assert (got.float() - exact).abs().max() <= (F.linear(x, w, b).float() - exact).abs().max() * 1.5 + 1e-6
 
 
-int8_path = pytest.mark.skipif(rows.flavor() != "avx2" or not rows.rows_kernel(),
-                               reason="the int8 path is the AVX2 build's (MARS_ROWS_FLAVOR=avx2 runs it elsewhere)")
+int8_path = pytest.mark.skipif(not rows.rows_kernel() or not torch.ops.mars_rows.int8_path(),
+                               reason="the int8 path is the AVX2 and AVX512-BF16 builds' (MARS_ROWS_FLAVOR runs them)")
 
 
 @serves
@@ -543,3 +543,32 @@ def test_every_flavor_this_cpu_runs_passes_the_kernel_tests(name, tmp_path):
     suite = ElementTree.parse(report).getroot().find("testsuite")
     counts = {key: int(suite.get(key)) for key in ("tests", "failures", "errors", "skipped")}
     assert counts["tests"] > 50 and counts["failures"] == counts["errors"] == counts["skipped"] == 0, (counts, said)
+
+
+def int8_sample() -> torch.Tensor:
+    """A product on the int8 path: a weight on the grid (577 inputs: a short last block), a bias, 11 rows of x (more
+    than a group of rows of either build)."""
+    g = torch.Generator().manual_seed(5)
+    w = torch.ops.mars_rows.grid((torch.randn(200, 577, generator=g) * 0.05).bfloat16())
+    x = torch.randn(11, 577, generator=g).bfloat16()
+    return torch.ops.mars_rows.linear(x, torch.ops.mars_rows.pack(w), 200, torch.randn(200, generator=g).bfloat16())
+
+
+@serves
+@int8_path
+def test_every_build_with_the_int8_path_gives_its_products_the_same_bits(tmp_path):
+    """The int8 path's dot products are exact integers (vpdpbusd with VNNI, vpmaddubsw and vpmaddwd without) and
+    the rest the same fp32 steps, so every build this CPU runs with that path (here and in a process that asks for
+    another flavor) computes the same bits: 8-bit weights answer the same on an AVX2 laptop and an AVX512-BF16
+    server."""
+    here = int8_sample()
+    others = [name for name in rows.runnable() if name != rows.flavor() and name != "amx"]
+    if not others:
+        pytest.skip("no other build with the int8 path runs on this CPU")
+    for name in others:
+        out = tmp_path / f"{name}.pt"
+        code = f"import runpy, torch; torch.save(runpy.run_path({str(__file__)!r})['int8_sample'](), {str(out)!r})"
+        done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "MARS_ROWS_FLAVOR": name},
+                              cwd=Path(__file__).parents[2], capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert torch.equal(torch.load(out).view(torch.int16), here.view(torch.int16)), name

@@ -5,9 +5,10 @@
 // rows of x go through the tile unit 16 at a time; with AVX512-BF16 (vdpbf16ps) 8 at a time, a pair of x broadcast
 // against a pair of each of 16 columns. With AVX2 (laptops; AMD before Zen 4) the bf16 weights are widened to fp32 in
 // registers (a bf16 is fp32's upper half), two rows at a time through fp32 FMAs, or from 5 rows on 6 at a time from
-// the panel widened once. There, weights on the int8 grid (runtime/grid.py) are packed as 8-bit integers in strips of
-// 8 columns (pack8) and multiplied by each row of x quantized to int8 on its own, per block of 32 k: integer dot
-// products, exact within a block, then scaled and added in fp32 block by block. Either way up to that many rows cost
+// the panel widened once. There and with AVX512-BF16, weights on the int8 grid (runtime/grid.py) are packed as 8-bit
+// integers in strips of 8 columns (pack8) and multiplied by each row of x quantized to int8 on its own, per block of
+// 32 k: integer dot products (VNNI's where the CPU has it), exact within a block, then scaled and added in fp32 block
+// by block: the same bits in either build. Either way up to that many rows cost
 // what one row costs (the weights' read), each output is computed in the same order whatever the number of rows, and
 // a row is computed from that row alone: a row's bits do not depend on how many rows, or which, share the call (width
 // and batch invariance, checked by runtime/invariance.py). A machine runs one of the three, so their bits never meet.
@@ -48,9 +49,20 @@
 #endif
 #if !defined(MARS_AMX) && !defined(__AVX512BF16__) && defined(__AVX2__) && defined(__FMA__)
 #define MARS_WIDEN 1  // bf16 weights widened to fp32 in registers, fp32 FMAs (AVX2)
-#define MARS_INT8 true  // and int8 copies of weights on the int8 grid (pack8), times rows quantized to int8
+#endif
+// int8 copies of weights on the int8 grid (pack8), times rows quantized to int8: the AVX2 and AVX512-BF16 builds'
+// (an AMX build keeps its tiles: unmeasured there). Their integer dot products are exact, so every build computes the
+// same bits; with AVX512-VNNI (or AVX-VNNI) one vpdpbusd a row does what three AVX2 instructions do.
+#if !defined(MARS_AMX) && defined(__AVX2__) && defined(__FMA__)
+#define MARS_INT8_PATH 1
+#define MARS_INT8 true
 #else
 #define MARS_INT8 false
+#endif
+#if defined(MARS_INT8_PATH) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define MARS_VNNI(acc, u, s) _mm256_dpbusd_epi32(acc, u, s)
+#elif defined(MARS_INT8_PATH) && defined(__AVXVNNI__)
+#define MARS_VNNI(acc, u, s) _mm256_dpbusd_avx_epi32(acc, u, s)
 #endif
 
 namespace {
@@ -263,8 +275,15 @@ void panels(const PanelJob& job, float* scratch, int64_t p0, int64_t p1, const E
     }
 }
 
+#endif
+
+#ifdef MARS_INT8_PATH
 // 8-bit weights (pack8) times rows of x quantized to int8, each row on its own (quantize_rows): integer dot products.
+#ifdef MARS_VNNI
+constexpr int QROWS = 8;  // rows int8_strip keeps in registers (a sum and a dot product a row: of 32 with AVX512VL)
+#else
 constexpr int QROWS = 4;  // rows int8_strip keeps in registers (a sum and a block's dot product a row)
+#endif
 constexpr int64_t PREFETCH = 8 * STRIP_BLOCK;  // bytes ahead of the block in use that int8_strip asks the cache for
 
 // What a block of x whose largest |x| is m is multiplied by before rounding: 127 / m; 0 for a block of zeros, and for
@@ -358,32 +377,53 @@ inline __m256 exp2_8(const int8_t* e) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e32, _mm256_set1_epi32(127)), 23));
 }
 
-// One strip of pack8's W (8 columns, its blocks in k order) for R quantized rows: sums[r * 8 + c]. In a block a row's
-// 32 products with a column are summed exactly in int32 (vpmaddubsw multiplies |w| by x carrying w's sign and adds
-// pairs, vpmaddwd adds pairs again: 4 k a lane), then the block's sum times both scales is added to the row's fp32 sum,
-// blocks in order: a row's sums are the same bits whatever R and whatever its batchmates.
+// A block's exact integer dot products of R quantized rows with a strip's 8 columns: dot[r] lane c = sum over the
+// block's 32 k of x[r][k] w[k][c] (|x|, |w| <= 127: at most 32 * 127 * 127 in int32). With VNNI, vpdpbusd multiplies
+// x + 128 (x's sign bits flipped: unsigned bytes) by w and adds 4 products a lane, and 128 sum_k w (the same
+// instruction on 128s) is taken off at the end; with AVX2, vpmaddubsw multiplies |w| by x carrying w's sign and adds
+// pairs, vpmaddwd adds pairs again. The same integers either way.
+template <int R>
+inline void block_dots(const int8_t* w, const int8_t* x, int64_t ldq, __m256i* dot) {
+  for (int r = 0; r < R; ++r) dot[r] = _mm256_setzero_si256();
+#ifdef MARS_VNNI  // x arrives as x + 128 (product8 flips its sign bits once)
+  const __m256i flip = _mm256_set1_epi32(static_cast<int32_t>(0x80808080u));
+  __m256i lift = _mm256_setzero_si256();  // 128 sum_k w, a column a lane
+  for (int64_t j = 0; j < DEPTH / 4; ++j) {
+    const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + j * 32));  // [8 columns][4 k]
+    lift = MARS_VNNI(lift, flip, wq);
+    for (int r = 0; r < R; ++r)  // the row's 4 k, broadcast from memory (not through a general register)
+      dot[r] = MARS_VNNI(dot[r], _mm256_broadcastd_epi32(_mm_loadu_si32(x + r * ldq + j * 4)), wq);
+  }
+  for (int r = 0; r < R; ++r) dot[r] = _mm256_sub_epi32(dot[r], lift);
+#else
+  const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 1  // unrolled, GCC 12 keeps every product to add them up at the end, on the stack
+  for (int64_t j = 0; j < DEPTH / 4; ++j) {
+    const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + j * 32));  // [8 columns][4 k]
+    const __m256i size = _mm256_abs_epi8(wq);
+    for (int r = 0; r < R; ++r) {
+      int32_t four;  // the row's 4 k, against every column
+      std::memcpy(&four, x + r * ldq + j * 4, 4);
+      const __m256i signed_x = _mm256_sign_epi8(_mm256_set1_epi32(four), wq);
+      dot[r] = _mm256_add_epi32(dot[r], _mm256_madd_epi16(_mm256_maddubs_epi16(size, signed_x), ones));
+    }
+  }
+#endif
+}
+
+// One strip of pack8's W (8 columns, its blocks in k order) for R quantized rows: sums[r * 8 + c]. A block's exact
+// integer dot products (block_dots) times both scales are added to the row's fp32 sum, blocks in order: a row's sums
+// are the same bits whatever R and whatever its batchmates.
 template <int R>
 void int8_strip(const int8_t* w, const int8_t* q, const float* scale, int64_t blocks, float* sums) {
   const int64_t ldq = blocks * DEPTH;  // a quantized row's int8, and its blocks' scales (quantize_rows)
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < blocks; ++b, w += STRIP_BLOCK) {
     for (int64_t line = 0; line < STRIP_BLOCK; line += 64)  // the stream ahead (the prefetchers alone lag the loop)
       _mm_prefetch(reinterpret_cast<const char*>(w) + PREFETCH + line, _MM_HINT_T0);
     __m256i dot[R];
-    for (int r = 0; r < R; ++r) dot[r] = _mm256_setzero_si256();
-#pragma GCC unroll 1  // unrolled, GCC 12 keeps every product to add them up at the end, on the stack
-    for (int64_t j = 0; j < DEPTH / 4; ++j) {
-      const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + j * 32));  // [8 columns][4 k]
-      const __m256i size = _mm256_abs_epi8(wq);
-      for (int r = 0; r < R; ++r) {
-        int32_t four;  // the row's 4 k, against every column
-        std::memcpy(&four, q + r * ldq + b * DEPTH + j * 4, 4);
-        const __m256i signed_x = _mm256_sign_epi8(_mm256_set1_epi32(four), wq);
-        dot[r] = _mm256_add_epi32(dot[r], _mm256_madd_epi16(_mm256_maddubs_epi16(size, signed_x), ones));
-      }
-    }
+    block_dots<R>(w, q + b * DEPTH, ldq, dot);
     const __m256 wscale = exp2_8(w + STRIP * DEPTH);
     for (int r = 0; r < R; ++r)
       acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[r]), _mm256_mul_ps(wscale, _mm256_set1_ps(scale[r * blocks + b])),
@@ -393,8 +433,11 @@ void int8_strip(const int8_t* w, const int8_t* q, const float* scale, int64_t bl
 }
 
 using StripKernel = void (*)(const int8_t*, const int8_t*, const float*, int64_t, float*);
-constexpr std::array<StripKernel, QROWS> INT8_KERNELS = {&int8_strip<1>, &int8_strip<2>, &int8_strip<3>,
-                                                         &int8_strip<4>};
+template <int... R>
+constexpr std::array<StripKernel, sizeof...(R)> strip_kernels_for(std::integer_sequence<int, R...>) {
+  return {&int8_strip<R + 1>...};
+}
+constexpr auto INT8_KERNELS = strip_kernels_for(std::make_integer_sequence<int, QROWS>{});
 #endif
 }  // namespace
 
@@ -445,7 +488,7 @@ void check_packed(const char* op, const at::Tensor& packed, int64_t n) {
   if (packed.scalar_type() == at::kChar) {
     TORCH_CHECK(packed.dim() == 3 && packed.size(2) == STRIP_BLOCK, op, ": packed has shape ", packed.sizes(),
                 ", not pack8's [strips, k / 32, ", STRIP_BLOCK, "]");
-    TORCH_CHECK(MARS_INT8, op, ": an int8 copy, and this build has no int8 path (AVX2 only)");
+    TORCH_CHECK(MARS_INT8, op, ": an int8 copy, and this build has no int8 path (AVX2 and AVX512-BF16 builds only)");
     TORCH_CHECK(packed.is_contiguous(), op, ": packed is not contiguous");
     const int64_t strips = packed.size(0);
     TORCH_CHECK(n > 0 && n <= strips * STRIP && n > (strips - 1) * STRIP, op, ": n is ", n, ", packed's ", strips,
@@ -499,7 +542,7 @@ struct Columns {  // columns [col0, col1) of a packed matrix of n
 // bf16 once (round to nearest even, as torch rounds), bias[c - col0] (fp32, col1 - col0 of them, or none: +0 is
 // added, as a zero bias would be) added in fp32 first. Only the panels holding those columns are computed; each
 // output is its own chain over k, so a column's bits are those the whole matrix's product gives it.
-#ifdef MARS_WIDEN
+#ifdef MARS_INT8_PATH
 // product() of pack8's W: x's rows quantized to int8 each on its own, then each strip of 8 columns for 4 rows at a
 // time (the strip stays in cache for all rows), each sum rounded to bf16 once with the bias added in fp32 first
 at::Tensor product8(const at::Tensor& x, const at::Tensor& packed, Columns cols, const std::vector<float>& b) {
@@ -509,6 +552,9 @@ at::Tensor product8(const at::Tensor& x, const at::Tensor& packed, Columns cols,
   std::vector<int8_t> q(M * blocks * DEPTH);
   std::vector<float> scale(M * blocks);
   quantize_rows(xs.data_ptr<c10::BFloat16>(), M, K, blocks, q.data(), scale.data());
+#ifdef MARS_VNNI
+  for (int8_t& v : q) v = static_cast<int8_t>(static_cast<uint8_t>(v) ^ 0x80u);  // x + 128: vpdpbusd's unsigned bytes
+#endif
   auto sizes = x.sizes().vec();
   sizes.back() = width_out;
   auto y = at::empty(sizes, x.options());
@@ -544,7 +590,7 @@ at::Tensor product(const at::Tensor& x, const at::Tensor& packed, Columns cols, 
   TORCH_CHECK(available(), "mars_rows.linear: no AMX tile state, AVX512-BF16 or AVX2 on this CPU");
   TORCH_CHECK(b.empty() || static_cast<int64_t>(b.size()) == width_out, "mars_rows.linear: a bias of ", b.size(),
               " values for ", width_out, " columns");
-#ifdef MARS_WIDEN
+#ifdef MARS_INT8_PATH
   if (packed.scalar_type() == at::kChar) return product8(x, packed, cols, b);
 #endif
   const int64_t M = c10::multiply_integers(x.sizes().slice(0, x.dim() - 1)), width = pairs * 2;
@@ -689,7 +735,7 @@ at::Tensor grid(const at::Tensor& w) {
 }
 
 // W [N, K] bf16 -> panels [ceil(N/32)][ceil(K/32) * 16][32][2], zero-padded; or, asked for int8 where W lies on the
-// int8 grid (grid()) and this build has the int8 path (AVX2), pack8's int8 panels: the same products, half the bytes
+// int8 grid (grid()) and this build has the int8 path (AVX2, AVX512-BF16), pack8's int8 panels: half the bytes
 at::Tensor pack(const at::Tensor& w, bool int8) {
   check_cpu("mars_rows.pack", "the weight", w);
   TORCH_CHECK(w.dim() == 2, "mars_rows.pack: the weight has ", w.dim(), " dimensions, it needs 2 ([N, K])");
