@@ -70,11 +70,6 @@ def kind(machine: dict[str, Any]) -> str:
     return "other"
 
 
-def machine_key(machine: dict[str, Any]) -> str:
-    """What the forward and width tables keep the newest record of: the kind, the dtype and the weights' bits."""
-    return f"{kind(machine)} {dtype(machine.get('dtype'))} {machine.get('weight_bits', 16)}"
-
-
 def dtype(name: str | None) -> str:
     """bf16, fp32, ... for torch's dtype names (what records hold)."""
     return DTYPES.get(name or "", name or DASH)

@@ -134,21 +134,28 @@ def identity(records_dir: Path) -> str:
                     "width check: rows differing", "measured"), rows)
 
 
+def served(found: list[tuple[str, dict[str, Any]]], field: str) -> list[tuple[str, dict[str, Any]]]:
+    """One batch-1 record holding `field` per machine kind and dtype, in name order: the weights load() serves there
+    (8-bit where a record has them: the kinds whose kernel has the int8 path), the newest of them."""
+    best: dict[str, tuple[str, dict[str, Any]]] = {}
+    for name, rec in found:
+        if rec.get(field) and any(r["batch_size"] == 1 for r in rec["rows"]):
+            key = f"{R.kind(rec['machine'])} {R.dtype(rec['machine'].get('dtype'))}"
+            rank = (-rec["machine"].get("weight_bits", 16), R.date(rec))
+            if key not in best or rank >= (-best[key][1]["machine"].get("weight_bits", 16), R.date(best[key][1])):
+                best[key] = (name, rec)
+    return sorted(best.values(), key=lambda item: item[0])
+
+
 def forward(records_dir: Path) -> str:
     """A one-token forward against one read of the weights (mars-bench's weight_stream), how long the compiled
     forward took to be ready, and the whole start (load, conversion, kernel build, packing, checks, cost curve and
     compile; from an empty or a kept MARS_CACHE) where the record timed it, by machine: the newest batch-1 record of
     each kind that measured it."""
     rows = []
-    newest: dict[str, tuple[str, dict[str, Any]]] = {}
-    for name, rec in R.read_all(records_dir, SPEED) + [
-            (f"{p.parent.name}/{p.name}", R.read(records_dir, f"{p.parent.name}/{p.name}"))
-            for p in sorted(Path(records_dir).glob("gpu_*/b1.json"))]:
-        if rec.get("weight_stream") and any(r["batch_size"] == 1 for r in rec["rows"]):
-            key = R.machine_key(rec["machine"])
-            if key not in newest or R.date(rec) >= R.date(newest[key][1]):
-                newest[key] = (name, rec)
-    for name, rec in sorted(newest.values(), key=lambda item: item[0]):
+    gpus = [f"{p.parent.name}/{p.name}" for p in sorted(Path(records_dir).glob("gpu_*/b1.json"))]
+    found = R.read_all(records_dir, SPEED) + [(name, R.read(records_dir, name)) for name in gpus]
+    for name, rec in served(found, "weight_stream"):
         ws = rec["weight_stream"]
         read = ws["weight_read_ms"]
         eager, compiled = ws.get("forward_1_ms_eager"), ws.get("forward_1_ms_compiled")
@@ -179,14 +186,8 @@ WIDTHS = (2, 4, 8, 16)
 def width(records_dir: Path) -> str:
     """The price of width at batch 1: a cached forward of w new tokens against one of 1 token, from the cost curve
     each run sized its trees by (ours: the runtime's forward; llama.cpp's: its engine's), newest record per kind."""
-    newest: dict[str, tuple[str, dict[str, Any]]] = {}
-    for name, rec in R.read_all(records_dir, SPEED):
-        if rec.get("cost_curve") and any(r["batch_size"] == 1 for r in rec["rows"]):
-            key = R.machine_key(rec["machine"])
-            if key not in newest or R.date(rec) >= R.date(newest[key][1]):
-                newest[key] = (name, rec)
     rows = []
-    for name, rec in sorted(newest.values(), key=lambda item: item[0]):
+    for name, rec in served(R.read_all(records_dir, SPEED), "cost_curve"):
         curves = [(f"ours: {R.linear(rec['cost_curve'].get('machine', rec['machine']))}, "
                    f"{rec['cost_curve'].get('machine', {}).get('forward', 'eager')}", rec["cost_curve"])]
         curves += [(f"llama.cpp {WEIGHTS.get(w, w)}", engine["cost_curve"])
@@ -249,7 +250,7 @@ def findings(records_dir: Path) -> str:
         return R.times(R.ratio(_cell(rec, a, batch), _cell(rec, b, batch, weights)))
 
     rows = [
-        ("Width is nearly free on our rows kernel and dear on llama.cpp's CPU kernels, so verified decoding's trees "
+        ("Width costs little on our rows kernel and much on llama.cpp's CPU kernels, so verified decoding's trees "
          "pay on ours", f"8 tokens cost {R.times(_curve(ours, 8))} one token on ours, "
          f"{R.times(_curve(theirs, 8))} on llama.cpp BF16", "speed/avx512_bf16_b1.json"),
         ("Where our rows kernel serves (AMX, AVX512-BF16), verified decoding outruns llama.cpp's one-token decoding "
