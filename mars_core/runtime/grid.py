@@ -23,7 +23,7 @@ WEIGHTS = ("auto", "bf16", "int8")  # load(weights=): auto is int8 where the int
 
 def int8_serves() -> str | None:
     """Why the int8 path does not serve on this machine, or None where it does: the rows kernel's build says whether
-    it has one (rows.cpp MARS_INT8: the AVX2 build)."""
+    it has one (rows.cpp MARS_INT8: the AVX2 and AVX512-BF16 builds)."""
     if not rows_kernel():
         return "no rows kernel here"
     if not torch.ops.mars_rows.int8_path():

@@ -30,9 +30,9 @@ FLAGS = ("-O3", "-march=native", "-fopenmp")  # native: built on the machine tha
 FLAVORS = {"amx": {"amx_bf16", "amx_tile"}, "avx512_bf16": {"avx512_bf16", "avx512f"}, "avx2": {"avx2", "fma"}}
 NAMES = {"amx": "AMX", "avx512_bf16": "AVX512-BF16", "avx2": "AVX2"}  # each flavor in a page's words
 # what a flavor asked for adds to FLAGS: AVX512-BF16 on an AMX CPU is built without the AMX path, AVX2 on an AVX-512
-# CPU without AVX-512 and AMX at all (the compiler may then use none of their instructions anywhere in the kernel)
+# CPU without AVX-512, AVX-VNNI and AMX at all (the compiler may then use none of their instructions in the kernel)
 FORCED_FLAGS = {"amx": (), "avx512_bf16": ("-DMARS_NO_AMX",),
-                "avx2": ("-mno-avx512f", "-mno-amx-tile", "-mno-amx-bf16", "-mno-amx-int8")}
+                "avx2": ("-mno-avx512f", "-mno-avxvnni", "-mno-amx-tile", "-mno-amx-bf16", "-mno-amx-int8")}
 _LOCK = threading.Lock()
 # "why": None once loaded, else why not; "seconds": to build or load it; "flavor": the flavor the loaded build runs
 _STATE: dict[str, str | float | None] = {}

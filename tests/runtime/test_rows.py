@@ -273,7 +273,7 @@ def test_a_row_with_a_nan_is_nan_and_its_batchmates_are_untouched():
 @pytest.mark.parametrize("int8", [False, True])
 def test_a_row_gets_its_own_bits_beside_any_rows(int8):
     """Row r fed alone, among 1..40 rows (more than two blocks of 16 rows for AMX, five groups of 8 for AVX512-BF16,
-    ten of 4 for the int8 path) and among other rows in another order: the same bits."""
+    ten of 4 for the int8 path, five of 8 with VNNI) and among other rows in another order: the same bits."""
     g = torch.Generator().manual_seed(1)
     w = (torch.randn(576, 1536, generator=g) * 0.05).bfloat16()
     packed = torch.ops.mars_rows.pack(torch.ops.mars_rows.grid(w) if int8 else w)
@@ -546,12 +546,13 @@ def test_every_flavor_this_cpu_runs_passes_the_kernel_tests(name, tmp_path):
 
 
 def int8_sample() -> torch.Tensor:
-    """A product on the int8 path: a weight on the grid (577 inputs: a short last block), a bias, 11 rows of x (more
-    than a group of rows of either build)."""
+    """A product on the int8 path: a weight on the grid (203 columns: a short last strip; 577 inputs: a short last
+    block), a bias, 11 rows of x (more than a group of rows of either build), one of zeros and one with a NaN."""
     g = torch.Generator().manual_seed(5)
-    w = torch.ops.mars_rows.grid((torch.randn(200, 577, generator=g) * 0.05).bfloat16())
+    w = torch.ops.mars_rows.grid((torch.randn(203, 577, generator=g) * 0.05).bfloat16())
     x = torch.randn(11, 577, generator=g).bfloat16()
-    return torch.ops.mars_rows.linear(x, torch.ops.mars_rows.pack(w), 200, torch.randn(200, generator=g).bfloat16())
+    x[3], x[7, 100] = 0, float("nan")
+    return torch.ops.mars_rows.linear(x, torch.ops.mars_rows.pack(w), 203, torch.randn(203, generator=g).bfloat16())
 
 
 @serves

@@ -137,12 +137,14 @@ def identity(records_dir: Path) -> str:
 def served(found: list[tuple[str, dict[str, Any]]], field: str) -> list[tuple[str, dict[str, Any]]]:
     """One batch-1 record holding `field` per machine kind and dtype, in name order: the weights load() serves there
     (8-bit where a record has them: the kinds whose kernel has the int8 path), the newest of them."""
+    def rank(rec: dict[str, Any]) -> tuple[int, str]:  # fewer bits first, then the newest; a tie: the last by name
+        return -rec["machine"].get("weight_bits", 16), R.date(rec)
+
     best: dict[str, tuple[str, dict[str, Any]]] = {}
     for name, rec in found:
         if rec.get(field) and any(r["batch_size"] == 1 for r in rec["rows"]):
             key = f"{R.kind(rec['machine'])} {R.dtype(rec['machine'].get('dtype'))}"
-            rank = (-rec["machine"].get("weight_bits", 16), R.date(rec))
-            if key not in best or rank >= (-best[key][1]["machine"].get("weight_bits", 16), R.date(best[key][1])):
+            if key not in best or rank(rec) >= rank(best[key][1]):
                 best[key] = (name, rec)
     return sorted(best.values(), key=lambda item: item[0])
 
@@ -150,8 +152,8 @@ def served(found: list[tuple[str, dict[str, Any]]], field: str) -> list[tuple[st
 def forward(records_dir: Path) -> str:
     """A one-token forward against one read of the weights (mars-bench's weight_stream), how long the compiled
     forward took to be ready, and the whole start (load, conversion, kernel build, packing, checks, cost curve and
-    compile; from an empty or a kept MARS_CACHE) where the record timed it, by machine: the newest batch-1 record of
-    each kind that measured it."""
+    compile; from an empty or a kept MARS_CACHE) where the record timed it, by machine: one batch-1 record of each
+    kind and dtype that measured it (served())."""
     rows = []
     gpus = [f"{p.parent.name}/{p.name}" for p in sorted(Path(records_dir).glob("gpu_*/b1.json"))]
     found = R.read_all(records_dir, SPEED) + [(name, R.read(records_dir, name)) for name in gpus]
@@ -185,7 +187,8 @@ WIDTHS = (2, 4, 8, 16)
 
 def width(records_dir: Path) -> str:
     """The price of width at batch 1: a cached forward of w new tokens against one of 1 token, from the cost curve
-    each run sized its trees by (ours: the runtime's forward; llama.cpp's: its engine's), newest record per kind."""
+    each run sized its trees by (ours: the runtime's forward; llama.cpp's: its engine's), one record per kind and
+    dtype (served())."""
     rows = []
     for name, rec in served(R.read_all(records_dir, SPEED), "cost_curve"):
         curves = [(f"ours: {R.linear(rec['cost_curve'].get('machine', rec['machine']))}, "

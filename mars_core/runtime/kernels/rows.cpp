@@ -52,7 +52,7 @@
 #endif
 // int8 copies of weights on the int8 grid (pack8), times rows quantized to int8: the AVX2 and AVX512-BF16 builds'
 // (an AMX build keeps its tiles: unmeasured there). Their integer dot products are exact, so every build computes the
-// same bits; with AVX512-VNNI (or AVX-VNNI) one vpdpbusd a row does what three AVX2 instructions do.
+// same bits; with AVX512-VNNI (or AVX-VNNI) one vpdpbusd a row does what four AVX2 instructions do.
 #if !defined(MARS_AMX) && defined(__AVX2__) && defined(__FMA__)
 #define MARS_INT8_PATH 1
 #define MARS_INT8 true
@@ -279,7 +279,7 @@ void panels(const PanelJob& job, float* scratch, int64_t p0, int64_t p1, const E
 
 #ifdef MARS_INT8_PATH
 // 8-bit weights (pack8) times rows of x quantized to int8, each row on its own (quantize_rows): integer dot products.
-#ifdef MARS_VNNI
+#if defined(MARS_VNNI) && defined(__AVX512VL__)
 constexpr int QROWS = 8;  // rows int8_strip keeps in registers (a sum and a dot product a row: of 32 with AVX512VL)
 #else
 constexpr int QROWS = 4;  // rows int8_strip keeps in registers (a sum and a block's dot product a row)
@@ -379,8 +379,8 @@ inline __m256 exp2_8(const int8_t* e) {
 
 // A block's exact integer dot products of R quantized rows with a strip's 8 columns: dot[r] lane c = sum over the
 // block's 32 k of x[r][k] w[k][c] (|x|, |w| <= 127: at most 32 * 127 * 127 in int32). With VNNI, vpdpbusd multiplies
-// x + 128 (x's sign bits flipped: unsigned bytes) by w and adds 4 products a lane, and 128 sum_k w (the same
-// instruction on 128s) is taken off at the end; with AVX2, vpmaddubsw multiplies |w| by x carrying w's sign and adds
+// x + 128 (x's sign bits flipped: unsigned bytes) by w and adds 4 products a lane (at most 32 * 255 * 127), and
+// 128 sum_k w (the same instruction on 128s) is taken off at the end; with AVX2, vpmaddubsw multiplies |w| by x carrying w's sign and adds
 // pairs, vpmaddwd adds pairs again. The same integers either way.
 template <int R>
 inline void block_dots(const int8_t* w, const int8_t* x, int64_t ldq, __m256i* dot) {
@@ -543,8 +543,8 @@ struct Columns {  // columns [col0, col1) of a packed matrix of n
 // added, as a zero bias would be) added in fp32 first. Only the panels holding those columns are computed; each
 // output is its own chain over k, so a column's bits are those the whole matrix's product gives it.
 #ifdef MARS_INT8_PATH
-// product() of pack8's W: x's rows quantized to int8 each on its own, then each strip of 8 columns for 4 rows at a
-// time (the strip stays in cache for all rows), each sum rounded to bf16 once with the bias added in fp32 first
+// product() of pack8's W: x's rows quantized to int8 each on its own, then each strip of 8 columns for QROWS rows at
+// a time (the strip stays in cache for all rows), each sum rounded to bf16 once with the bias added in fp32 first
 at::Tensor product8(const at::Tensor& x, const at::Tensor& packed, Columns cols, const std::vector<float>& b) {
   const int64_t K = x.size(-1), blocks = packed.size(1), col0 = cols.col0, col1 = cols.col1, width_out = col1 - col0;
   const int64_t M = c10::multiply_integers(x.sizes().slice(0, x.dim() - 1));
