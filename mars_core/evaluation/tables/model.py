@@ -109,8 +109,11 @@ def chosen(records_dir: Path) -> str:
 
 # the held-out split on one AVX2 machine, the weights as trained (MARS_WEIGHTS=bf16) and on the int8 grid, multiplied
 # by 8-bit rows (load()'s pick there: runtime/grid.py), mars-eval --samples
-WEIGHT_RUNS = (("bf16, as trained", "model/eval_avx2_bf16.json"),
-               ("8-bit weights and rows", "model/eval_avx2_int8.json"))
+# per machine kind: the weights as trained, then 8-bit weights (the first of a pair is what "as trained" compares with)
+WEIGHT_RUNS = ((("bf16, as trained", "model/eval_avx2_bf16.json"),
+                ("8-bit weights and rows", "model/eval_avx2_int8.json")),
+               (("bf16, as trained", "model/eval_avx512_bf16.json"),
+                ("8-bit weights and rows", "model/eval_avx512_int8.json")))
 
 
 def weights(records_dir: Path) -> str:
@@ -118,17 +121,18 @@ def weights(records_dir: Path) -> str:
     forward / accuracy), and how many answers at each are the trained weights' answers, token for token."""
     from ..report import run_key
 
-    trained = read(records_dir, WEIGHT_RUNS[0][1])
     rows = []
-    for label, name in WEIGHT_RUNS:
-        report = read(records_dir, name)
-        runs = [run(report["rows"], 1.0), run(report["rows"], 0.9), run(report["rows"], 0.3, "verified")]
-        same = []
-        for r in runs:
-            key = run_key(r.get("strategy", "sliding"), r["threshold"])
-            mine, theirs = report["samples"][key], trained["samples"][key]
-            same.append(f"{sum(a == b for a, b in zip(mine, theirs))}/{len(theirs)}")
-        rows.append([label, base(report), *map(cell, runs), ", ".join(same), machine_cell(report["machine"])])
+    for pair in WEIGHT_RUNS:
+        trained = read(records_dir, pair[0][1])
+        for label, name in pair:
+            report = read(records_dir, name)
+            runs = [run(report["rows"], 1.0), run(report["rows"], 0.9), run(report["rows"], 0.3, "verified")]
+            same = []
+            for r in runs:
+                key = run_key(r.get("strategy", "sliding"), r["threshold"])
+                mine, theirs = report["samples"][key], trained["samples"][key]
+                same.append(f"{sum(a == b for a, b in zip(mine, theirs))}/{len(theirs)}")
+            rows.append([label, base(report), *map(cell, runs), ", ".join(same), machine_cell(report["machine"])])
     return table(["weights", "base", "τ = 1", "τ = 0.9", "verified", "answers as trained (τ = 1, 0.9, verified)",
                   "machine"], rows)
 
