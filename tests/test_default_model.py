@@ -104,17 +104,21 @@ def test_verified_equals_generate_on_held_out_prompts(default):
 
 
 @pytest.fixture(scope="module", params=["fp32", "bf16"])
-def prepared(request, default, tmp_path_factory):
+def prepared(request, default):
     """(model, tokenizer, runtime) in each dtype load() picks on some CPU: fp32, and bf16 where this CPU runs it fast
     (where load() would pick it; on an AVX2-only CPU bf16 is never picked, and its slow emulation would cost CI
-    minutes: the tiny models' tests cover bf16 there). One kernel for every width, attention row by row."""
+    minutes: the tiny models' tests cover bf16 there). One kernel for every width, attention row by row, by the
+    fixed tree rules (no cost curve); the fp32 model's is the runtime the tests above decoded under (prepared(): one
+    width check a model, as a user's process makes it)."""
     if request.param == "bf16" and not L.bf16_supported(torch.device("cpu")):
         pytest.skip("load() never picks bf16 on this CPU (no AMX, no AVX512-BF16)")
-    model, tok = (default[0], default[1]) if request.param == "fp32" else L.load(None, dtype="bf16", device="cpu")
     from mars_core import prepare
+    from mars_core.runtime import prepared as served
 
-    runtime = prepare(model, measure_cost=False, cache_dir=tmp_path_factory.mktemp(f"runtime-{request.param}"))
-    return model, tok, runtime
+    if request.param == "fp32":
+        return default[0], default[1], dataclasses.replace(served(default[0]), cost=None)
+    model, tok = L.load(None, dtype="bf16", device="cpu")
+    return model, tok, prepare(model, measure_cost=False)
 
 
 @pytest.mark.parametrize("batch,widths,new", [(1, (3, 8, 32), 32), (4, (2, 5, 16), 16)])
