@@ -28,9 +28,12 @@ if [ "$DTYPE" = bf16 ]; then  # bf16 on a CPU: the rows kernel serves (load() pi
 fi
 LLAMACPP=""
 if $PY -c "import llama_cpp" 2>/dev/null; then
-  WEIGHTS=${LLAMACPP_WEIGHTS:-q4_1_shipped,f32,q8_0}
-  [ "$DTYPE" = bf16 ] && WEIGHTS=${LLAMACPP_WEIGHTS:-q4_1_shipped,bf16}
-  [ "$KIND" = avx2 ] && WEIGHTS=${LLAMACPP_WEIGHTS:-q4_1_shipped,bf16,q8_0}
+  case "$KIND/$DTYPE" in  # the shipped Q4_1 file, then the served model's weights (on AVX2 also Q8_0)
+    avx2/*) WEIGHTS=q4_1_shipped,bf16,q8_0 ;;
+    */bf16) WEIGHTS=q4_1_shipped,bf16 ;;
+    *) WEIGHTS=q4_1_shipped,f32,q8_0 ;;
+  esac
+  WEIGHTS=${LLAMACPP_WEIGHTS:-$WEIGHTS}
   METHODS=$METHODS,llamacpp_ar,llamacpp_verified
   LLAMACPP="--llamacpp-weights $WEIGHTS"
 fi

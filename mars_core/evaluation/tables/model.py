@@ -107,9 +107,9 @@ def chosen(records_dir: Path) -> str:
                      "verified same as τ = 1"], rows)
 
 
-# the held-out split on one AVX2 machine, the weights as trained (MARS_WEIGHTS=bf16) and on the int8 grid, multiplied
-# by 8-bit rows (load()'s pick there: runtime/grid.py), mars-eval --samples
-# per machine kind: the weights as trained, then 8-bit weights (the first of a pair is what "as trained" compares with)
+# the held-out split per machine kind (AVX2, AVX512-BF16): the weights as trained (MARS_WEIGHTS=bf16), then on the int8
+# grid multiplied by 8-bit rows (load()'s pick there: runtime/grid.py), mars-eval --samples; the first of a pair is
+# what "answers as trained" compares with
 WEIGHT_RUNS = ((("bf16, as trained", "model/eval_avx2_bf16.json"),
                 ("8-bit weights and rows", "model/eval_avx2_int8.json")),
                (("bf16, as trained", "model/eval_avx512_bf16.json"),

@@ -380,8 +380,8 @@ inline __m256 exp2_8(const int8_t* e) {
 // A block's exact integer dot products of R quantized rows with a strip's 8 columns: dot[r] lane c = sum over the
 // block's 32 k of x[r][k] w[k][c] (|x|, |w| <= 127: at most 32 * 127 * 127 in int32). With VNNI, vpdpbusd multiplies
 // x + 128 (x's sign bits flipped: unsigned bytes) by w and adds 4 products a lane (at most 32 * 255 * 127), and
-// 128 sum_k w (the same instruction on 128s) is taken off at the end; with AVX2, vpmaddubsw multiplies |w| by x carrying w's sign and adds
-// pairs, vpmaddwd adds pairs again. The same integers either way.
+// 128 sum_k w (the same instruction on 128s) is taken off at the end; with AVX2, vpmaddubsw multiplies |w| by x
+// carrying w's sign and adds pairs, vpmaddwd adds pairs again. The same integers either way.
 template <int R>
 inline void block_dots(const int8_t* w, const int8_t* x, int64_t ldq, __m256i* dot) {
   for (int r = 0; r < R; ++r) dot[r] = _mm256_setzero_si256();
