@@ -110,7 +110,8 @@ class Streamed(Iterator[StreamEvent]):
         self.scheduler, self.request, self.ended = scheduler, request, False
 
     def __next__(self) -> StreamEvent:
-        if self.ended:
+        if self.ended or self.request.control.stopped:  # Stop ends the stream now: what the thread ran ahead of
+            self.close()  # its reader is not shown (as stream(), whose decoder ends before its next forward)
             raise StopIteration
         item = self.request.events.get()
         if item is _END or isinstance(item, BaseException):

@@ -2,6 +2,7 @@
 Stop and a changed τ act on their own request only; the cap holds and the queue says who is ahead."""
 
 import threading
+import time
 
 import pytest
 
@@ -21,9 +22,20 @@ def trained(tokenizer):
 
 
 def together(scheduler, jobs):
-    """Run each job (prompt, strategy, control) in its own thread at once; their token ids and events."""
+    """Run each job (prompt, strategy, control) in its own thread at once; their token ids and events. The
+    scheduler's thread starts its first turn once every job is in (however the threads are scheduled)."""
     out = [None] * len(jobs)
-    start = threading.Barrier(len(jobs))
+    start, all_in, submitted, submit, turn = threading.Barrier(len(jobs)), threading.Event(), [], scheduler.submit, \
+        scheduler.turn
+
+    def counted(*args, **kwargs):
+        request = submit(*args, **kwargs)
+        submitted.append(request)
+        if len(submitted) == len(jobs):
+            all_in.set()
+        return request
+
+    scheduler.submit, scheduler.turn = counted, lambda group: all_in.wait(60) and turn(group)
 
     def one(k, prompt, strategy, control):
         start.wait()
@@ -78,24 +90,46 @@ def test_newcomers_with_one_prompt_share_its_prefill_and_keep_their_answers(trai
 
 
 def test_stop_and_threshold_act_on_their_own_request(trained, tokenizer):
+    """Stopped, a request's stream ends at once (nothing the thread ran ahead is read); a τ changed acts on that
+    request's next forward on. The thread waits after the prefill until the changes are made, so nothing here
+    depends on how far it ran ahead of its readers."""
     scheduler = Scheduler(trained, tokenizer)
     controls = [DecodeControl(threshold=0.9) for _ in PROMPTS]
     alone = [generate(trained, tokenizer, p, strategy="sliding", threshold=0.9, max_new_tokens=40).token_ids[0]
              for p in PROMPTS]
-    streams = [scheduler.stream(p, strategy="sliding", max_new_tokens=40, control=c) for p, c in zip(PROMPTS, controls)]
-    firsts = [next(s) for s in streams]  # every request has had its prefill
+    changed, turn = threading.Event(), scheduler.turn
+    scheduler.turn = lambda group: (scheduler.turns < 2 or changed.wait(60)) and turn(group)
+    with scheduler.lock:  # all five join at the thread's first turn: one prefill
+        streams = [scheduler.stream(p, strategy="sliding", max_new_tokens=40, control=c)
+                   for p, c in zip(PROMPTS, controls)]
+    firsts = [next(s) for s in streams]  # every request has had its prefill; the thread waits at its second turn
     controls[1].stop()
     controls[2].threshold = 1.0  # from its next forward on: one token a forward
+    changed.set()
     rest = [list(s) for s in streams]
     ids = [f.token_ids[0] + [t for e in r for t in e.token_ids[0]] for f, r in zip(firsts, rest)]
-    assert rest[1] == [] or len(rest[1]) <= 1  # stopped: it ends (at most the forward already run)
+    assert rest[1] == []  # stopped: its stream ends
     for k in (0, 3, 4):
         assert ids[k] == alone[k]
-    taus = [e.threshold for e in rest[2]]  # forwards the thread ran before the change kept 0.9; then 1 for good
-    changed = taus.index(1.0)
-    assert set(taus[:changed]) <= {0.9} and set(taus[changed:]) == {1.0}
-    assert all(len(e.token_ids[0]) <= 1 for e in rest[2][changed:])
+    assert ids[1] == alone[1][: len(ids[1])]
+    n = len(firsts[2].token_ids[0])
+    assert ids[2][:n] == alone[2][:n]
+    assert rest[2] and all(e.threshold == 1.0 and len(e.token_ids[0]) == 1 for e in rest[2])
     assert all(e.threshold == 0.9 for e in rest[0])  # the others' τ stays theirs
+    assert max(len(e.token_ids[0]) for e in rest[0] + rest[3] + rest[4]) > 1  # ... and theirs still commit several
+
+
+def test_a_stopped_stream_shows_nothing_the_thread_ran_ahead(trained, tokenizer):
+    """The thread runs ahead of a slow reader (its events queue); Stop ends the stream at once all the same."""
+    scheduler, control = Scheduler(trained, tokenizer), DecodeControl(threshold=0.9)
+    streamed = scheduler.stream(PROMPTS[0], strategy="sliding", max_new_tokens=40, control=control)
+    first = next(streamed)
+    deadline = time.monotonic() + 60
+    while streamed.request.events.qsize() < 2 and time.monotonic() < deadline:  # two more forwards queued, unread
+        time.sleep(0.01)
+    assert streamed.request.events.qsize() >= 2
+    control.stop()
+    assert list(streamed) == [] and first.token_ids[0]
 
 
 def test_the_cap_and_the_queue(trained, tokenizer):
