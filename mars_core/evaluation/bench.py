@@ -42,7 +42,9 @@ from ..generate import encode_prompt, generate, stop_token_ids
 from ..machine import machine_line
 from ..runtime import CostCurve, Runtime, causal_seen, feed, head, new_cache, prepared
 from ..runtime import keep as keep_all
+from ..runtime.block import huge_block
 from ..runtime.graphs import graph_counts
+from ..runtime.linear import ROWS
 from ..runtime.rows import note as rows_note
 from ..runtime.slots import cache_slots
 from ..runtime.timing import cache_root, median_seconds, write_json
@@ -220,8 +222,13 @@ def weight_stream(model, tokenizer, prompts: list[str], runtimes: dict[str, Runt
     memory speed) and a one-token forward (batch 1, 128 tokens of context) under each runtime, in ms. Taken in
     `rounds` rounds, each a read then every runtime's forward, a ratio a round: a shared VM's memory speed moves
     between minutes, so a ratio compares times taken seconds apart; the medians are recorded."""
-    size = served_bytes(model, next(iter(runtimes.values())))
-    buffer = torch.ones(size // 4, device=model.device)
+    runtime = next(iter(runtimes.values()))
+    size = served_bytes(model, runtime)
+    # the read from memory of the kind the served weights lie in: the rows kernel's copies in a block Linux may back
+    # with 2 MB pages (runtime/block.py), where plain reads are faster too; torch's memory otherwise
+    ours = any(e.kernel == ROWS for e in runtime.linears.values())
+    buffer = huge_block(size // 4 * 4).view(torch.float32) if ours else torch.empty(size // 4, device=model.device)
+    buffer.fill_(1.0)
     reads, forwards = [], {name: [] for name in runtimes}
     for _ in range(rounds):
         reads.append(median_seconds(lambda: buffer.sum(), 9, model.device) * 1e3)

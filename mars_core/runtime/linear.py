@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .block import in_one_block
 from .rows import rows_kernel
 from .timing import fastest_seconds
 
@@ -145,11 +146,31 @@ def pack_linears(model: nn.Module, ours: bool = True, only: set[int] | None = No
         return {}
     for fused in {id(f): f for _, f, cols, _ in found.values() if cols is not None}.values():
         fused.pair = pairs[fused.shape]
+    if only is None:
+        _rows_in_one_block(found)
     linears = {key: Packed(w, None, version(w), w.data_ptr(), pairs[shape], what, cols, what.kernel)
                if cols is not None else Packed(w, what, version(w), w.data_ptr(), pairs[shape], kernel=shape[-1])
                for key, (w, what, cols, shape) in found.items()}
     register_rows(linears)
     return linears
+
+
+def _rows_in_one_block(found: dict) -> None:
+    """The rows kernel's copies in `found` (pack_linears': weight id -> (weight, copy or fused, columns, key)) moved
+    into one block of memory in found's order, which is linear_groups', the model's modules' and so a forward's
+    (block.in_one_block: one stream a forward, on 2 MB pages where Linux gives them); each old copy is dropped once
+    moved. A repack (watch.py: `only`) leaves its new copies where they are."""
+    rows = [(k, what) for k, (_, what, cols, key) in found.items() if (what.kernel if cols is not None else key[-1])
+            == ROWS]
+    copies = list({id(c): c for c in (what.packed if isinstance(what, Fused) else what for _, what in rows)}.values())
+    moved = dict(zip(map(id, copies), in_one_block(copies)))
+    del copies
+    for k, what in rows:
+        if isinstance(what, Fused):
+            what.packed = moved.get(id(what.packed), what.packed)  # its siblings share it: moved once
+        else:
+            w, _, cols, key = found[k]
+            found[k] = (w, moved[id(what)], cols, key)
 
 
 def packed_bits(linears: PackedLinears) -> int:

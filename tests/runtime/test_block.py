@@ -1,0 +1,76 @@
+"""One block of packed weights: copies moved there keep their bits and lie in the order given, on cache lines, in
+memory Linux may back with 2 MB pages; pack_linears puts the rows kernel's copies there in a forward's order."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from mars_core.runtime.block import ALIGN, huge_block, in_one_block
+from mars_core.runtime.linear import ROWS, linear_groups, pack_linears
+from mars_core.runtime.rows import rows_kernel
+
+from tiny import tiny_qwen2
+
+THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+
+
+def test_copies_keep_their_bits_in_order_on_cache_lines_of_one_block():
+    g = torch.Generator().manual_seed(0)
+    copies = [torch.randint(-128, 128, (3, 5, 7), dtype=torch.int8, generator=g),
+              torch.randn(11, 13, generator=g).to(torch.bfloat16), torch.randn(1, generator=g),
+              torch.randint(-128, 128, (2, 33), dtype=torch.int8, generator=g)]
+    views = in_one_block(copies)
+    base = views[0].untyped_storage().data_ptr()
+    assert all(v.untyped_storage().data_ptr() == base for v in views)  # one block
+    for view, copy in zip(views, copies):
+        assert view.dtype == copy.dtype and view.shape == copy.shape and view.is_contiguous()
+        assert torch.equal(view.view(torch.uint8), copy.view(torch.uint8))
+        assert view.data_ptr() % ALIGN == 0
+    starts = [v.data_ptr() for v in views]
+    assert starts == sorted(starts) and all(b - a >= c.nbytes for a, b, c in zip(starts, starts[1:], copies))
+    assert in_one_block([]) == []
+
+
+def _mapping_flags(address: int) -> dict[str, str]:
+    """The /proc/self/smaps fields of the mapping that holds address."""
+    fields, inside = {}, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and ":" not in head:  # a mapping's first line: start-end perms ...
+            start, end = (int(x, 16) for x in head.split("-"))
+            inside = start <= address < end
+        elif inside and ":" in head:
+            fields[head.rstrip(":")] = line.split(":", 1)[1].strip()
+    return fields
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not THP.exists() or "[madvise]" not in THP.read_text(),
+                    reason="Linux with transparent huge pages on request (madvise)")
+def test_the_block_is_asked_for_huge_pages():
+    block = huge_block(8 << 20)
+    block.fill_(1)
+    assert _mapping_flags(block.data_ptr() + (4 << 20)).get("THPeligible") == "1"
+    if os.environ.get("THP_MEM_ALLOC_ENABLE") != "1":  # torch's own memory is not (unless asked): the check tells
+        assert _mapping_flags(torch.empty(8 << 20, dtype=torch.uint8).data_ptr()).get("THPeligible") != "1"
+
+
+@pytest.mark.skipif(not rows_kernel(), reason="no rows kernel on this CPU")
+def test_the_rows_kernels_copies_lie_in_one_block_in_a_forwards_order():
+    model = tiny_qwen2(64).to(torch.bfloat16)
+    linears = pack_linears(model)
+    order = [id(layers[0].weight) for layers in linear_groups(model)]  # a forward's: the model's modules'
+    copies = [linears[k].fused.packed if linears[k].fused is not None else linears[k].packed for k in order]
+    assert all(linears[k].kernel == ROWS for k in order) and len(copies) == 2 * 4 + 1
+    base = copies[0].untyped_storage().data_ptr()
+    assert all(c.untyped_storage().data_ptr() == base for c in copies)
+    starts = [c.data_ptr() for c in copies]
+    assert starts == sorted(starts)
+    for k, copy in zip(order, copies):  # each as the kernel packs its weight(s) on its own
+        e = linears[k]
+        w = torch.cat([lin.weight for lin in e.fused.layers]) if e.fused is not None else e.weight
+        assert torch.equal(copy, torch.ops.mars_rows.pack(w.detach()))
