@@ -1,32 +1,50 @@
 """The rows kernel's packed weights in one block of memory, in the order a forward reads them, on 2 MB pages where
 Linux gives them (transparent huge pages on request, `madvise`): a forward then streams its weights as one run
 through a few dozen page-table entries instead of tens of thousands of 4 KB pages, each a TLB miss
-(docs/speed.md#one-block-of-weights).
+(docs/speed.md#the-rows-kernel). A copy packed anew later (a weight changed: watch.py) lies elsewhere, and the block
+lives while any copy in it serves: at most one block's bytes more than the copies serving.
 
     views = in_one_block(copies)   # equal to the copies bit for bit, views of one block, in this order
 """
 
 from __future__ import annotations
 
-import mmap
+import ctypes
 import sys
 
 import torch
 
-ALIGN = 64  # each copy starts on a cache line, as torch's allocator starts a tensor (the kernels' loads assume it)
+ALIGN = 64  # each copy starts on a cache line, as torch's allocator starts a tensor
+HUGE = 2 << 20  # a huge page: the block starts on one, so all its whole 2 MB runs can be backed by them
+MADV_HUGEPAGE = 14  # Linux's madvise advice: back this range with huge pages where it can (THP "madvise" mode)
+
+
+def _madvise() -> ctypes._CFuncPtr | None:
+    """libc's madvise on Linux (None elsewhere, or where it cannot be found)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        call = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    call.argtypes, call.restype = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int), ctypes.c_int
+    return call
+
+
+_MADVISE = _madvise()
 
 
 def huge_block(nbytes: int) -> torch.Tensor:
-    """nbytes of uint8 memory, untouched yet, that Linux backs with 2 MB pages as it is written where it can (a private
-    anonymous mapping, MADV_HUGEPAGE); torch's memory elsewhere, or where the mapping is refused."""
-    if sys.platform.startswith("linux") and hasattr(mmap, "MADV_HUGEPAGE") and nbytes > 0:
-        try:
-            pages = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-            pages.madvise(mmap.MADV_HUGEPAGE)
-            return torch.frombuffer(pages, dtype=torch.uint8)  # the tensor keeps the mapping alive
-        except (OSError, ValueError):  # no THP in this kernel, or a sandbox refusing the call: plain memory
-            pass
-    return torch.empty(nbytes, dtype=torch.uint8)
+    """nbytes of uint8 from torch's allocator, untouched yet, that Linux backs with 2 MB pages as it is written where
+    it can: a block of several huge pages starts on a 2 MB boundary (2 MB more allocated) and is advised so
+    (MADV_HUGEPAGE; allocations that large are fresh mappings). Plain memory elsewhere, or where the advice is
+    refused. torch owns the memory: it is freed as any tensor's."""
+    if _MADVISE is None or nbytes < 2 * HUGE:
+        return torch.empty(nbytes, dtype=torch.uint8)
+    whole = torch.empty(nbytes + HUGE, dtype=torch.uint8)
+    start = -whole.data_ptr() % HUGE
+    _MADVISE(whole.data_ptr() + start, nbytes // HUGE * HUGE, MADV_HUGEPAGE)  # refused: 4 KB pages, same bits
+    return whole[start: start + nbytes]
 
 
 def _span(t: torch.Tensor) -> int:
