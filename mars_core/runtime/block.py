@@ -4,7 +4,8 @@ through a few dozen page-table entries instead of tens of thousands of 4 KB page
 (docs/speed.md#the-rows-kernel). A copy packed anew later (a weight changed: watch.py) lies elsewhere, and the block
 lives while any copy in it serves: at most one block's bytes more than the copies serving.
 
-    views = in_one_block(copies)   # equal to the copies bit for bit, views of one block, in this order
+    block = Block(sum(span(c) for c in copies))
+    views = [block.hold(c) for c in copies]   # equal to the copies bit for bit, views of one block, in this order
 """
 
 from __future__ import annotations
@@ -47,21 +48,29 @@ def huge_block(nbytes: int) -> torch.Tensor:
     return whole[start: start + nbytes]
 
 
-def _span(t: torch.Tensor) -> int:
-    """The bytes t takes in the block: its own, rounded up to ALIGN."""
+def span(t: torch.Tensor) -> int:
+    """The bytes t takes in a block: its own, rounded up to ALIGN."""
     return -(-t.nbytes // ALIGN) * ALIGN
 
 
+class Block:
+    """One huge_block, filled in order: hold(copy) puts the next copy in it and returns its view there (the caller
+    drops the copy, so a block is filled while the copies it replaces are freed: memory peaks at one set of copies,
+    not two)."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.memory = huge_block(nbytes)
+        self.used = 0
+
+    def hold(self, copy: torch.Tensor) -> torch.Tensor:
+        """A contiguous copy as the next view of the block, equal to it bit for bit."""
+        view = self.memory[self.used: self.used + copy.nbytes].view(copy.dtype).view(copy.shape)
+        view.copy_(copy)
+        self.used += span(copy)
+        return view
+
+
 def in_one_block(copies: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The contiguous copies as views of one huge_block, in this order, each equal to its copy bit for bit (the
-    copies themselves are left as they are: drop them to free their memory)."""
-    if not copies:
-        return []
-    block = huge_block(sum(_span(c) for c in copies))
-    views, at = [], 0
-    for c in copies:
-        view = block[at: at + c.nbytes].view(c.dtype).view(c.shape)
-        view.copy_(c)
-        views.append(view)
-        at += _span(c)
-    return views
+    """The contiguous copies as views of one Block, in this order, each equal to its copy bit for bit."""
+    block = Block(sum(span(c) for c in copies))
+    return [block.hold(c) for c in copies]

@@ -35,8 +35,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .block import in_one_block
+from .block import Block, span
 from .rows import rows_kernel
+from .slots import give_back_memory
 from .timing import fastest_seconds
 
 BATCH_HINT = 16  # rows oneDNN packs the weight for (how it was chosen: docs/speed.md#packed-linear-layers)
@@ -157,20 +158,21 @@ def pack_linears(model: nn.Module, ours: bool = True, only: set[int] | None = No
 
 def _rows_in_one_block(found: dict) -> None:
     """The rows kernel's copies in `found` (pack_linears': weight id -> (weight, copy or fused, columns, key)) moved
-    into one block of memory in found's order, which is linear_groups', the model's modules' and so a forward's
-    (block.in_one_block: one stream a forward, on 2 MB pages where Linux gives them); each old copy is dropped once
-    moved. A repack (watch.py: `only`) leaves its new copies where they are."""
-    rows = [(k, what) for k, (_, what, cols, key) in found.items() if (what.kernel if cols is not None else key[-1])
-            == ROWS]
-    copies = list({id(c): c for c in (what.packed if isinstance(what, Fused) else what for _, what in rows)}.values())
-    moved = dict(zip(map(id, copies), in_one_block(copies)))
-    del copies
-    for k, what in rows:
-        if isinstance(what, Fused):
-            what.packed = moved.get(id(what.packed), what.packed)  # its siblings share it: moved once
-        else:
-            w, _, cols, key = found[k]
-            found[k] = (w, moved[id(what)], cols, key)
+    into one Block in found's order, which is linear_groups', the model's modules' and so a forward's (one stream a
+    forward, on 2 MB pages where Linux gives them: runtime/block.py), each old copy freed as soon as it is moved (the
+    memory they took returned to the system after). A repack (watch.py: `only`) leaves its new copies where they are."""
+    keys = [k for k, (_, what, cols, key) in found.items() if (what.kernel if cols is not None else key[-1]) == ROWS]
+    fused = {id(found[k][1]): found[k][1] for k in keys if isinstance(found[k][1], Fused)}
+    block = Block(sum(span(f.packed) for f in fused.values()) +
+                  sum(span(found[k][1]) for k in keys if not isinstance(found[k][1], Fused)))
+    for k in keys:
+        w, what, cols, key = found[k]
+        if not isinstance(what, Fused):
+            found[k] = (w, block.hold(what), cols, key)
+        elif fused.pop(id(what), None) is not None:  # its siblings share it: moved once, with the first of them
+            what.packed = block.hold(what.packed)
+        del what
+    give_back_memory()
 
 
 def packed_bits(linears: PackedLinears) -> int:
