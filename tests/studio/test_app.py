@@ -120,7 +120,8 @@ def test_a_departure_from_ar_is_said_and_marked():
 
 def test_threshold_change_acts_on_the_running_generation():
     session = race_state.RaceSession()
-    running = race.race(PROMPT, 1.0, 4, 0.0, 40, False, session)
+    # long enough that the scheduler's thread, running ahead of the page, cannot end the lane before the change
+    running = race.race(PROMPT, 1.0, 4, 0.0, 200, False, session)
     for _ in range(4):
         next(running)
     race.set_threshold(0.05, session)
@@ -137,7 +138,8 @@ def test_a_threshold_change_is_marked_on_the_lane_it_governs():
     """Where τ changed, the MARS τ lane says so: a chip in its text at the forward that first used the new τ, and
     the change in the line under its counters (not on the AR lane)."""
     session = race_state.RaceSession()
-    running = race.race(PROMPT, 1.0, 4, 0.0, 40, False, session)
+    # long enough that the scheduler's thread, running ahead of the page, cannot end the lane before the change
+    running = race.race(PROMPT, 1.0, 4, 0.0, 200, False, session)
     for _ in range(4):
         next(running)
     race.set_threshold(0.05, session)
@@ -268,7 +270,7 @@ def test_adapt_to_load_lowers_the_threshold_in_force():
 def test_adapt_switch_acts_mid_run():
     session = race_state.RaceSession()
     with models.TRACKER, models.TRACKER, models.TRACKER:
-        running = race.race(PROMPT, 0.9, 4, 0.0, 16, False, session)
+        running = race.race(PROMPT, 0.9, 4, 0.0, 200, False, session)  # as above: the change comes before its end
         for _ in range(3):
             next(running)
         race.set_adapt(True, session)
