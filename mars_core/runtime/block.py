@@ -1,8 +1,7 @@
 """The rows kernel's packed weights in one block of memory, in the order a forward reads them, on 2 MB pages where
 Linux gives them (transparent huge pages on request, `madvise`): a forward then streams its weights as one run
 through a few dozen page-table entries instead of tens of thousands of 4 KB pages, each a TLB miss
-(docs/speed.md#the-rows-kernel). A copy packed anew later (a weight changed: watch.py) lies elsewhere, and the block
-lives while any copy in it serves: at most one block's bytes more than the copies serving.
+(docs/speed.md#the-rows-kernel). After a repack (a weight changed: watch.py) every copy moves into a new block.
 
     block = Block(sum(span(c) for c in copies))
     views = [block.hold(c) for c in copies]   # equal to the copies bit for bit, views of one block, in this order

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import platform
 from contextvars import ContextVar, Token
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import accumulate
 
 import torch
@@ -147,32 +147,36 @@ def pack_linears(model: nn.Module, ours: bool = True, only: set[int] | None = No
         return {}
     for fused in {id(f): f for _, f, cols, _ in found.values() if cols is not None}.values():
         fused.pair = pairs[fused.shape]
-    if only is None:
-        _rows_in_one_block(found)
     linears = {key: Packed(w, None, version(w), w.data_ptr(), pairs[shape], what, cols, what.kernel)
                if cols is not None else Packed(w, what, version(w), w.data_ptr(), pairs[shape], kernel=shape[-1])
                for key, (w, what, cols, shape) in found.items()}
-    register_rows(linears)
+    del found
+    if only is None:
+        rows_in_one_block(linears)  # registers them
+    else:
+        register_rows(linears)
     return linears
 
 
-def _rows_in_one_block(found: dict) -> None:
-    """The rows kernel's copies in `found` (pack_linears': weight id -> (weight, copy or fused, columns, key)) moved
-    into one Block in found's order, which is linear_groups', the model's modules' and so a forward's (one stream a
-    forward, on 2 MB pages where Linux gives them: runtime/block.py), each old copy freed as soon as it is moved (the
-    memory they took returned to the system after). A repack (watch.py: `only`) leaves its new copies where they are."""
-    keys = [k for k, (_, what, cols, key) in found.items() if (what.kernel if cols is not None else key[-1]) == ROWS]
-    fused = {id(found[k][1]): found[k][1] for k in keys if isinstance(found[k][1], Fused)}
+def rows_in_one_block(linears: PackedLinears) -> None:
+    """The rows kernel's copies in `linears` moved, in place, into one new Block in linears' order (pack_linears':
+    linear_groups', the model's modules' and so a forward's; one stream a forward, on 2 MB pages where Linux gives
+    them: runtime/block.py), each old copy freed as soon as it is moved (the memory given back to the system after),
+    then registered with the kernel. watch.py calls it again after a repack, so the copies packed anew join the rest
+    and the old block is freed."""
+    keys = [k for k, e in linears.items() if e.kernel == ROWS]
+    fused = {id(linears[k].fused): linears[k].fused for k in keys if linears[k].fused is not None}
     block = Block(sum(span(f.packed) for f in fused.values()) +
-                  sum(span(found[k][1]) for k in keys if not isinstance(found[k][1], Fused)))
+                  sum(span(linears[k].packed) for k in keys if linears[k].fused is None))
     for k in keys:
-        w, what, cols, key = found[k]
-        if not isinstance(what, Fused):
-            found[k] = (w, block.hold(what), cols, key)
-        elif fused.pop(id(what), None) is not None:  # its siblings share it: moved once, with the first of them
-            what.packed = block.hold(what.packed)
-        del what
+        e = linears[k]
+        if e.fused is None:
+            linears[k] = replace(e, packed=block.hold(e.packed))
+        elif fused.pop(id(e.fused), None) is not None:  # its siblings share it: moved once, with the first of them
+            e.fused.packed = block.hold(e.fused.packed)
+        del e
     give_back_memory()
+    register_rows(linears)
 
 
 def packed_bits(linears: PackedLinears) -> int:

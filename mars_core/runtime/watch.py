@@ -23,7 +23,7 @@ import warnings
 import torch
 import xxhash
 
-from .linear import linear_groups, pack_linears, packing_pays, version
+from .linear import linear_groups, pack_linears, packing_pays, rows_in_one_block, version
 from .runtime import Make, Runtime
 
 
@@ -119,7 +119,8 @@ def refresh(model: torch.nn.Module, runtime: Runtime) -> None:
 
 def _repack(model: torch.nn.Module, runtime: Runtime) -> None:
     """Pack anew the layers whose weight changed since packed (a sibling's change repacks its group), pack new ones,
-    drop those the model no longer has (pack_linears registers the rows kernel's copies anew)."""
+    drop those the model no longer has; the rows kernel's copies then lie in one new block, registered anew
+    (linear.rows_in_one_block)."""
     linears, digests = runtime.linears, runtime.watch.digests
     weights = {id(lin.weight): lin.weight for layers in runtime.watch.groups for lin in layers}
     stale = {key for key, w in weights.items() if _changed(linears.get(key), w, digests.get(key))}
@@ -131,7 +132,8 @@ def _repack(model: torch.nn.Module, runtime: Runtime) -> None:
     for key in [*gone, *(stale - fresh.keys())]:  # gone, or changed and not packed again: no copy answers for it
         linears.pop(key, None)
         digests.pop(key, None)
-    digests.update({key: digest(e.weight) for key, e in fresh.items()})  # pack_linears registered the rows kernel's
+    digests.update({key: digest(e.weight) for key, e in fresh.items()})
+    rows_in_one_block(linears)  # the copies packed anew join the rest in one block (the old one is freed); registered
 
 
 def _changed(entry, w: torch.Tensor, kept: int | None) -> bool:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from mars_core.runtime import prepare, refresh
 from mars_core.runtime.block import ALIGN, huge_block, in_one_block
 from mars_core.runtime.linear import ROWS, linear_groups, pack_linears
 from mars_core.runtime.rows import rows_kernel
@@ -74,3 +75,26 @@ def test_the_rows_kernels_copies_lie_in_one_block_in_a_forwards_order():
         e = linears[k]
         w = torch.cat([lin.weight for lin in e.fused.layers]) if e.fused is not None else e.weight
         assert torch.equal(copy, torch.ops.mars_rows.pack(w.detach()))
+
+
+@pytest.mark.skipif(not rows_kernel(), reason="no rows kernel on this CPU")
+def test_copies_packed_anew_join_the_rest_in_a_new_block():
+    """A weight changed in place is packed anew before the next decode (watch.refresh): then every copy lies in one
+    new block again, in a forward's order, the changed one its new weight's."""
+    model = tiny_qwen2(64).to(torch.bfloat16)
+    runtime = prepare(model, measure_cost=False, check=False)
+    old = _copies(model, runtime.linears)[0].untyped_storage().data_ptr()
+    down = model.model.layers[1].mlp.down_proj.weight
+    down.data.neg_()
+    refresh(model, runtime)
+    copies = _copies(model, runtime.linears)
+    base = copies[0].untyped_storage().data_ptr()
+    assert base != old and all(c.untyped_storage().data_ptr() == base for c in copies)
+    assert [c.data_ptr() for c in copies] == sorted(c.data_ptr() for c in copies)
+    assert torch.equal(runtime.linears[id(down)].packed, torch.ops.mars_rows.pack(down.detach()))
+
+
+def _copies(model, linears) -> list[torch.Tensor]:
+    """The rows kernel's copies in a forward's order."""
+    order = [id(layers[0].weight) for layers in linear_groups(model)]
+    return [linears[k].fused.packed if linears[k].fused is not None else linears[k].packed for k in order]
