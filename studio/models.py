@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from mars_core.load import load
 from mars_core.runtime import Runtime, prepare, rows
-from mars_core.runtime.linear import ROWS, packed_bits
+from mars_core.runtime.linear import packed_bits
 from mars_core.scheduler import Scheduler
 from mars_core.serving import LoadTracker
 
@@ -308,7 +308,7 @@ def forward_note(name: str | None) -> str:
     where its linear layers run on our rows kernel (AMX, AVX512-BF16 or AVX2; 8-bit weights where so served), that."""
     key = name or "default"
     runtime = RUNTIMES.get(key)
-    ours = runtime is not None and any(e.kernel == ROWS for e in runtime.linears.values())
+    ours = runtime is not None and runtime.rows_linears
     bits = " (8-bit weights)" if ours and packed_bits(runtime.linears) == 8 else ""
     kernel = f"; linear layers on our {rows.NAMES.get(rows.flavor(), '')} kernel{bits}" if ours else ""
     if key in COMPILING:

@@ -44,7 +44,6 @@ from ..runtime import CostCurve, Runtime, causal_seen, feed, head, new_cache, pr
 from ..runtime import keep as keep_all
 from ..runtime.block import huge_block
 from ..runtime.graphs import graph_counts
-from ..runtime.linear import ROWS
 from ..runtime.rows import note as rows_note
 from ..runtime.slots import cache_slots
 from ..runtime.timing import cache_root, median_seconds, write_json
@@ -226,7 +225,7 @@ def weight_stream(model, tokenizer, prompts: list[str], runtimes: dict[str, Runt
     size = served_bytes(model, runtime)
     # the read from memory of the kind the served weights lie in: the rows kernel's copies in a block Linux may back
     # with 2 MB pages (runtime/block.py), where plain reads are faster too; torch's memory otherwise
-    ours = any(e.kernel == ROWS for e in runtime.linears.values())
+    ours = runtime.rows_linears
     buffer = huge_block(size // 4 * 4).view(torch.float32) if ours else torch.empty(size // 4, device=model.device)
     buffer.fill_(1.0)
     reads, forwards = [], {name: [] for name in runtimes}

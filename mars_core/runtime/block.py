@@ -67,9 +67,3 @@ class Block:
         view.copy_(copy)
         self.used += span(copy)
         return view
-
-
-def in_one_block(copies: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The contiguous copies as views of one Block, in this order, each equal to its copy bit for bit."""
-    block = Block(sum(span(c) for c in copies))
-    return [block.hold(c) for c in copies]

@@ -28,7 +28,6 @@ import torch
 
 from ..machine import cxx_compiler
 from .forward import symbolic_sizes
-from .linear import ROWS
 from .runtime import Runtime
 from .timing import cache_root
 from .watch import make_key, make_of
@@ -156,7 +155,7 @@ def _backend(runtime: Runtime, model: torch.nn.Module) -> Callable:
     (kernels/rows.cpp: by the weight's data pointer, dropped once the weight is). One backend object per kind and
     model make (watch.make_of): dynamo keeps a graph per code object and backend, so models of one make share their
     graphs, and no other make ever runs them."""
-    ours = any(e.kernel == ROWS for e in runtime.linears.values())  # packed for it only where it serves
+    ours = runtime.rows_linears
     attention = ours and runtime.rows
     key = (ours, attention, make_key(make_of(model)))
     build = (lambda gm, inputs: _rows_graph(gm, inputs, attention)) if ours else _inductor_graph

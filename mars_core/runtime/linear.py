@@ -127,7 +127,8 @@ def pack_linears(model: nn.Module, ours: bool = True, only: set[int] | None = No
     read the same input as one matrix (FUSED), each for the kernel linear_kernel picks (ours=False: oneDNN's); {}
     where packing does not apply (packing_pays) or this torch build lacks the oneDNN ops. only: just the layers (and
     their siblings) whose weight has one of these ids (runtime/watch.py repacks what changed). The rows kernel's
-    copies are registered with it (register_rows): its ops answer from them."""
+    copies lie in one block and are registered with it (rows_in_one_block): its ops answer from them; a repack's
+    (`only`) are placed and registered by its caller, beside the rest."""
     if not packing_pays(model, ours):
         return {}
     found, pairs = {}, {}  # found: id(weight) -> (weight, copy or fused, columns, shape)
@@ -151,10 +152,8 @@ def pack_linears(model: nn.Module, ours: bool = True, only: set[int] | None = No
                if cols is not None else Packed(w, what, version(w), w.data_ptr(), pairs[shape], kernel=shape[-1])
                for key, (w, what, cols, shape) in found.items()}
     del found
-    if only is None:
-        rows_in_one_block(linears)  # registers them
-    else:
-        register_rows(linears)
+    if only is None:  # a repack's copies join the rest there (watch._repack), which registers them
+        rows_in_one_block(linears)
     return linears
 
 

@@ -99,6 +99,11 @@ class Runtime:
     watch: Watch = field(default_factory=Watch, repr=False, compare=False)
 
     @property
+    def rows_linears(self) -> bool:
+        """Whether linear layers run on the rows kernel (packed for it only where it serves)."""
+        return any(e.kernel == ROWS for e in self.linears.values())
+
+    @property
     def invariant(self) -> bool:
         """Checked width-invariant on this machine, for the model as it was checked: verified decoding gives one-token
         decoding's answer bit for bit."""

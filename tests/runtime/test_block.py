@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from mars_core.runtime import prepare, refresh
-from mars_core.runtime.block import ALIGN, huge_block, in_one_block
+from mars_core.runtime.block import ALIGN, Block, huge_block, span
 from mars_core.runtime.linear import ROWS, linear_groups, pack_linears
 from mars_core.runtime.rows import rows_kernel
 
@@ -25,7 +25,8 @@ def test_copies_keep_their_bits_in_order_on_cache_lines_of_one_block():
     copies = [torch.randint(-128, 128, (3, 5, 7), dtype=torch.int8, generator=g),
               torch.randn(11, 13, generator=g).to(torch.bfloat16), torch.randn(1, generator=g),
               torch.randint(-128, 128, (2, 33), dtype=torch.int8, generator=g)]
-    views = in_one_block(copies)
+    block = Block(sum(span(c) for c in copies))
+    views = [block.hold(c) for c in copies]
     base = views[0].untyped_storage().data_ptr()
     assert all(v.untyped_storage().data_ptr() == base for v in views)  # one block
     for view, copy in zip(views, copies):
@@ -34,7 +35,7 @@ def test_copies_keep_their_bits_in_order_on_cache_lines_of_one_block():
         assert view.data_ptr() % ALIGN == 0
     starts = [v.data_ptr() for v in views]
     assert starts == sorted(starts) and all(b - a >= c.nbytes for a, b, c in zip(starts, starts[1:], copies))
-    assert in_one_block([]) == []
+    assert block.used == sum(span(c) for c in copies) and huge_block(0).numel() == 0
 
 
 def _mapping_flags(address: int) -> dict[str, str]:
@@ -65,7 +66,7 @@ def test_the_rows_kernels_copies_lie_in_one_block_in_a_forwards_order():
     model = tiny_qwen2(64).to(torch.bfloat16)
     linears = pack_linears(model)
     order = [id(layers[0].weight) for layers in linear_groups(model)]  # a forward's: the model's modules'
-    copies = [linears[k].fused.packed if linears[k].fused is not None else linears[k].packed for k in order]
+    copies = _copies(model, linears)
     assert all(linears[k].kernel == ROWS for k in order) and len(copies) == 2 * 4 + 1
     base = copies[0].untyped_storage().data_ptr()
     assert all(c.untyped_storage().data_ptr() == base for c in copies)
