@@ -38,6 +38,7 @@
 #include <utility>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <mutex>
 #include <optional>
 #include <type_traits>
@@ -63,6 +64,11 @@
 #define MARS_VNNI(acc, u, s) _mm256_dpbusd_epi32(acc, u, s)
 #elif defined(MARS_INT8_PATH) && defined(__AVXVNNI__)
 #define MARS_VNNI(acc, u, s) _mm256_dpbusd_avx_epi32(acc, u, s)
+#endif
+#ifdef MARS_VNNI  // vpdpbusd multiplies unsigned bytes by signed ones: pack8 stores w + 128 (its sign bit flipped)
+constexpr int8_t SIGN = INT8_MIN;
+#else
+constexpr int8_t SIGN = 0;
 #endif
 
 namespace {
@@ -379,22 +385,24 @@ inline __m256 exp2_8(const int8_t* e) {
 
 // A block's exact integer dot products of R quantized rows with a strip's 8 columns: dot[r] lane c = sum over the
 // block's 32 k of x[r][k] w[k][c] (|x|, |w| <= 127: at most 32 * 127 * 127 in int32). With VNNI, vpdpbusd multiplies
-// x + 128 (x's sign bits flipped: unsigned bytes) by w and adds 4 products a lane (at most 32 * 255 * 127), and
-// 128 sum_k w (the same instruction on 128s) is taken off at the end; with AVX2, vpmaddubsw multiplies |w| by x
-// carrying w's sign and adds pairs, vpmaddwd adds pairs again. The same integers either way.
+// w + 128 (pack8 stores it: unsigned bytes) by x and adds 4 products a lane (at most 32 * 254 * 127), and int8_strip
+// takes off 128 sum_k x (the row's `lift`, one number a row and block, the same for every column); with AVX2,
+// vpmaddubsw multiplies |w| by x carrying w's sign and adds pairs, vpmaddwd adds pairs again. The same integers
+// either way.
 template <int R>
 inline void block_dots(const int8_t* w, const int8_t* x, int64_t ldq, __m256i* dot) {
   for (int r = 0; r < R; ++r) dot[r] = _mm256_setzero_si256();
-#ifdef MARS_VNNI  // x arrives as x + 128 (product8 flips its sign bits once)
-  const __m256i flip = _mm256_set1_epi32(static_cast<int32_t>(0x80808080u));
-  __m256i lift = _mm256_setzero_si256();  // 128 sum_k w, a column a lane
+#ifdef MARS_VNNI  // w arrives as w + 128 (pack8 flips its sign bits), x as it is; int8_strip takes off 128 sum_k x
+  // Unrolled (GCC otherwise keeps 8 rows' loop rolled, copying every sum between registers), and wq held in a
+  // register for all rows (the empty asm: GCC otherwise reads it from memory again for each row's dot product, two
+  // loads an instruction where one row's 8 go latency-bound); docs/speed.md#the-rows-kernel has the rows' costs
+#pragma GCC unroll 8
   for (int64_t j = 0; j < DEPTH / 4; ++j) {
-    const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + j * 32));  // [8 columns][4 k]
-    lift = MARS_VNNI(lift, flip, wq);
+    __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + j * 32));  // [8 columns][4 k]
+    __asm__("" : "+x"(wq));
     for (int r = 0; r < R; ++r)  // the row's 4 k, broadcast from memory (not through a general register)
-      dot[r] = MARS_VNNI(dot[r], _mm256_broadcastd_epi32(_mm_loadu_si32(x + r * ldq + j * 4)), wq);
+      dot[r] = MARS_VNNI(dot[r], wq, _mm256_broadcastd_epi32(_mm_loadu_si32(x + r * ldq + j * 4)));
   }
-  for (int r = 0; r < R; ++r) dot[r] = _mm256_sub_epi32(dot[r], lift);
 #else
   const __m256i ones = _mm256_set1_epi16(1);
 #pragma GCC unroll 1  // unrolled, GCC 12 keeps every product to add them up at the end, on the stack
@@ -412,10 +420,11 @@ inline void block_dots(const int8_t* w, const int8_t* x, int64_t ldq, __m256i* d
 }
 
 // One strip of pack8's W (8 columns, its blocks in k order) for R quantized rows: sums[r * 8 + c]. A block's exact
-// integer dot products (block_dots) times both scales are added to the row's fp32 sum, blocks in order: a row's sums
-// are the same bits whatever R and whatever its batchmates.
+// integer dot products (block_dots; with VNNI less the row's lift[r * blocks + b]) times both scales are added to the
+// row's fp32 sum, blocks in order: a row's sums are the same bits whatever R and whatever its batchmates.
 template <int R>
-void int8_strip(const int8_t* w, const int8_t* q, const float* scale, int64_t blocks, float* sums) {
+void int8_strip(const int8_t* w, const int8_t* q, const float* scale, const int32_t* lift, int64_t blocks,
+                float* sums) {
   const int64_t ldq = blocks * DEPTH;  // a quantized row's int8, and its blocks' scales (quantize_rows)
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
@@ -424,6 +433,9 @@ void int8_strip(const int8_t* w, const int8_t* q, const float* scale, int64_t bl
       _mm_prefetch(reinterpret_cast<const char*>(w) + PREFETCH + line, _MM_HINT_T0);
     __m256i dot[R];
     block_dots<R>(w, q + b * DEPTH, ldq, dot);
+#ifdef MARS_VNNI
+    for (int r = 0; r < R; ++r) dot[r] = _mm256_sub_epi32(dot[r], _mm256_set1_epi32(lift[r * blocks + b]));
+#endif
     const __m256 wscale = exp2_8(w + STRIP * DEPTH);
     for (int r = 0; r < R; ++r)
       acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[r]), _mm256_mul_ps(wscale, _mm256_set1_ps(scale[r * blocks + b])),
@@ -432,7 +444,7 @@ void int8_strip(const int8_t* w, const int8_t* q, const float* scale, int64_t bl
   for (int r = 0; r < R; ++r) _mm256_storeu_ps(sums + r * STRIP, acc[r]);
 }
 
-using StripKernel = void (*)(const int8_t*, const int8_t*, const float*, int64_t, float*);
+using StripKernel = void (*)(const int8_t*, const int8_t*, const float*, const int32_t*, int64_t, float*);
 template <int... R>
 constexpr std::array<StripKernel, sizeof...(R)> strip_kernels_for(std::integer_sequence<int, R...>) {
   return {&int8_strip<R + 1>...};
@@ -552,8 +564,11 @@ at::Tensor product8(const at::Tensor& x, const at::Tensor& packed, Columns cols,
   std::vector<int8_t> q(M * blocks * DEPTH);
   std::vector<float> scale(M * blocks);
   quantize_rows(xs.data_ptr<c10::BFloat16>(), M, K, blocks, q.data(), scale.data());
+  std::vector<int32_t> lift;  // VNNI: 128 sum_k x a row's block, what w + 128 (pack8) adds to its dot products
 #ifdef MARS_VNNI
-  for (int8_t& v : q) v = static_cast<int8_t>(static_cast<uint8_t>(v) ^ 0x80u);  // x + 128: vpdpbusd's unsigned bytes
+  lift.resize(M * blocks);
+  for (int64_t i = 0; i < M * blocks; ++i)
+    lift[i] = 128 * std::accumulate(q.begin() + i * DEPTH, q.begin() + (i + 1) * DEPTH, int32_t{0});
 #endif
   auto sizes = x.sizes().vec();
   sizes.back() = width_out;
@@ -567,7 +582,7 @@ at::Tensor product8(const at::Tensor& x, const at::Tensor& packed, Columns cols,
       for (int64_t m = 0; m < M; m += QROWS) {
         const int64_t rows = std::min<int64_t>(QROWS, M - m);
         INT8_KERNELS[rows - 1](w + s * blocks * STRIP_BLOCK, q.data() + m * blocks * DEPTH, scale.data() + m * blocks,
-                               blocks, sums);
+                               lift.data() + (lift.empty() ? 0 : m * blocks), blocks, sums);
         for (int64_t r = 0; r < rows; ++r)
           if (hi - lo == STRIP)  // a whole strip: one vector (bias added in fp32 first, then rounded, as below)
             store_bf16x8(out + (m + r) * width_out + lo - col0,
@@ -680,9 +695,9 @@ float grid_scale(const float* v) {
 }
 
 // W [N, K] bf16 on the int8 grid -> [strips][k / 32][264] int8: per strip of 8 columns and block of 32 k, the weights'
-// integers as [8 quads of k][8 columns][4 k], then the 8 columns' scale exponents (scale 2^e, e from -126 to 127);
-// k = K rounded up to 32, columns to 8, padding 0. Undefined where a weight is off the grid, a scale out of that
-// range, or this build has no int8 path.
+// integers as [8 quads of k][8 columns][4 k] (with VNNI each + 128, an unsigned byte: SIGN), then the 8 columns'
+// scale exponents (scale 2^e, e from -126 to 127); k = K rounded up to 32, columns to 8, padding weights 0. Undefined
+// where a weight is off the grid, a scale out of that range, or this build has no int8 path.
 at::Tensor pack8(const at::Tensor& src) {
   const int64_t N = src.size(0), K = src.size(1), blocks = (K + DEPTH - 1) / DEPTH, strips = (N + STRIP - 1) / STRIP;
   if (!MARS_INT8) return at::Tensor();
@@ -702,11 +717,15 @@ at::Tensor pack8(const at::Tensor& src) {
         for (int64_t i = 0; i < DEPTH && !off; ++i) {
           const float q = std::nearbyint(v[i] / scale);
           if (q * scale != v[i]) off = true;  // off the grid: the bf16 copy serves
-          block[(i / 4) * STRIP * 4 + (n % STRIP) * 4 + i % 4] = static_cast<int8_t>(q);
+          block[(i / 4) * STRIP * 4 + (n % STRIP) * 4 + i % 4] = static_cast<int8_t>(static_cast<int8_t>(q) ^ SIGN);
         }
         block[STRIP * DEPTH + n % STRIP] = static_cast<int8_t>(e);
       }
   });
+  for (int64_t n = N; n < strips * STRIP; ++n)  // padding columns: weights 0 (w + 128 where SIGN flips), scale 1
+    for (int64_t b = 0; b < blocks; ++b)
+      for (int64_t i = 0; i < DEPTH; ++i)
+        d[((n / STRIP) * blocks + b) * STRIP_BLOCK + (i / 4) * STRIP * 4 + (n % STRIP) * 4 + i % 4] = SIGN;
   return off ? at::Tensor() : out;
 }
 }  // namespace
