@@ -271,7 +271,8 @@ def findings(records_dir: Path) -> str:
         ("The compiled forward is the eager one without Python between the kernels",
          f"one-token forward {R.num(ws['forward_1_ms_compiled'], 2)} ms compiled, "
          f"{R.num(ws['forward_1_ms_eager'], 2)} ms eager", "speed/avx512_bf16_b1.json"),
-        ("A one-token forward still takes about twice the time one read of the weights takes",
+        ("A one-token forward takes two to three times one read of the weights, or more where memory is quick: it is "
+         "not bound by the read",
          f"{R.times(ws['forward_1_over_read_compiled'])} the read (compiled)", "speed/avx512_bf16_b1.json"),
         ("In a batch a wide forward costs every sample's rows: the plan feeds narrow trees, and verified's lead over "
          "one-token decoding shrinks or turns", f"AVX512-BF16 batch 4: "
