@@ -616,13 +616,18 @@ def print_table(rows: list[dict]) -> None:
 
 
 def machine_info(args: argparse.Namespace) -> dict:
-    """Where the numbers come from: platform, CPUs, torch threads (as the app's environment gives them), model."""
+    """Where the numbers come from: platform, the CPU and its matmul instruction sets, torch threads (as the app's
+    environment gives them), model."""
     import torch
+
+    from mars_core.machine import machine_info as cpu_info
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    cpu = cpu_info()
     return {
-        "platform": platform.platform(), "python": platform.python_version(), "processor": platform.processor(),
+        "platform": platform.platform(), "cpu": cpu["cpu"], "isa": cpu["isa"], "python": platform.python_version(),
+        "processor": platform.processor(),
         "cpu_count": os.cpu_count(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
         "model": args.model or "default (embedded)",
         "memory_gb": memory_gb(), "mars_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("MARS_")},

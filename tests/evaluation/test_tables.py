@@ -165,3 +165,13 @@ def test_numbers_are_written_alike():
     assert R.table(["a", "b"], [["1", "x|y"]]) == "| a | b |\n|---|---|\n| 1 | x\\|y |"
     assert R.kind({"device": "cpu", "isa": ["avx512_bf16", "avx512f", "avx2"]}) == "avx512_bf16"
     assert R.kind({"device": "cuda", "gpu": "H100"}) == "gpu"
+
+
+def test_a_class_row_names_the_cpu_its_record_names_else_the_one_given():
+    """docs/app.md's class table: a load test's machine as its record names it (load_test.py records the CPU and its
+    instruction sets), the CPU given beside the record where an older record names none."""
+    from mars_core.evaluation.tables.app import cpu_cell
+
+    named = {"cpu": "AMD EPYC", "isa": ["avx512_bf16", "avx512f", "avx2"]}
+    assert cpu_cell(named, "AMD EPYC, AVX2") == "AMD EPYC, AVX512-BF16"
+    assert cpu_cell({"platform": "Linux", "cpu_count": 2}, "AMD EPYC, AVX2") == "AMD EPYC, AVX2"
