@@ -170,8 +170,10 @@ def test_numbers_are_written_alike():
 def test_a_class_row_names_the_cpu_its_record_names_else_the_one_given():
     """docs/app.md's class table: a load test's machine as its record names it (load_test.py records the CPU and its
     instruction sets), the CPU given beside the record where an older record names none."""
-    from mars_core.evaluation.tables.app import cpu_cell
+    from mars_core.evaluation.tables.app import machine_of
 
     named = {"cpu": "AMD EPYC", "isa": ["avx512_bf16", "avx512f", "avx2"]}
-    assert cpu_cell(named, "AMD EPYC, AVX2") == "AMD EPYC, AVX512-BF16"
-    assert cpu_cell({"platform": "Linux", "cpu_count": 2}, "AMD EPYC, AVX2") == "AMD EPYC, AVX2"
+    assert machine_of(named, "AMD EPYC, AVX2") == "AMD EPYC, AVX512-BF16"
+    assert machine_of({"cpu": "Intel(R) Xeon(R) Platinum 8488C Processor", "isa": ["amx_bf16"]}, "?") == (
+        "Intel Xeon Platinum 8488C, AMX")
+    assert machine_of({"platform": "Linux", "cpu_count": 2}, "AMD EPYC, AVX2") == "AMD EPYC, AVX2"

@@ -75,14 +75,20 @@ def dtype(name: str | None) -> str:
     return DTYPES.get(name or "", name or DASH)
 
 
+def cpu_cell(machine: dict[str, Any]) -> str:
+    """'AMD EPYC, AVX512-BF16': a record's CPU (its marks and 'Processor' dropped) and its fastest matmul
+    instructions."""
+    cpu = re.sub(r"\((R|TM)\)|\s+(Processor|CPU)\b", "", machine.get("cpu", "?")).strip()
+    return f"{cpu}, {isa(machine)}"
+
+
 def machine_cell(machine: dict[str, Any]) -> str:
     """'AMD EPYC, AVX512-BF16, bf16, 2 threads' (a GPU: its name and dtype; 8-bit weights where served so): the
     machine a row was measured on."""
     if machine.get("device") == "cuda":
         return f"{machine.get('gpu', 'a GPU')}, {dtype(machine.get('dtype'))}"
-    cpu = re.sub(r"\((R|TM)\)|\s+(Processor|CPU)\b", "", machine.get("cpu", "?")).strip()
     bits = " (8-bit weights)" if machine.get("weight_bits") == 8 else ""
-    return f"{cpu}, {isa(machine)}, {dtype(machine.get('dtype'))}{bits}, {machine.get('threads')} threads"
+    return f"{cpu_cell(machine)}, {dtype(machine.get('dtype'))}{bits}, {machine.get('threads')} threads"
 
 
 def linear(machine: dict[str, Any]) -> str:

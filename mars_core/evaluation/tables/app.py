@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ._records import isa, read, table
+from ._records import cpu_cell, read, table
 
 
 def load(records_dir: Path) -> str:
@@ -24,10 +24,10 @@ CLASS = (("each race alone (`--no-batching`)", "load_test/class_alone.json", "AM
          ("lanes share forwards (the default)", "load_test/class_shared_avx512_bf16.json", "AMD EPYC, AVX512-BF16"))
 
 
-def cpu_cell(machine: dict, unnamed: str) -> str:
+def machine_of(machine: dict, unnamed: str) -> str:
     """'AMD EPYC, AVX512-BF16': the CPU a load test ran on and its fastest matmul instructions (a record from before
     load_test.py named them: `unnamed`)."""
-    return f"{machine['cpu']}, {isa(machine)}" if machine.get("cpu") else unnamed
+    return cpu_cell(machine) if machine.get("cpu") else unnamed
 
 
 def class_rounds(records_dir: Path) -> str:
@@ -36,7 +36,7 @@ def class_rounds(records_dir: Path) -> str:
     rows = []
     for label, name, unnamed in CLASS:
         record = read(records_dir, name)
-        cpu = cpu_cell(record["machine"], unnamed)
+        cpu = machine_of(record["machine"], unnamed)
         for r in record["rows"]:
             exact = f"{r['alone_exact_count']} of {r['alone_compared']}" if r.get("alone_compared") else "–"
             rows.append([label, cpu, str(r["clients"]), f"{r['done']} / {r['failed']}", f"{r['latency_p50']:.1f}",

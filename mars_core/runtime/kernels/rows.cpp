@@ -395,7 +395,7 @@ inline void block_dots(const int8_t* w, const int8_t* x, int64_t ldq, __m256i* d
 #ifdef MARS_VNNI  // w arrives as w + 128 (pack8 flips its sign bits), x as it is; int8_strip takes off 128 sum_k x
   // Unrolled (GCC otherwise keeps 8 rows' loop rolled, copying every sum between registers), and wq held in a
   // register for all rows (the empty asm: GCC otherwise reads it from memory again for each row's dot product, two
-  // loads an instruction where one row's 8 go latency-bound); docs/speed.md#the-rows-kernel has the rows' costs
+  // loads an instruction where one row's 8 go latency-bound); what rows cost: docs/speed.md#where-a-forwards-time-goes
 #pragma GCC unroll 8
   for (int64_t j = 0; j < DEPTH / 4; ++j) {
     __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + j * 32));  // [8 columns][4 k]
@@ -694,6 +694,12 @@ float grid_scale(const float* v) {
   return scale;
 }
 
+// Where pack8 puts column n's weight at input 32 b + i, in a copy of `blocks` blocks of 32 k a column: its strip's
+// block, then quad i / 4 of 8 columns x 4 k
+inline int64_t pack8_at(int64_t blocks, int64_t n, int64_t b, int64_t i) {
+  return ((n / STRIP) * blocks + b) * STRIP_BLOCK + (i / 4) * STRIP * 4 + (n % STRIP) * 4 + i % 4;
+}
+
 // W [N, K] bf16 on the int8 grid -> [strips][k / 32][264] int8: per strip of 8 columns and block of 32 k, the weights'
 // integers as [8 quads of k][8 columns][4 k] (with VNNI each + 128, an unsigned byte: SIGN), then the 8 columns'
 // scale exponents (scale 2^e, e from -126 to 127); k = K rounded up to 32, columns to 8, padding weights 0. Undefined
@@ -717,7 +723,7 @@ at::Tensor pack8(const at::Tensor& src) {
         for (int64_t i = 0; i < DEPTH && !off; ++i) {
           const float q = std::nearbyint(v[i] / scale);
           if (q * scale != v[i]) off = true;  // off the grid: the bf16 copy serves
-          block[(i / 4) * STRIP * 4 + (n % STRIP) * 4 + i % 4] = static_cast<int8_t>(static_cast<int8_t>(q) ^ SIGN);
+          d[pack8_at(blocks, n, b, i)] = static_cast<int8_t>(static_cast<int8_t>(q) ^ SIGN);
         }
         block[STRIP * DEPTH + n % STRIP] = static_cast<int8_t>(e);
       }
@@ -725,7 +731,7 @@ at::Tensor pack8(const at::Tensor& src) {
   for (int64_t n = N; n < strips * STRIP; ++n)  // padding columns: weights 0 (w + 128 where SIGN flips), scale 1
     for (int64_t b = 0; b < blocks; ++b)
       for (int64_t i = 0; i < DEPTH; ++i)
-        d[((n / STRIP) * blocks + b) * STRIP_BLOCK + (i / 4) * STRIP * 4 + (n % STRIP) * 4 + i % 4] = SIGN;
+        d[pack8_at(blocks, n, b, i)] = SIGN;
   return off ? at::Tensor() : out;
 }
 }  // namespace
