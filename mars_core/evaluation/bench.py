@@ -29,7 +29,8 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -176,12 +177,12 @@ def configurations(methods, block_sizes, thresholds, verified_thresholds=(VERIFI
     yield from llamacpp_configurations(methods, llamacpp or {}, block_sizes, verified_thresholds)
 
 
-@torch.inference_mode()
-def forward_seconds(model, tokenizer, prompts: list[str], new_tokens: int, context: int = 128, repeats: int = 7, *,
-                    keep: int | None = None, runtime: Runtime | None = None) -> float:
-    """Median time of the decoders' forward (runtime.feed) of `new_tokens` tokens per sample, a causal run after a
-    `context`-token prefix, and the head over `keep` of its rows (default: one per new token); runtime: the kernels
-    (default: plain torch)."""
+@contextmanager
+def forward_after_prefix(model, tokenizer, prompts: list[str], new_tokens: int, context: int = 128, *,
+                         keep: int | None = None, runtime: Runtime | None = None) -> Iterator[Callable[[], object]]:
+    """Inside, a call that runs the decoders' forward (runtime.feed) of `new_tokens` tokens per sample, a causal run
+    after a `context`-token prefix (fed once, on entry), and the head over `keep` of its rows (default: one per new
+    token); runtime: the kernels (default: plain torch)."""
     runtime = runtime or Runtime()
     ids = [encode_prompt(tokenizer, p) for p in prompts]
     prefix = torch.tensor([(x * (context // len(x) + 1))[:context] for x in ids], device=model.device)
@@ -195,12 +196,35 @@ def forward_seconds(model, tokenizer, prompts: list[str], new_tokens: int, conte
                       runtime=runtime)
         return head(model, hidden[:, -(keep or w):], runtime)
 
-    refresh(model, runtime)  # the runtime's copies as the model is now (runtime/watch.py)
-    with new_cache(model, b, cache_slots(context, max(context, new_tokens))) as cache:
+    with torch.inference_mode():
+        refresh(model, runtime)  # the runtime's copies as the model is now (runtime/watch.py)
+    with torch.inference_mode(), new_cache(model, b, cache_slots(context, max(context, new_tokens))) as cache:
         run(prefix, 0)
         keep_all(cache, torch.full((b,), context, device=dev))
         new = prefix[:, -new_tokens:]
-        return median_seconds(lambda: run(new, context), repeats, model.device)
+        yield lambda: run(new, context)
+
+
+def forward_seconds(model, tokenizer, prompts: list[str], new_tokens: int, context: int = 128, repeats: int = 7, *,
+                    keep: int | None = None, runtime: Runtime | None = None) -> float:
+    """Median time of forward_after_prefix's forward over `repeats` runs."""
+    with forward_after_prefix(model, tokenizer, prompts, new_tokens, context, keep=keep, runtime=runtime) as step:
+        return median_seconds(step, repeats, model.device)
+
+
+def linear_seconds(model, tokenizer, prompts: list[str], runtime: Runtime, repeats: int = 7) -> float | None:
+    """Mean seconds a one-token forward (forward_after_prefix's, head included) spends in the rows kernel's linear
+    products (their weights' stream and multiplies: kernels/rows.cpp `linear_seconds`), where that kernel serves the
+    runtime's linear layers; else None."""
+    if not runtime.rows_linears:
+        return None
+    clock = torch.ops.mars_rows.linear_seconds
+    with forward_after_prefix(model, tokenizer, prompts, 1, runtime=runtime) as step:
+        step()  # first use of this cache's width
+        began = clock()
+        for _ in range(repeats):
+            step()
+        return (clock() - began) / repeats
 
 
 def served_bytes(model: torch.nn.Module, runtime: Runtime) -> int:
@@ -229,10 +253,13 @@ def weight_stream(model, tokenizer, prompts: list[str], runtimes: dict[str, Runt
     buffer = huge_block(size // 4 * 4).view(torch.float32) if ours else torch.empty(size // 4, device=model.device)
     buffer.fill_(1.0)
     reads, forwards = [], {name: [] for name in runtimes}
+    linears: dict[str, list[float]] = {name: [] for name, runtime in runtimes.items() if runtime.rows_linears}
     for _ in range(rounds):
         reads.append(median_seconds(lambda: buffer.sum(), 9, model.device) * 1e3)
         for name, runtime in runtimes.items():
             forwards[name].append(forward_seconds(model, tokenizer, prompts[:1], 1, runtime=runtime) * 1e3)
+            if name in linears:
+                linears[name].append(linear_seconds(model, tokenizer, prompts[:1], runtime) * 1e3)
     out = {"weight_bytes": size, "weight_read_ms": round(statistics.median(reads), 2), "rounds": rounds,
            "read_from": "one block, 2 MB pages asked (runtime/block.py)" if ours else "torch's memory"}
     for name, ms in forwards.items():
@@ -240,6 +267,9 @@ def weight_stream(model, tokenizer, prompts: list[str], runtimes: dict[str, Runt
         out[f"forward_1_ms_{name}"] = round(statistics.median(ms), 2)
         out[f"forward_1_over_read_{name}"] = round(statistics.median(ratios), 2)
         out[f"forward_1_over_read_rounds_{name}"] = [round(x, 2) for x in ratios]
+    for name, ms in linears.items():  # the forward's time in the linear layers' products, against the same round's read
+        out[f"linear_1_ms_{name}"] = round(statistics.median(ms), 2)
+        out[f"linear_1_over_read_{name}"] = round(statistics.median([m / r for m, r in zip(ms, reads)]), 2)
     return out
 
 

@@ -97,6 +97,32 @@ def test_the_weight_stream_pairs_each_read_with_the_forwards_taken_beside_it(mod
     assert out["weight_bytes"] == sum(p.numel() * p.element_size() for p in weights)
 
 
+def test_the_weight_stream_sets_the_linear_layers_time_beside_each_read_where_the_rows_kernel_serves(
+        model, tokenizer, monkeypatch):
+    """Where a runtime's linear layers run on the rows kernel, each round also takes the forward's time in their
+    products (linear_seconds) against that round's read; elsewhere nothing is said of it."""
+    import mars_core.evaluation.bench as bench_module
+    from mars_core.runtime import Runtime
+
+    class Rows(Runtime):
+        rows_linears = True  # as a runtime whose linears the rows kernel serves
+
+    times = iter([0.010, 0.020, 0.020, 0.030])  # per round: the read, then the forward
+    linear = iter([0.012, 0.016])
+    monkeypatch.setattr(bench_module, "median_seconds", lambda f, n, device: next(times))
+    monkeypatch.setattr(bench_module, "forward_seconds", lambda *a, **k: next(times))
+    monkeypatch.setattr(bench_module, "linear_seconds", lambda *a, **k: next(linear))
+    monkeypatch.setattr(bench_module, "huge_block", lambda n: torch.zeros(n, dtype=torch.uint8))
+    out = bench_module.weight_stream(model, tokenizer, PROMPTS, {"compiled": Rows()}, rounds=2)
+    assert out["linear_1_ms_compiled"] == 14.0 and out["linear_1_over_read_compiled"] == 1.0  # 1.2 and 0.8
+    assert "linear_1_ms_eager" not in out
+    plain = iter([0.010, 0.020])
+    monkeypatch.setattr(bench_module, "median_seconds", lambda f, n, device: next(plain))
+    monkeypatch.setattr(bench_module, "forward_seconds", lambda *a, **k: next(plain))
+    assert not any(k.startswith("linear_1") for k in bench_module.weight_stream(
+        model, tokenizer, PROMPTS, {"eager": Runtime()}, rounds=1))
+
+
 def test_interleaved_takes_every_job_on_a_category_before_the_next():
     """Jobs alternate category by category (a few prompts each), serpentine; a job batched across categories
     ("all" only) takes its turn with the others that have an "all" part."""

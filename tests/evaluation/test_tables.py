@@ -177,3 +177,10 @@ def test_a_class_row_names_the_cpu_its_record_names_else_the_one_given():
     assert machine_of({"cpu": "Intel(R) Xeon(R) Platinum 8488C Processor", "isa": ["amx_bf16"]}, "?") == (
         "Intel Xeon Platinum 8488C, AMX")
     assert machine_of({"platform": "Linux", "cpu_count": 2}, "AMD EPYC, AVX2") == "AMD EPYC, AVX2"
+
+
+def test_the_forward_row_shows_the_linear_layers_where_its_record_took_them():
+    """speed.forward's linear layers cell: the compiled forward's time in the rows kernel's products, against the
+    read; a dash for a record that did not take it."""
+    assert speed.linear_cell({"linear_1_ms_compiled": 3.1, "linear_1_over_read_compiled": 1.42}) == "3.10 (1.42×)"
+    assert speed.linear_cell({"forward_1_ms_compiled": 6.0}) == "–"

@@ -409,6 +409,28 @@ def test_nothing_is_kept_between_calls():
 
 
 @serves
+def test_its_clock_counts_the_calling_threads_products_only():
+    """linear_seconds(): a thread's time inside the kernel's products (what mars-bench sets beside a forward), moved
+    by this thread's calls, by no other thread's, and by no more than their wall time."""
+    import threading
+    import time
+
+    w = torch.randn(512, 256).bfloat16()
+    packed, x = torch.ops.mars_rows.pack(w), torch.randn(4, 256).bfloat16()
+    clock = torch.ops.mars_rows.linear_seconds
+    began, wall = clock(), time.perf_counter()
+    for _ in range(20):
+        torch.ops.mars_rows.linear(x, packed, 512, None)
+    wall, spent = time.perf_counter() - wall, clock() - began
+    assert 0 < spent <= wall
+    other = threading.Thread(target=lambda: [torch.ops.mars_rows.linear(x, packed, 512, None) for _ in range(20)])
+    before = clock()
+    other.start()
+    other.join()
+    assert clock() == before
+
+
+@serves
 def test_a_changed_or_reshaped_weight_is_not_served_from_its_packed_copy():
     """The packed copy serves only the registered weight as it was: changed in place (its version moves on), or the
     same memory seen as another view (a square weight transposed), it is torch's F.linear of the weight as it is."""

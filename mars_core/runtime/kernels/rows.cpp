@@ -35,6 +35,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <utility>
 #include <cmath>
 #include <limits>
@@ -599,7 +600,16 @@ at::Tensor product8(const at::Tensor& x, const at::Tensor& packed, Columns cols,
 }
 #endif
 
+thread_local double product_seconds = 0;  // this thread's time inside product() (linear_seconds)
+
+// Adds the time from its making to its end to this thread's product_seconds
+struct ProductClock {
+  const std::chrono::steady_clock::time_point began = std::chrono::steady_clock::now();
+  ~ProductClock() { product_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count(); }
+};
+
 at::Tensor product(const at::Tensor& x, const at::Tensor& packed, Columns cols, const std::vector<float>& b) {
+  const ProductClock clock;
   const int64_t K = x.size(-1), pairs = packed_pairs(packed), col0 = cols.col0, col1 = cols.col1;
   const int64_t width_out = col1 - col0;
   TORCH_CHECK(available(), "mars_rows.linear: no AMX tile state, AVX512-BF16 or AVX2 on this CPU");
@@ -1320,6 +1330,10 @@ at::Tensor routed_siblings(const at::Tensor& x, at::TensorList weights,
   return at::cat(parts, -1);
 }
 
+// Seconds this thread has spent in the linear layers' products since the kernel loaded (the weights' stream and the
+// multiplies, the other threads' share waited for): mars-bench sets it beside a forward's time
+double linear_seconds() { return product_seconds; }
+
 TORCH_LIBRARY(mars_rows, m) {
   m.def("available() -> bool", available);
   m.def("flavor() -> str", flavor);
@@ -1332,6 +1346,7 @@ TORCH_LIBRARY(mars_rows, m) {
   m.def("routed(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
   m.def("routed_siblings(Tensor x, Tensor[] weights, Tensor?[] biases) -> Tensor");
   m.def("feeding(Tensor? fed) -> ()", feeding);  // called around a forward, never traced
+  m.def("linear_seconds() -> float", linear_seconds);  // read beside forwards, never traced
 }
 // Every tensor op's kernel takes tensors of any device (CompositeExplicitAutograd), so that one on another device is
 // refused by the op's checks, not by the dispatcher; rows.py's fakes stand for routed, routed_siblings and attention
