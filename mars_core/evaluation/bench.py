@@ -242,7 +242,8 @@ def served_bytes(model: torch.nn.Module, runtime: Runtime) -> int:
 def weight_stream(model, tokenizer, prompts: list[str], runtimes: dict[str, Runtime], rounds: int = 5) -> dict:
     """The weight stream beside the forward: the bytes of the weights a forward reads (every parameter, the tied
     embedding once), the time to read as many bytes once (a sum over a buffer of that size, in fp32: a read at
-    memory speed) and a one-token forward (batch 1, 128 tokens of context) under each runtime, in ms. Taken in
+    memory speed) and a one-token forward (batch 1, 128 tokens of context) under each runtime, with its time in the
+    linear layers' products where the rows kernel serves them (linear_seconds), in ms. Taken in
     `rounds` rounds, each a read then every runtime's forward, a ratio a round: a shared VM's memory speed moves
     between minutes, so a ratio compares times taken seconds apart; the medians are recorded."""
     runtime = next(iter(runtimes.values()))
