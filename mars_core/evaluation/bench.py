@@ -198,11 +198,11 @@ def forward_after_prefix(model, tokenizer, prompts: list[str], new_tokens: int, 
 
     with torch.inference_mode():
         refresh(model, runtime)  # the runtime's copies as the model is now (runtime/watch.py)
-    with torch.inference_mode(), new_cache(model, b, cache_slots(context, max(context, new_tokens))) as cache:
-        run(prefix, 0)
-        keep_all(cache, torch.full((b,), context, device=dev))
-        new = prefix[:, -new_tokens:]
-        yield lambda: run(new, context)
+        with new_cache(model, b, cache_slots(context, max(context, new_tokens))) as cache:
+            run(prefix, 0)
+            keep_all(cache, torch.full((b,), context, device=dev))
+            new = prefix[:, -new_tokens:]
+            yield lambda: run(new, context)
 
 
 def forward_seconds(model, tokenizer, prompts: list[str], new_tokens: int, context: int = 128, repeats: int = 7, *,
@@ -212,19 +212,22 @@ def forward_seconds(model, tokenizer, prompts: list[str], new_tokens: int, conte
         return median_seconds(step, repeats, model.device)
 
 
-def linear_seconds(model, tokenizer, prompts: list[str], runtime: Runtime, repeats: int = 7) -> float | None:
-    """Mean seconds a one-token forward (forward_after_prefix's, head included) spends in the rows kernel's linear
-    products (their weights' stream and multiplies: kernels/rows.cpp `linear_seconds`), where that kernel serves the
-    runtime's linear layers; else None."""
-    if not runtime.rows_linears:
-        return None
-    clock = torch.ops.mars_rows.linear_seconds
+def forward_and_linear_seconds(model, tokenizer, prompts: list[str], runtime: Runtime, repeats: int = 7
+                               ) -> tuple[float, float | None]:
+    """forward_seconds of a one-token forward and, where the rows kernel serves the runtime's linear layers, the mean
+    seconds those same forwards spent in its products (their weights' stream and multiplies: kernels/rows.cpp
+    `linear_seconds`); else None."""
+    clock = torch.ops.mars_rows.linear_seconds if runtime.rows_linears else None
+    calls = 0
     with forward_after_prefix(model, tokenizer, prompts, 1, runtime=runtime) as step:
-        step()  # first use of this cache's width
-        began = clock()
-        for _ in range(repeats):
-            step()
-        return (clock() - began) / repeats
+        def counted() -> object:
+            nonlocal calls
+            calls += 1
+            return step()
+
+        began = clock() if clock else 0.0
+        seconds = median_seconds(counted, repeats, model.device)
+        return seconds, (clock() - began) / calls if clock else None
 
 
 def served_bytes(model: torch.nn.Module, runtime: Runtime) -> int:
@@ -243,7 +246,7 @@ def weight_stream(model, tokenizer, prompts: list[str], runtimes: dict[str, Runt
     """The weight stream beside the forward: the bytes of the weights a forward reads (every parameter, the tied
     embedding once), the time to read as many bytes once (a sum over a buffer of that size, in fp32: a read at
     memory speed) and a one-token forward (batch 1, 128 tokens of context) under each runtime, with its time in the
-    linear layers' products where the rows kernel serves them (linear_seconds), in ms. Taken in
+    linear layers' products where the rows kernel serves them (forward_and_linear_seconds), in ms. Taken in
     `rounds` rounds, each a read then every runtime's forward, a ratio a round: a shared VM's memory speed moves
     between minutes, so a ratio compares times taken seconds apart; the medians are recorded."""
     runtime = next(iter(runtimes.values()))
@@ -253,14 +256,14 @@ def weight_stream(model, tokenizer, prompts: list[str], runtimes: dict[str, Runt
     ours = runtime.rows_linears
     buffer = huge_block(size // 4 * 4).view(torch.float32) if ours else torch.empty(size // 4, device=model.device)
     buffer.fill_(1.0)
-    reads, forwards = [], {name: [] for name in runtimes}
-    linears: dict[str, list[float]] = {name: [] for name, runtime in runtimes.items() if runtime.rows_linears}
+    reads, forwards, linears = [], {name: [] for name in runtimes}, {}
     for _ in range(rounds):
         reads.append(median_seconds(lambda: buffer.sum(), 9, model.device) * 1e3)
         for name, runtime in runtimes.items():
-            forwards[name].append(forward_seconds(model, tokenizer, prompts[:1], 1, runtime=runtime) * 1e3)
-            if name in linears:
-                linears[name].append(linear_seconds(model, tokenizer, prompts[:1], runtime) * 1e3)
+            seconds, linear = forward_and_linear_seconds(model, tokenizer, prompts[:1], runtime)
+            forwards[name].append(seconds * 1e3)
+            if linear is not None:
+                linears.setdefault(name, []).append(linear * 1e3)
     out = {"weight_bytes": size, "weight_read_ms": round(statistics.median(reads), 2), "rounds": rounds,
            "read_from": "one block, 2 MB pages asked (runtime/block.py)" if ours else "torch's memory"}
     for name, ms in forwards.items():

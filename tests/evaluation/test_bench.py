@@ -88,7 +88,7 @@ def test_the_weight_stream_pairs_each_read_with_the_forwards_taken_beside_it(mod
 
     times = iter([0.010, 0.020, 0.030, 0.020, 0.025, 0.060])  # per round: the read, then the one forward
     monkeypatch.setattr(bench_module, "median_seconds", lambda f, n, device: next(times))
-    monkeypatch.setattr(bench_module, "forward_seconds", lambda *a, **k: next(times))
+    monkeypatch.setattr(bench_module, "forward_and_linear_seconds", lambda *a, **k: (next(times), None))
     out = bench_module.weight_stream(model, tokenizer, PROMPTS, {"eager": Runtime()}, rounds=3)
     assert out["forward_1_over_read_rounds_eager"] == [2.0, 0.67, 2.4]  # a round's pair, not the medians'
     assert out["forward_1_over_read_eager"] == 2.0 and out["rounds"] == 3  # the medians' ratio would be 0.8
@@ -99,28 +99,44 @@ def test_the_weight_stream_pairs_each_read_with_the_forwards_taken_beside_it(mod
 
 def test_the_weight_stream_sets_the_linear_layers_time_beside_each_read_where_the_rows_kernel_serves(
         model, tokenizer, monkeypatch):
-    """Where a runtime's linear layers run on the rows kernel, each round also takes the forward's time in their
-    products (linear_seconds) against that round's read; elsewhere nothing is said of it."""
+    """Where a runtime's linear layers run on the rows kernel, each round also takes its forwards' time in their
+    products against that round's read; elsewhere nothing is said of it."""
     import mars_core.evaluation.bench as bench_module
     from mars_core.runtime import Runtime
 
     class Rows(Runtime):
         rows_linears = True  # as a runtime whose linears the rows kernel serves
 
-    times = iter([0.010, 0.020, 0.020, 0.030])  # per round: the read, then the forward
-    linear = iter([0.012, 0.016])
-    monkeypatch.setattr(bench_module, "median_seconds", lambda f, n, device: next(times))
-    monkeypatch.setattr(bench_module, "forward_seconds", lambda *a, **k: next(times))
-    monkeypatch.setattr(bench_module, "linear_seconds", lambda *a, **k: next(linear))
+    reads = iter([0.010, 0.020])
+    forwards = iter([(0.020, 0.012), (0.030, 0.016)])  # per round: the forward, its time in the products
+    monkeypatch.setattr(bench_module, "median_seconds", lambda f, n, device: next(reads))
+    monkeypatch.setattr(bench_module, "forward_and_linear_seconds", lambda *a, **k: next(forwards))
     monkeypatch.setattr(bench_module, "huge_block", lambda n: torch.zeros(n, dtype=torch.uint8))
     out = bench_module.weight_stream(model, tokenizer, PROMPTS, {"compiled": Rows()}, rounds=2)
     assert out["linear_1_ms_compiled"] == 14.0 and out["linear_1_over_read_compiled"] == 1.0  # 1.2 and 0.8
     assert "linear_1_ms_eager" not in out
     plain = iter([0.010, 0.020])
     monkeypatch.setattr(bench_module, "median_seconds", lambda f, n, device: next(plain))
-    monkeypatch.setattr(bench_module, "forward_seconds", lambda *a, **k: next(plain))
+    monkeypatch.setattr(bench_module, "forward_and_linear_seconds", lambda *a, **k: (next(plain), None))
     assert not any(k.startswith("linear_1") for k in bench_module.weight_stream(
         model, tokenizer, PROMPTS, {"eager": Runtime()}, rounds=1))
+
+
+def test_the_linear_time_is_read_around_the_forwards_timed(model, tokenizer):
+    """forward_and_linear_seconds reads the rows kernel's clock around the very forwards it times (a time in the
+    products for a runtime whose linears the kernel serves), and says none for one without the kernel."""
+    import copy
+
+    from mars_core.evaluation.bench import forward_and_linear_seconds
+    from mars_core.runtime import Runtime, prepare
+
+    assert forward_and_linear_seconds(model, tokenizer, PROMPTS[:1], Runtime(), repeats=3)[1] is None
+    served = copy.deepcopy(model).to(torch.bfloat16)
+    runtime = prepare(served, check=False, measure_cost=False)
+    if not runtime.rows_linears:
+        pytest.skip("the rows kernel does not serve bf16 linear layers here")
+    seconds, linear = forward_and_linear_seconds(served, tokenizer, PROMPTS[:1], runtime, repeats=3)
+    assert seconds > 0 and linear > 0
 
 
 def test_interleaved_takes_every_job_on_a_category_before_the_next():
