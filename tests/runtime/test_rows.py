@@ -332,13 +332,16 @@ def test_siblings_fused_into_one_matrix_are_one_call_else_one_each():
 
 
 @serves
+@pytest.mark.parametrize("int8", [False, True])
 @pytest.mark.parametrize("rows_of_x", [1, 3, 9, 20])
-def test_a_weights_columns_of_a_fused_matrix_are_the_whole_products_bit_for_bit(rows_of_x):
+def test_a_weights_columns_of_a_fused_matrix_are_the_whole_products_bit_for_bit(rows_of_x, int8):
     """A weight registered as columns [col0, col1) of a fused matrix (col0 not a multiple of 32: 40, 67; a range over
     three panels; one inside a panel), routed alone: only its panels are computed, and its columns are the whole
-    matrix's product's bit for bit, without a bias and with the call's (bf16 or fp32), a 3-D x too."""
+    matrix's product's bit for bit, without a bias and with the call's (bf16 or fp32), a 3-D x too. int8: its strips
+    of 8 columns, an odd count or starting at an odd strip, go alone or in other pairs (AVX512-VNNI's int8_pair) than
+    in the whole product: the same bits."""
     g = torch.Generator().manual_seed(5)
-    ws, bs, packed, n = fused(g, (40, 27, 61, 5, 33), 77)
+    ws, bs, packed, n = fused(g, (40, 27, 61, 5, 33), 77, int8=int8)
     x = torch.randn(rows_of_x, 2, 77, generator=g).bfloat16()
     full = [torch.cat(bs), torch.cat(bs).float()]
     with torch.no_grad():

@@ -384,16 +384,15 @@ inline __m256 exp2_8(const int8_t* e) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e32, _mm256_set1_epi32(127)), 23));
 }
 
-// A block's exact integer dot products of R quantized rows with a strip's 8 columns: dot[r] lane c = sum over the
-// block's 32 k of x[r][k] w[k][c] (|x|, |w| <= 127: at most 32 * 127 * 127 in int32). With VNNI, vpdpbusd multiplies
-// w + 128 (pack8 stores it: unsigned bytes) by x and adds 4 products a lane (at most 32 * 254 * 127), and int8_strip
-// takes off 128 sum_k x (the row's `lift`, one number a row and block, the same for every column); with AVX2,
-// vpmaddubsw multiplies |w| by x carrying w's sign and adds pairs, vpmaddwd adds pairs again. The same integers
-// either way.
+// A block's exact integer dot products of R quantized rows with a strip's 8 columns, added to dot[r] (lane c: the sum
+// over the block's 32 k of x[r][k] w[k][c]; |x|, |w| <= 127: at most 32 * 127 * 127 in int32). With VNNI, vpdpbusd
+// multiplies w + 128 (pack8 stores it: unsigned bytes) by x and adds 4 products a lane (at most 32 * 254 * 127), and
+// int8_strip starts dot[r] at -128 sum_k x (the row's `start`, one number a row and block, the same for every
+// column); with AVX2, vpmaddubsw multiplies |w| by x carrying w's sign and adds pairs, vpmaddwd adds pairs again
+// (dot[r] starts at 0). The same integers either way.
 template <int R>
 inline void block_dots(const int8_t* w, const int8_t* x, int64_t ldq, __m256i* dot) {
-  for (int r = 0; r < R; ++r) dot[r] = _mm256_setzero_si256();
-#ifdef MARS_VNNI  // w arrives as w + 128 (pack8 flips its sign bits), x as it is; int8_strip takes off 128 sum_k x
+#ifdef MARS_VNNI  // w arrives as w + 128 (pack8 flips its sign bits), x as it is
   // Unrolled (GCC otherwise keeps 8 rows' loop rolled, copying every sum between registers), and wq held in a
   // register for all rows (the empty asm: GCC otherwise reads it from memory again for each row's dot product, two
   // loads an instruction where one row's 8 go latency-bound); what rows cost: docs/speed.md#where-a-forwards-time-goes
@@ -421,10 +420,10 @@ inline void block_dots(const int8_t* w, const int8_t* x, int64_t ldq, __m256i* d
 }
 
 // One strip of pack8's W (8 columns, its blocks in k order) for R quantized rows: sums[r * 8 + c]. A block's exact
-// integer dot products (block_dots; with VNNI less the row's lift[r * blocks + b]) times both scales are added to the
-// row's fp32 sum, blocks in order: a row's sums are the same bits whatever R and whatever its batchmates.
+// integer dot products (block_dots, from the row's start[r * blocks + b]) times both scales are added to the row's
+// fp32 sum, blocks in order: a row's sums are the same bits whatever R and whatever its batchmates.
 template <int R>
-void int8_strip(const int8_t* w, const int8_t* q, const float* scale, const int32_t* lift, int64_t blocks,
+void int8_strip(const int8_t* w, const int8_t* q, const float* scale, const int32_t* start, int64_t blocks,
                 float* sums) {
   const int64_t ldq = blocks * DEPTH;  // a quantized row's int8, and its blocks' scales (quantize_rows)
   __m256 acc[R];
@@ -433,10 +432,8 @@ void int8_strip(const int8_t* w, const int8_t* q, const float* scale, const int3
     for (int64_t line = 0; line < STRIP_BLOCK; line += 64)  // the stream ahead (the prefetchers alone lag the loop)
       _mm_prefetch(reinterpret_cast<const char*>(w) + PREFETCH + line, _MM_HINT_T0);
     __m256i dot[R];
+    for (int r = 0; r < R; ++r) dot[r] = _mm256_set1_epi32(start[r * blocks + b]);
     block_dots<R>(w, q + b * DEPTH, ldq, dot);
-#ifdef MARS_VNNI
-    for (int r = 0; r < R; ++r) dot[r] = _mm256_sub_epi32(dot[r], _mm256_set1_epi32(lift[r * blocks + b]));
-#endif
     const __m256 wscale = exp2_8(w + STRIP * DEPTH);
     for (int r = 0; r < R; ++r)
       acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[r]), _mm256_mul_ps(wscale, _mm256_set1_ps(scale[r * blocks + b])),
@@ -444,6 +441,52 @@ void int8_strip(const int8_t* w, const int8_t* q, const float* scale, const int3
   }
   for (int r = 0; r < R; ++r) _mm256_storeu_ps(sums + r * STRIP, acc[r]);
 }
+
+#if defined(MARS_VNNI) && defined(__AVX512F__) && defined(__AVX512VNNI__)
+#define MARS_PAIRS 1  // two strips a pass in 512-bit vectors (AVX512-VNNI builds)
+// int8_strip for two strips at once (w, w2: 16 columns, sums[r * 16 + c], w's 8 first): each lane's integers and
+// fp32 steps are int8_strip's, in 512-bit vectors, so a column's bits are the same in a pair or alone. One x
+// broadcast and one block's scaling serve 16 columns, not 8 (what rows cost: docs/speed.md#where-a-forwards-time-goes).
+template <int R>
+void int8_pair(const int8_t* w, const int8_t* w2, const int8_t* q, const float* scale, const int32_t* start,
+               int64_t blocks, float* sums) {
+  const int64_t ldq = blocks * DEPTH;
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b, w += STRIP_BLOCK, w2 += STRIP_BLOCK) {
+    for (int64_t line = 0; line < STRIP_BLOCK; line += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(w) + PREFETCH + line, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(w2) + PREFETCH + line, _MM_HINT_T0);
+    }
+    __m512i dot[R];
+    for (int r = 0; r < R; ++r) dot[r] = _mm512_set1_epi32(start[r * blocks + b]);
+    const int8_t* x = q + b * DEPTH;
+#pragma GCC unroll 8
+    for (int64_t j = 0; j < DEPTH / 4; ++j) {  // [16 columns][4 k]: w's 8 columns, then w2's
+      __m512i wq = _mm512_inserti64x4(
+          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + j * 32))),
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w2 + j * 32)), 1);
+      __asm__("" : "+v"(wq));  // held in a register for all rows (as block_dots)
+      for (int r = 0; r < R; ++r)  // the row's 4 k, broadcast from memory
+        dot[r] = _mm512_dpbusd_epi32(dot[r], wq, _mm512_broadcastd_epi32(_mm_loadu_si32(x + r * ldq + j * 4)));
+    }
+    const __m512 wscale = _mm512_insertf32x8(_mm512_castps256_ps512(exp2_8(w + STRIP * DEPTH)),
+                                             exp2_8(w2 + STRIP * DEPTH), 1);
+    for (int r = 0; r < R; ++r)
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r]), _mm512_mul_ps(wscale, _mm512_set1_ps(scale[r * blocks + b])),
+                               acc[r]);
+  }
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(sums + r * 2 * STRIP, acc[r]);
+}
+
+using PairKernel = void (*)(const int8_t*, const int8_t*, const int8_t*, const float*, const int32_t*, int64_t,
+                            float*);
+template <int... R>
+constexpr std::array<PairKernel, sizeof...(R)> pair_kernels_for(std::integer_sequence<int, R...>) {
+  return {&int8_pair<R + 1>...};
+}
+constexpr auto PAIR_KERNELS = pair_kernels_for(std::make_integer_sequence<int, QROWS>{});
+#endif
 
 using StripKernel = void (*)(const int8_t*, const int8_t*, const float*, const int32_t*, int64_t, float*);
 template <int... R>
@@ -565,34 +608,56 @@ at::Tensor product8(const at::Tensor& x, const at::Tensor& packed, Columns cols,
   std::vector<int8_t> q(M * blocks * DEPTH);
   std::vector<float> scale(M * blocks);
   quantize_rows(xs.data_ptr<c10::BFloat16>(), M, K, blocks, q.data(), scale.data());
-  std::vector<int32_t> lift;  // VNNI: 128 sum_k x a row's block, what w + 128 (pack8) adds to its dot products
+  // where each row's block's dot products start: with VNNI -128 sum_k x, taking off what w + 128 (pack8) adds
+  std::vector<int32_t> start(M * blocks, 0);
 #ifdef MARS_VNNI
-  lift.resize(M * blocks);
   for (int64_t i = 0; i < M * blocks; ++i)
-    lift[i] = 128 * std::accumulate(q.begin() + i * DEPTH, q.begin() + (i + 1) * DEPTH, int32_t{0});
+    start[i] = -128 * std::accumulate(q.begin() + i * DEPTH, q.begin() + (i + 1) * DEPTH, int32_t{0});
 #endif
   auto sizes = x.sizes().vec();
   sizes.back() = width_out;
   auto y = at::empty(sizes, x.options());
   c10::BFloat16* out = y.data_ptr<c10::BFloat16>();
   const int8_t* w = packed.data_ptr<int8_t>();
-  at::parallel_for(col0 / STRIP, (col1 + STRIP - 1) / STRIP, 1, [&](int64_t s0, int64_t s1) {
-    alignas(32) float sums[QROWS * STRIP];
-    for (int64_t s = s0; s < s1; ++s) {
-      const int64_t lo = std::max(s * STRIP, col0), hi = std::min(s * STRIP + STRIP, col1);
+  // strip s's sums for rows [m, m + rows) (row r's 8 at sums + r * ld) to y, the bias added in fp32 first, then
+  // each rounded to bf16 once
+  auto emit = [&](int64_t s, int64_t m, int64_t rows, const float* sums, int64_t ld) {
+    const int64_t lo = std::max(s * STRIP, col0), hi = std::min(s * STRIP + STRIP, col1);
+    for (int64_t r = 0; r < rows; ++r)
+      if (hi - lo == STRIP)  // a whole strip: one vector
+        store_bf16x8(out + (m + r) * width_out + lo - col0,
+                     _mm256_add_ps(_mm256_loadu_ps(sums + r * ld),
+                                   b.empty() ? _mm256_setzero_ps() : _mm256_loadu_ps(b.data() + lo - col0)));
+      else
+        for (int64_t c = lo; c < hi; ++c)
+          out[(m + r) * width_out + c - col0] =
+              c10::BFloat16(sums[r * ld + c - s * STRIP] + (b.empty() ? 0.f : b[c - col0]));
+  };
+  const int64_t first = col0 / STRIP, last = (col1 + STRIP - 1) / STRIP;  // strips [first, last)
+#ifdef MARS_PAIRS
+  constexpr int64_t UNIT = 2;  // strips a pass: two (int8_pair), the last one alone where their count is odd
+#else
+  constexpr int64_t UNIT = 1;
+#endif
+  at::parallel_for(0, (last - first + UNIT - 1) / UNIT, 1, [&](int64_t u0, int64_t u1) {
+    alignas(64) float sums[QROWS * STRIP * UNIT];
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t s = first + u * UNIT;
       for (int64_t m = 0; m < M; m += QROWS) {
         const int64_t rows = std::min<int64_t>(QROWS, M - m);
-        INT8_KERNELS[rows - 1](w + s * blocks * STRIP_BLOCK, q.data() + m * blocks * DEPTH, scale.data() + m * blocks,
-                               lift.data() + (lift.empty() ? 0 : m * blocks), blocks, sums);
-        for (int64_t r = 0; r < rows; ++r)
-          if (hi - lo == STRIP)  // a whole strip: one vector (bias added in fp32 first, then rounded, as below)
-            store_bf16x8(out + (m + r) * width_out + lo - col0,
-                         _mm256_add_ps(_mm256_load_ps(sums + r * STRIP),
-                                       b.empty() ? _mm256_setzero_ps() : _mm256_loadu_ps(b.data() + lo - col0)));
-          else
-            for (int64_t c = lo; c < hi; ++c)
-              out[(m + r) * width_out + c - col0] =
-                  c10::BFloat16(sums[r * STRIP + c - s * STRIP] + (b.empty() ? 0.f : b[c - col0]));
+        const int8_t* wq = w + s * blocks * STRIP_BLOCK;
+#ifdef MARS_PAIRS
+        if (s + 1 < last) {
+          PAIR_KERNELS[rows - 1](wq, wq + blocks * STRIP_BLOCK, q.data() + m * blocks * DEPTH,
+                                 scale.data() + m * blocks, start.data() + m * blocks, blocks, sums);
+          emit(s, m, rows, sums, 2 * STRIP);
+          emit(s + 1, m, rows, sums + STRIP, 2 * STRIP);
+          continue;
+        }
+#endif
+        INT8_KERNELS[rows - 1](wq, q.data() + m * blocks * DEPTH, scale.data() + m * blocks,
+                               start.data() + m * blocks, blocks, sums);
+        emit(s, m, rows, sums, STRIP);
       }
     }
   });
