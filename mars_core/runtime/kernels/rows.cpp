@@ -446,7 +446,10 @@ void int8_strip(const int8_t* w, const int8_t* q, const float* scale, const int3
 #define MARS_PAIRS 1  // two strips a pass in 512-bit vectors (AVX512-VNNI builds)
 // int8_strip for two strips at once (w, w2: 16 columns, sums[r * 16 + c], w's 8 first): each lane's integers and
 // fp32 steps are int8_strip's, in 512-bit vectors, so a column's bits are the same in a pair or alone. One x
-// broadcast and one block's scaling serve 16 columns, not 8 (what rows cost: docs/speed.md#where-a-forwards-time-goes).
+// broadcast and one block's scaling serve 16 columns, not 8: faster where rows are many (the strips then stay in
+// cache for several groups of rows), slower where a call of a few rows streams its strips once (two streams a thread
+// for one); product8 picks by the rows (what rows cost: docs/speed.md#where-a-forwards-time-goes).
+constexpr int64_t PAIR_PREFETCH = 32 * STRIP_BLOCK;  // bytes ahead of the block in use that int8_pair asks for
 template <int R>
 void int8_pair(const int8_t* w, const int8_t* w2, const int8_t* q, const float* scale, const int32_t* start,
                int64_t blocks, float* sums) {
@@ -454,9 +457,9 @@ void int8_pair(const int8_t* w, const int8_t* w2, const int8_t* q, const float* 
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b, w += STRIP_BLOCK, w2 += STRIP_BLOCK) {
-    for (int64_t line = 0; line < STRIP_BLOCK; line += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(w) + PREFETCH + line, _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(w2) + PREFETCH + line, _MM_HINT_T0);
+    for (int64_t line = 0; line < STRIP_BLOCK; line += 64) {  // both streams, further ahead than int8_strip's one
+      _mm_prefetch(reinterpret_cast<const char*>(w) + PAIR_PREFETCH + line, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(w2) + PAIR_PREFETCH + line, _MM_HINT_T0);
     }
     __m512i dot[R];
     for (int r = 0; r < R; ++r) dot[r] = _mm512_set1_epi32(start[r * blocks + b]);
@@ -635,19 +638,19 @@ at::Tensor product8(const at::Tensor& x, const at::Tensor& packed, Columns cols,
   };
   const int64_t first = col0 / STRIP, last = (col1 + STRIP - 1) / STRIP;  // strips [first, last)
 #ifdef MARS_PAIRS
-  constexpr int64_t UNIT = 2;  // strips a pass: two (int8_pair), the last one alone where their count is odd
+  const int64_t unit = M > QROWS ? 2 : 1;  // strips a pass: two (int8_pair) for more than a group of rows
 #else
-  constexpr int64_t UNIT = 1;
+  const int64_t unit = 1;
 #endif
-  at::parallel_for(0, (last - first + UNIT - 1) / UNIT, 1, [&](int64_t u0, int64_t u1) {
-    alignas(64) float sums[QROWS * STRIP * UNIT];
+  at::parallel_for(0, (last - first + unit - 1) / unit, 1, [&](int64_t u0, int64_t u1) {
+    alignas(64) float sums[QROWS * STRIP * 2];
     for (int64_t u = u0; u < u1; ++u) {
-      const int64_t s = first + u * UNIT;
+      const int64_t s = first + u * unit;
       for (int64_t m = 0; m < M; m += QROWS) {
         const int64_t rows = std::min<int64_t>(QROWS, M - m);
         const int8_t* wq = w + s * blocks * STRIP_BLOCK;
 #ifdef MARS_PAIRS
-        if (s + 1 < last) {
+        if (unit == 2 && s + 1 < last) {  // the last strip alone where their count is odd
           PAIR_KERNELS[rows - 1](wq, wq + blocks * STRIP_BLOCK, q.data() + m * blocks * DEPTH,
                                  scale.data() + m * blocks, start.data() + m * blocks, blocks, sums);
           emit(s, m, rows, sums, 2 * STRIP);
