@@ -384,12 +384,13 @@ inline __m256 exp2_8(const int8_t* e) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e32, _mm256_set1_epi32(127)), 23));
 }
 
-// A block's exact integer dot products of R quantized rows with a strip's 8 columns, added to dot[r] (lane c: the sum
-// over the block's 32 k of x[r][k] w[k][c]; |x|, |w| <= 127: at most 32 * 127 * 127 in int32). With VNNI, vpdpbusd
-// multiplies w + 128 (pack8 stores it: unsigned bytes) by x and adds 4 products a lane (at most 32 * 254 * 127), and
-// int8_strip starts dot[r] at -128 sum_k x (the row's `start`, one number a row and block, the same for every
-// column); with AVX2, vpmaddubsw multiplies |w| by x carrying w's sign and adds pairs, vpmaddwd adds pairs again
-// (dot[r] starts at 0). The same integers either way.
+// A block's exact integer dot products of R quantized rows with a strip's 8 columns, added to dot[r]: with the row's
+// start (int8_strip), lane c ends at the sum over the block's 32 k of x[r][k] w[k][c] (|x|, |w| <= 127: at most
+// 32 * 127 * 127 in int32). With VNNI, vpdpbusd multiplies w + 128 (pack8 stores it: unsigned bytes) by x and adds 4
+// products a lane (at most 32 * 255 * 127 in all), and dot[r] starts at -128 sum_k x (the row's `start`, one number a
+// row and block, the same for every column; |start| <= 128 * 32 * 127, so every partial sum stays far inside int32);
+// with AVX2, vpmaddubsw multiplies |w| by x carrying w's sign and adds pairs, vpmaddwd adds pairs again (dot[r]
+// starts at 0). The same integers either way.
 template <int R>
 inline void block_dots(const int8_t* w, const int8_t* x, int64_t ldq, __m256i* dot) {
 #ifdef MARS_VNNI  // w arrives as w + 128 (pack8 flips its sign bits), x as it is
@@ -442,18 +443,19 @@ void int8_strip(const int8_t* w, const int8_t* q, const float* scale, const int3
   for (int r = 0; r < R; ++r) _mm256_storeu_ps(sums + r * STRIP, acc[r]);
 }
 
-#if defined(MARS_VNNI) && defined(__AVX512F__) && defined(__AVX512VNNI__)
-#define MARS_PAIRS 1  // two strips a pass in 512-bit vectors (AVX512-VNNI builds)
-// int8_strip for two strips at once (w, w2: 16 columns, sums[r * 16 + c], w's 8 first): each lane's integers and
-// fp32 steps are int8_strip's, in 512-bit vectors, so a column's bits are the same in a pair or alone. One x
-// broadcast and one block's scaling serve 16 columns, not 8: faster where rows are many (the strips then stay in
-// cache for several groups of rows), slower where a call of a few rows streams its strips once (two streams a thread
-// for one); product8 picks by the rows (what rows cost: docs/speed.md#where-a-forwards-time-goes).
+#if defined(MARS_VNNI) && defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__AVX512VNNI__)
+#define MARS_PAIRS 1  // two strips a pass in 512-bit vectors (AVX512-VNNI builds; DQ: _mm512_insertf32x8)
+// int8_strip for strip w and the next, w2, at once (16 columns, sums[r * 16 + c], w's 8 first): each lane's integers
+// and fp32 steps are int8_strip's, in 512-bit vectors, so a column's bits are the same in a pair or alone. One x
+// broadcast and one block's scaling serve 16 columns, not 8: faster where rows are many (the strips then stay in cache
+// for several groups of rows), slower where a call of a few rows streams its strips once (two streams a thread for
+// one); product8 picks by the rows (what rows cost: docs/speed.md#where-a-forwards-time-goes).
 constexpr int64_t PAIR_PREFETCH = 32 * STRIP_BLOCK;  // bytes ahead of the block in use that int8_pair asks for
 template <int R>
-void int8_pair(const int8_t* w, const int8_t* w2, const int8_t* q, const float* scale, const int32_t* start,
-               int64_t blocks, float* sums) {
+void int8_pair(const int8_t* w, const int8_t* q, const float* scale, const int32_t* start, int64_t blocks,
+               float* sums) {
   const int64_t ldq = blocks * DEPTH;
+  const int8_t* w2 = w + blocks * STRIP_BLOCK;  // the next strip
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b, w += STRIP_BLOCK, w2 += STRIP_BLOCK) {
@@ -482,8 +484,7 @@ void int8_pair(const int8_t* w, const int8_t* w2, const int8_t* q, const float* 
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(sums + r * 2 * STRIP, acc[r]);
 }
 
-using PairKernel = void (*)(const int8_t*, const int8_t*, const int8_t*, const float*, const int32_t*, int64_t,
-                            float*);
+using PairKernel = void (*)(const int8_t*, const int8_t*, const float*, const int32_t*, int64_t, float*);
 template <int... R>
 constexpr std::array<PairKernel, sizeof...(R)> pair_kernels_for(std::integer_sequence<int, R...>) {
   return {&int8_pair<R + 1>...};
@@ -603,7 +604,8 @@ struct Columns {  // columns [col0, col1) of a packed matrix of n
 // output is its own chain over k, so a column's bits are those the whole matrix's product gives it.
 #ifdef MARS_INT8_PATH
 // product() of pack8's W: x's rows quantized to int8 each on its own, then each strip of 8 columns for QROWS rows at
-// a time (the strip stays in cache for all rows), each sum rounded to bf16 once with the bias added in fp32 first
+// a time (the strip stays in cache for all rows; two strips a pass, int8_pair, where the call has more than QROWS
+// rows: the same steps in every lane), each sum rounded to bf16 once with the bias added in fp32 first
 at::Tensor product8(const at::Tensor& x, const at::Tensor& packed, Columns cols, const std::vector<float>& b) {
   const int64_t K = x.size(-1), blocks = packed.size(1), col0 = cols.col0, col1 = cols.col1, width_out = col1 - col0;
   const int64_t M = c10::multiply_integers(x.sizes().slice(0, x.dim() - 1));
@@ -651,8 +653,8 @@ at::Tensor product8(const at::Tensor& x, const at::Tensor& packed, Columns cols,
         const int8_t* wq = w + s * blocks * STRIP_BLOCK;
 #ifdef MARS_PAIRS
         if (unit == 2 && s + 1 < last) {  // the last strip alone where their count is odd
-          PAIR_KERNELS[rows - 1](wq, wq + blocks * STRIP_BLOCK, q.data() + m * blocks * DEPTH,
-                                 scale.data() + m * blocks, start.data() + m * blocks, blocks, sums);
+          PAIR_KERNELS[rows - 1](wq, q.data() + m * blocks * DEPTH, scale.data() + m * blocks,
+                                 start.data() + m * blocks, blocks, sums);
           emit(s, m, rows, sums, 2 * STRIP);
           emit(s + 1, m, rows, sums + STRIP, 2 * STRIP);
           continue;
