@@ -443,6 +443,9 @@ void int8_strip(const int8_t* w, const int8_t* q, const float* scale, const int3
   for (int r = 0; r < R; ++r) _mm256_storeu_ps(sums + r * STRIP, acc[r]);
 }
 
+// int8_strip's and int8_pair's signature (w, q, scale, start, blocks, sums): a table of each by its rows, 1 to QROWS
+using Int8Kernel = void (*)(const int8_t*, const int8_t*, const float*, const int32_t*, int64_t, float*);
+
 #if defined(MARS_VNNI) && defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__AVX512VNNI__)
 #define MARS_PAIRS 1  // two strips a pass in 512-bit vectors (AVX512-VNNI builds; DQ: _mm512_insertf32x8)
 // int8_strip for strip w and the next, w2, at once (16 columns, sums[r * 16 + c], w's 8 first): each lane's integers
@@ -484,17 +487,15 @@ void int8_pair(const int8_t* w, const int8_t* q, const float* scale, const int32
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(sums + r * 2 * STRIP, acc[r]);
 }
 
-using PairKernel = void (*)(const int8_t*, const int8_t*, const float*, const int32_t*, int64_t, float*);
 template <int... R>
-constexpr std::array<PairKernel, sizeof...(R)> pair_kernels_for(std::integer_sequence<int, R...>) {
+constexpr std::array<Int8Kernel, sizeof...(R)> pair_kernels_for(std::integer_sequence<int, R...>) {
   return {&int8_pair<R + 1>...};
 }
 constexpr auto PAIR_KERNELS = pair_kernels_for(std::make_integer_sequence<int, QROWS>{});
 #endif
 
-using StripKernel = void (*)(const int8_t*, const int8_t*, const float*, const int32_t*, int64_t, float*);
 template <int... R>
-constexpr std::array<StripKernel, sizeof...(R)> strip_kernels_for(std::integer_sequence<int, R...>) {
+constexpr std::array<Int8Kernel, sizeof...(R)> strip_kernels_for(std::integer_sequence<int, R...>) {
   return {&int8_strip<R + 1>...};
 }
 constexpr auto INT8_KERNELS = strip_kernels_for(std::make_integer_sequence<int, QROWS>{});
