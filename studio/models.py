@@ -303,6 +303,13 @@ def compile_in_background(key: str) -> None:
     threading.Thread(target=work, name=f"compile-{key}", daemon=True).start()
 
 
+def wait_compiled(name: str | None, poll: float = 0.5) -> None:
+    """Return once `name`'s forward is no longer compiling (compiled, or left uncompiled and said why): a recording
+    times the forward visitors get once the page is ready, not the uncompiled one serving meanwhile."""
+    while (name or "default") in COMPILING:
+        time.sleep(poll)
+
+
 def forward_note(name: str | None) -> str:
     """What runs a served model's forward, for the small print: "compiled …", "compiling (…)" or "uncompiled…", and
     where its linear layers run on our rows kernel (AMX, AVX512-BF16 or AVX2; 8-bit weights where so served), that."""

@@ -156,8 +156,9 @@ def headline(key: str, run: Run, ar: Run, *, done: bool, exact: bool = False, ta
 
 
 def stats_markdown(runs: dict[str, Run], session: RaceSession, block_size: int, status: str, done: bool,
-                   exact: bool = False) -> str:
-    """The stats block: each MARS lane's facts against AR, then wall-clock, labelled as a measurement."""
+                   exact: bool = False, *, recorded: str | None = None) -> str:
+    """The stats block: each MARS lane's facts against AR, then wall-clock, labelled as a measurement: taken here
+    now, or where `recorded` says (a recorded race: when, on what machine and forward)."""
     ar = runs["ar"]
     tau = runs["mars"].thresholds[-1] if runs["mars"].thresholds else session.threshold_in_force()
     load_note = (f" (adapting to load: {models.TRACKER.active} generation(s) running, base τ "
@@ -167,15 +168,22 @@ def stats_markdown(runs: dict[str, Run], session: RaceSession, block_size: int, 
     for key in ("mars", "verified"):
         said = f" (τ in force {tau:.2f}{load_note})" if key == "mars" else ""
         lines.append(headline(key, runs[key], ar, done=done, exact=exact, tau=said))
-    on = f" on {engine.label()}" if engine.label() else ""  # the engine the lanes decode on, where not torch
-    where = f"on {engine.label()}" if engine.gpu() else f"on this shared CPU{on}"
-    if not engine.on_llamacpp():  # which forward served: compiled, compiling, or uncompiled and why
-        where += f" (forward {models.forward_note(models.CONFIG.model)})"
-    lines.append(f"<small>Measured {where}, each lane timed by its own forwards: {speeds(runs)}. "
+    said = f"Recorded {recorded}" if recorded is not None else f"Measured {measured_where()}"
+    lines.append(f"<small>{said}, each lane timed by its own forwards: {speeds(runs)}. "
                  "A lane's tokens/s over AR's is its tokens per forward over what its forward costs against AR's "
                  f"(a wider forward costs more). {sharing(runs)}Forwards are the machine-independent count; "
                  "seconds vary with load.</small>")
     return "  \n".join(lines)
+
+
+def measured_where() -> str:
+    """Where a live race's lanes are timed: this machine and the engine, and (on torch) which forward serves:
+    compiled, compiling, or uncompiled and why, and on which kernel."""
+    on = f" on {engine.label()}" if engine.label() else ""  # the engine the lanes decode on, where not torch
+    where = f"on {engine.label()}" if engine.gpu() else f"on this shared CPU{on}"
+    if not engine.on_llamacpp():
+        where += f" (forward {models.forward_note(models.CONFIG.model)})"
+    return where
 
 
 def sharing(runs: dict[str, Run]) -> str:

@@ -53,10 +53,11 @@ def trace(runs: dict[str, Run | None], status: str, message: str = "") -> dict:
 
 
 def frame(runs: dict[str, Run], session: RaceSession, block_size: int, status: str, *, done: bool = False,
-          exact: bool = False, charts: bool = True, message: str = "") -> tuple:
+          exact: bool = False, charts: bool = True, message: str = "", recorded: str | None = None) -> tuple:
     """One update of every output: the three lanes, the three charts (or gr.skip(): left as they are), stats, the
     message line (cleared) and the trace. A lane whose answer ended by itself says "done" under its text whatever
-    the race's status (a Stop after it cut nothing)."""
+    the race's status (a Stop after it cut nothing). `recorded`: where and when a recorded race was timed (its
+    small print says so, not this machine)."""
     ar, mars = runs["ar"], runs["mars"]
     tau = mars.thresholds[-1] if mars.thresholds else session.threshold_in_force()
     panes = []
@@ -67,8 +68,8 @@ def frame(runs: dict[str, Run], session: RaceSession, block_size: int, status: s
         panes.append(pane_html(run, footer, depart, key, exact, tau if key == "mars" else None))
     figures = ((plotly_data(forwards_figure(runs, block_size)), plotly_data(time_figure(runs)),
                 plotly_data(acceptance_figure(runs["verified"]))) if charts else (gr.skip(),) * 3)
-    return (*panes, *figures, stats_markdown(runs, session, block_size, status, done, exact), message,
-            trace(runs, status))
+    stats = stats_markdown(runs, session, block_size, status, done, exact, recorded=recorded)
+    return (*panes, *figures, stats, message, trace(runs, status))
 
 
 def placeholder(status: str, message: str = "", exact: bool = False) -> tuple:

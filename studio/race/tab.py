@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import platform
 import time
 from pathlib import Path
 
 import gradio as gr
+import torch
 
+from mars_core.machine import cpu_name
 from studio import lanes, models
 from studio.charts import plotly_data
 from studio.inputs import INPUTS, MAX_PROMPT_CHARS, check, slider, typed_js, warn
@@ -80,16 +81,21 @@ LANE_STATE = [f.name for f in dataclasses.fields(Run) if f.name not in ("name", 
 
 
 def record_example(path: Path = EXAMPLE_FILE) -> Path:
-    """Race the default prompt with the served model at the default settings and save every lane: what the page
-    shows before a visitor presses Run (labelled as recorded, with when and where, and whether it was exact)."""
+    """Race the default prompt with the served model at the default settings, once its forward is ready (compiled
+    where it compiles) and warmed by a race untimed, and save every lane: what the page shows before a visitor
+    presses Run (labelled as recorded, with when, where and on what forward, and whether it was exact)."""
     tau, block, _, new = (SLIDERS[k][3] for k in ("threshold", "block size", "temperature", "max new tokens"))
-    session, keep = RaceSession(threshold=tau), {}
-    for _ in run_race(DEFAULT_PROMPT, block, new, lane_controls(tau), session, keep=keep):
-        pass
+    keep: dict = {}
+    for into in ({}, {}, keep):  # loads the model (its compile starts), warms the forward that serves next, kept
+        for _ in run_race(DEFAULT_PROMPT, block, new, lane_controls(tau), RaceSession(threshold=tau), keep=into):
+            pass
+        models.wait_compiled(models.CONFIG.model)
     recorded = {key: {name: getattr(keep[key], name) for name in LANE_STATE} for key in LANES}
     record = {"prompt": DEFAULT_PROMPT, "threshold": tau, "block_size": block, "max_new_tokens": new,
               "model": models.model_label(models.CONFIG.model), "dtype": keep["dtype"], "exact": keep["exact"],
-              "machine": f"{platform.machine()} CPU" if keep["dtype"] else "", "recorded": time.strftime("%Y-%m-%d"),
+              "machine": f"{cpu_name()}, {torch.get_num_threads()} threads" if keep["dtype"] else "",
+              "forward": models.forward_note(models.CONFIG.model), "recorded": time.strftime("%Y-%m-%d"),
+              "summary": {key: {**keep[key].summary(), "same_as_ar": keep[key].ids == keep["ar"].ids} for key in LANES},
               "lanes": recorded}
     path.write_text(json.dumps(record, ensure_ascii=False))
     return path
@@ -102,9 +108,11 @@ def example_outputs(path: Path = EXAMPLE_FILE) -> tuple:
         return placeholder("ready", "Press Run: the three lanes stream at the same time.")
     record = json.loads(path.read_text())
     runs = {key: Run(LANE_NAMES[key], iter(()), None, **lane) for key, lane in record["lanes"].items()}
-    status = f"recorded on {record['recorded']} ({record['machine']}, {record['dtype']}): press Run to race live"
+    where = f"on {record['recorded']} ({record['machine']}, {record['dtype']}"
+    status = f"recorded {where}): press Run to race live"
+    forward = f"; forward {record['forward']}" if record.get("forward") else ""  # older recordings do not say
     return frame(runs, RaceSession(threshold=record["threshold"]), record["block_size"], status, done=True,
-                 exact=record["exact"])
+                 exact=record["exact"], recorded=f"{where}{forward})")
 
 
 # ----------------------------------------------------------------------------- the tab

@@ -780,6 +780,9 @@ def test_the_recorded_example_is_what_the_page_shows_first(tmp_path, monkeypatch
     record = json.loads(path.read_text())
     assert record["prompt"] == race.DEFAULT_PROMPT and record["max_new_tokens"] == race.SLIDERS["max new tokens"][3]
     assert record["lanes"]["ar"]["ids"] == record["lanes"]["verified"]["ids"]  # fp32 tiny model: exact
+    summary = record["summary"]  # what README's table of it reads (mars_core/evaluation/tables/readme.py)
+    assert summary["verified"]["same_as_ar"] and summary["ar"]["tokens"] == len(record["lanes"]["ar"]["ids"])
+    assert summary["ar"]["forwards"] == len(record["lanes"]["ar"]["counts"]) and summary["ar"]["tokens_per_second"] > 0
     assert part(race.example_outputs(path), "trace")["status"] == "ready"  # another model: not its recording
     monkeypatch.setattr(models, "CONFIG", models.AppConfig())  # the default model: the recording is shown
     shown = race.example_outputs(path)
@@ -787,6 +790,10 @@ def test_the_recorded_example_is_what_the_page_shows_first(tmp_path, monkeypatch
     assert trace["status"].startswith("recorded on") and "press Run to race live" in trace["status"]
     assert [trace[k]["text"] for k in race.LANES] == [record["lanes"][k]["text"] for k in race.LANES]
     assert "same answer as AR" in part(shown, "stats") and "forward 0" in part(shown, "mars")
+    # its timings are the recording's: the small print says where and when they were taken, not "this machine"
+    small = part(shown, "stats").split("<small>")[1]
+    assert small.startswith(f"Recorded on {record['recorded']} ({record['machine']}, {record['dtype']}; forward ")
+    assert "this shared CPU" not in small and record["forward"] in small
     assert race.example_outputs(tmp_path / "missing.json")[-1]["status"] == "ready"
 
 

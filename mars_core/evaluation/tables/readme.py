@@ -78,4 +78,23 @@ def headline(records_dir: Path) -> str:
                     "verified = one-token, answers", "measured", "details"), rows)
 
 
-TABLES = {"headline": headline}
+RACE_LANES = (("ar", "AR"), ("mars", "MARS τ"), ("verified", "MARS verified"))
+
+
+def race(records_dir: Path) -> str:
+    """The race the page opens on (`python app.py --record-example`: assets/race_example.json, beside the records):
+    each lane's tokens, forwards, tokens per forward, whether its answer is AR's, and its tokens per second as
+    recorded, under a line saying when, where and on what forward."""
+    record = R.read(Path(records_dir).parent, "race_example.json")
+    rows = [[label, str(s["tokens"]), str(s["forwards"]), R.num(s["tokens_per_forward"], 2),
+             "the reference" if key == "ar" else ("AR's" if s["same_as_ar"] else "not AR's"),
+             R.num(s["tokens_per_second"], 1)] for key, label in RACE_LANES for s in [record["summary"][key]]]
+    said = (f"The race above is the one the page opens on (`python app.py --record-example`, labelled as recorded "
+            f"until you press Run): the embedded model on the held-out prompt \"{record['prompt']}\", τ = "
+            f"{record['threshold']}, B = {record['block_size']}, recorded on {record['recorded']} "
+            f"({record['machine']}, {record['dtype']}; forward {record['forward']}):")
+    return said + "\n\n" + R.table(("lane", "tokens", "forwards", "tokens per forward", "answer",
+                                     "tokens/s, recorded"), rows)
+
+
+TABLES = {"headline": headline, "race": race}
