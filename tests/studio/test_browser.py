@@ -609,7 +609,7 @@ def test_a_first_start_says_what_it_prepares_before_the_first_race(driver, tmp_p
                                                                           ).read_text()
 
 
-TABS = ("Race", "Batch", "Walkthrough", "Explorer")
+TABS = ("Race", "Batch", "Walkthrough", "Explorer", "Train")
 
 
 def small_png(source, target) -> None:
@@ -622,9 +622,9 @@ def small_png(source, target) -> None:
 
 @pytest.mark.skipif(not os.environ.get("MARS_SCREENSHOT"), reason="MARS_SCREENSHOT=1 retakes docs/screenshots/")
 def test_screenshots_of_every_tab(driver, served, tmp_path):
-    """The first screen of every tab after it ran, at 1400×900 and on a phone (390×844), into docs/screenshots/
-    (MARS_SCREENSHOT_MODEL=default for the real model; the race is the recorded one the page opens on, or, with
-    MARS_SCREENSHOT_PROMPT, that prompt raced live)."""
+    """The first screen of every tab after it ran (the Train tab: its recorded training replayed), at 1400×900 and on
+    a phone (390×844), into docs/screenshots/ (MARS_SCREENSHOT_MODEL=default for the real model; the race is the
+    recorded one the page opens on, or, with MARS_SCREENSHOT_PROMPT, that prompt raced live)."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
 
@@ -669,6 +669,9 @@ def test_screenshots_of_every_tab(driver, served, tmp_path):
     time.sleep(1.0)
     press(driver, "sweep-run")
     wait.until(lambda d: "Swept" in d.find_element(By.ID, "sweep-status").text)
+    tab("Train")  # its recorded training replayed (a training live would take minutes), then its race
+    driver.find_element(By.ID, "train-replay").click()
+    wait.until(lambda d: "after training" in d.find_element(By.ID, "train-race-summary").text)
     time.sleep(1.5)
     for width, height in (SCREEN, PHONE):
         viewport(driver, width, height)
