@@ -289,15 +289,17 @@ def compile_in_background(key: str) -> None:
 
         from mars_core.runtime.compiled import compile_runtime
 
-        with ONE_COMPILE:
-            COMPILING[key] = ("compiling", began, time.monotonic())
-            try:
-                done = compile_runtime(model, runtime, progress=lambda stage: COMPILING.__setitem__(
-                    key, (stage, began, time.monotonic())))
-            except Exception as err:  # noqa: BLE001 - whatever fails, the uncompiled forward serves and says why
-                done = replace(runtime, forward_note=f"uncompiled: {type(err).__name__}: {err}"[:300])
-        RUNTIMES[key] = done
-        COMPILING.pop(key, None)
+        try:  # COMPILING forgets the key whatever happens: wait_compiled and the page's status wait on it
+            with ONE_COMPILE:
+                COMPILING[key] = ("compiling", began, time.monotonic())
+                try:
+                    done = compile_runtime(model, runtime, progress=lambda stage: COMPILING.__setitem__(
+                        key, (stage, began, time.monotonic())))
+                except Exception as err:  # noqa: BLE001 - whatever fails, the uncompiled forward serves and says why
+                    done = replace(runtime, forward_note=f"uncompiled: {type(err).__name__}: {err}"[:300])
+            RUNTIMES[key] = done
+        finally:
+            COMPILING.pop(key, None)
         log.info("model %s forward: %s (%.0f s)", key, done.forward_note, time.monotonic() - began)
 
     threading.Thread(target=work, name=f"compile-{key}", daemon=True).start()

@@ -794,6 +794,10 @@ def test_the_recorded_example_is_what_the_page_shows_first(tmp_path, monkeypatch
     small = part(shown, "stats").split("<small>")[1]
     assert small.startswith(f"Recorded on {record['recorded']} ({record['machine']}, {record['dtype']}; forward ")
     assert "this shared CPU" not in small and record["forward"] in small
+    # the forward said without how long that process took to compile it (not a fact of the race's timings)
+    assert race.recorded_forward("compiled (kept artifacts in 17 s); linear layers on our AVX2 kernel") == (
+        "compiled; linear layers on our AVX2 kernel")
+    assert race.recorded_forward("uncompiled: no C++ compiler") == "uncompiled: no C++ compiler"
     assert race.example_outputs(tmp_path / "missing.json")[-1]["status"] == "ready"
 
 

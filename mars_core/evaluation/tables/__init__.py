@@ -15,8 +15,8 @@ A page holds a table between markers; the marker names it `<page module>.<table 
 even a comment, as one more row). Each module of this package whose name does not start with `_` is a page module:
 `TABLES`, a dict of key -> function(records_dir) returning the table's markdown (no trailing newline), which reads
 records with `_records.read(records_dir, "name.json")` and writes numbers with `_records`' helpers. Rendering reads
-the records folder alone (no git, no clock), so the same records give the same pages; tests/evaluation/test_tables.py
-fails when a page differs from what this renders.
+the records folder alone (and the recorded race beside it: readme.race; no git, no clock), so the same records give
+the same pages; tests/evaluation/test_tables.py fails when a page differs from what this renders.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def _rendered(name: str, function: Table, records: Path, cache: dict[str, str]) 
     if name not in cache:
         try:
             cache[name] = block(function(records))
-        except Exception as error:  # noqa: BLE001: the table's name goes with whatever failed
+        except Exception as error:  # noqa: BLE001 - the table's name goes with whatever failed
             raise RuntimeError(f"table {name}: {type(error).__name__}: {error}") from error
     return cache[name]
 

@@ -1,5 +1,6 @@
-"""README.md's table: the headline, one row per machine kind, from the newest batch-1 held-out record of each kind
-(docs/speed.md's tables hold every row) and the newest identity record of that kind."""
+"""README.md's tables: the headline, one row per machine kind, from the newest batch-1 held-out record of each kind
+(docs/speed.md's tables hold every row) and the newest identity record of that kind; and the race the page opens on,
+from its recording beside the records (assets/race_example.json: the one table read outside assets/records)."""
 
 from __future__ import annotations
 
@@ -86,11 +87,14 @@ def race(records_dir: Path) -> str:
     each lane's tokens, forwards, tokens per forward, whether its answer is AR's, and its tokens per second as
     recorded, under a line saying when, where and on what forward."""
     record = R.read(Path(records_dir).parent, "race_example.json")
+    if "summary" not in record:
+        raise ValueError("assets/race_example.json predates its lanes' summary: re-record it with "
+                         "`python app.py --record-example`")
     rows = [[label, str(s["tokens"]), str(s["forwards"]), R.num(s["tokens_per_forward"], 2),
              "the reference" if key == "ar" else ("AR's" if s["same_as_ar"] else "not AR's"),
              R.num(s["tokens_per_second"], 1)] for key, label in RACE_LANES for s in [record["summary"][key]]]
     said = (f"The race above is the one the page opens on (`python app.py --record-example`, labelled as recorded "
-            f"until you press Run): the embedded model on the held-out prompt \"{record['prompt']}\", τ = "
+            f"until you press Run): {record['model']} on the held-out prompt \"{record['prompt']}\", τ = "
             f"{record['threshold']}, B = {record['block_size']}, recorded on {record['recorded']} "
             f"({record['machine']}, {record['dtype']}; forward {record['forward']}):")
     return said + "\n\n" + R.table(("lane", "tokens", "forwards", "tokens per forward", "answer",
