@@ -86,11 +86,12 @@ def record_example(path: Path = EXAMPLE_FILE) -> Path:
     where it compiles) and warmed by a race untimed, and save every lane: what the page shows before a visitor
     presses Run (labelled as recorded, with when, where and on what forward, and whether it was exact)."""
     tau, block, _, new = (SLIDERS[k][3] for k in ("threshold", "block size", "temperature", "max new tokens"))
+    models.get_model(models.CONFIG.model)  # loaded, its compile started (where it compiles)
+    models.wait_compiled(models.CONFIG.model)
     keep: dict = {}
-    for into in ({}, {}, keep):  # loads the model (its compile starts), warms the forward that serves next, kept
+    for into in ({}, keep):  # a race to warm the forward, then the one kept
         for _ in run_race(DEFAULT_PROMPT, block, new, lane_controls(tau), RaceSession(threshold=tau), keep=into):
             pass
-        models.wait_compiled(models.CONFIG.model)
     recorded = {key: {name: getattr(keep[key], name) for name in LANE_STATE} for key in LANES}
     record = {"prompt": DEFAULT_PROMPT, "threshold": tau, "block_size": block, "max_new_tokens": new,
               "model": models.model_label(models.CONFIG.model), "dtype": keep["dtype"], "exact": keep["exact"],
@@ -116,11 +117,11 @@ def example_outputs(path: Path = EXAMPLE_FILE) -> tuple:
         return placeholder("ready", "Press Run: the three lanes stream at the same time.")
     record = json.loads(path.read_text())
     runs = {key: Run(LANE_NAMES[key], iter(()), None, **lane) for key, lane in record["lanes"].items()}
-    where = f"on {record['recorded']} ({record['machine']}, {record['dtype']}"
-    status = f"recorded {where}): press Run to race live"
+    machine = f"{record['machine']}, {record['dtype']}"
     forward = f"; forward {record['forward']}" if record.get("forward") else ""  # older recordings do not say
+    status = f"recorded on {record['recorded']} ({machine}): press Run to race live"
     return frame(runs, RaceSession(threshold=record["threshold"]), record["block_size"], status, done=True,
-                 exact=record["exact"], recorded=f"{where}{forward})")
+                 exact=record["exact"], recorded=f"on {record['recorded']} ({machine}{forward})")
 
 
 # ----------------------------------------------------------------------------- the tab
