@@ -827,6 +827,18 @@ def one_run(tab, state, args: argparse.Namespace) -> dict:
                   "block_x_ar": trace["block"]["tokens_per_second"] / ar}
 
 
+def best_case(seconds: list[float], samples: int, drafts: int) -> dict:
+    """The most verified decoding of this batch could read over one-token decoding if every draft matched, by the
+    served forward's cost curve (seconds[w]: a forward of w tokens a sample). A forward commits its pending token and
+    the drafts it checks, and only a group hung after them drafts the next: k drafts a forward need k masks beside
+    them, so w tokens a sample commit at most (w + 1) / 2 a forward, whatever the tree (siblings and other groups add
+    width, not commits, where every draft matches); a group drafts at most B - 1 (`drafts`), so w <= 2 drafts + 1."""
+    ratios = {w: (w + 1) / 2 * seconds[1] / seconds[w] for w in range(2, 2 * drafts + 2)}
+    w = max(ratios, key=ratios.get)
+    return {"samples": samples, "most_drafts": drafts, "width": w, "x_one_token": ratios[w],
+            "seconds_by_width": [round(s, 5) for s in seconds[1 : 2 * drafts + 2]]}
+
+
 def batch_tab(args: argparse.Namespace, command: str) -> dict:
     """--batch-tab RUNS: the Batch tab as a visitor runs it, its own handler on its six example prompts (64 new tokens,
     --threshold, --block-size), the served model at the app's defaults on this machine (compiled where the app
@@ -857,14 +869,22 @@ def batch_tab(args: argparse.Namespace, command: str) -> dict:
               f"{r['verified_same_as_ar']} of {r['prompts']} = AR) · block {r['block']['tokens_per_second']:.1f} "
               f"({r['block_x_ar']:.2f}x, {r['block_same_as_ar']} = AR) · AR {r['ar']['tokens_per_second']:.1f}",
               flush=True)
+    curve = models.get_runtime(models.CONFIG.model).cost
+    bound = (best_case(curve.at(len(tab.EXAMPLES), range(2 * args.block_size)), len(tab.EXAMPLES),
+                       args.block_size - 1) if curve is not None else None)
     report = {"command": command,
               "date": time.strftime("%F"), "machine": machine_line(machine_info()), "forward": forward,
+              "best_case": bound,
               "settings": {k: getattr(args, k) for k in ("threshold", "block_size", "max_new_tokens", "model", "runs")},
               "runs": runs,
               "verified_x_ar_median": statistics.median(r["verified_x_ar"] for r in runs),
               "block_x_ar_median": statistics.median(r["block_x_ar"] for r in runs)}
     print(f"median over {args.runs} runs: verified {report['verified_x_ar_median']:.2f}x the AR batch's tokens/s, "
           f"block {report['block_x_ar_median']:.2f}x")
+    if bound is not None:
+        print(f"if every draft matched: at most {bound['x_one_token']:.2f}x one-token decoding ({bound['width']} "
+              f"tokens a sample a forward, {bound['most_drafts']} drafts at most, by the served forward's cost curve "
+              f"at {bound['samples']} samples)")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
         print(f"wrote {args.json}")

@@ -158,3 +158,16 @@ def test_train_outcome_reads_the_last_frame():
     stopped = load_test.train_outcome_of((update, update, "", "", {**metrics, "state": "ended before its check"},
                                           update, ""), 5.0)
     assert stopped.status == "incomplete"
+
+
+def test_best_case_commits_at_most_half_the_width_plus_one():
+    flat = load_test.best_case([1.0] * 12, 6, 3)  # width free: the widest tree B - 1 drafts allow, 7 tokens, 4 commits
+    assert (flat["width"], flat["x_one_token"], len(flat["seconds_by_width"])) == (7, 4.0, 7)
+    # each token a sample costs as much as the first: no tree reads above one-token decoding
+    linear = load_test.best_case([float(max(w, 1)) for w in range(12)], 6, 3)
+    assert linear["x_one_token"] == pytest.approx(max((w + 1) / 2 / w for w in range(2, 8)))
+    assert linear["x_one_token"] < 1
+    # a step after 2 tokens: 2 tokens a sample (1.5 a forward at 1.2x the price) is the best
+    step = load_test.best_case([1.0, 1.0, 1.2, 3.0, 3.0, 3.0], 6, 2)
+    assert (step["width"], step["x_one_token"]) == (2, pytest.approx(1.25))
+    assert step["seconds_by_width"] == [1.0, 1.2, 3.0, 3.0, 3.0] and step["most_drafts"] == 2
