@@ -79,7 +79,7 @@ class Pool:
             self.release(engine)
 
 
-POOLS: dict[str, Pool] = {}  # by model name ("default": the embedded model)
+POOLS: dict[str, Pool] = {}  # by model name (models.key_of)
 
 
 def on_llamacpp() -> bool:
@@ -95,7 +95,7 @@ def prepare(name: str | None) -> None:
     config = models.CONFIG
     engine, tokenizer = load_llamacpp(name, weights=config.llamacpp_weights, threads=config.llamacpp_threads,
                                       invariant=config.llamacpp_invariant)
-    made = POOLS[name or "default"] = Pool(engine, tokenizer, llamacpp_runtime(engine))
+    made = POOLS[models.key_of(name)] = Pool(engine, tokenizer, llamacpp_runtime(engine))
     made.idle.extend(made.make() for _ in range(LANES - 1))  # a race's lanes never wait for an engine's load
 
 
@@ -110,7 +110,7 @@ models.EXTRA_STAGES.append(stages)
 def pool(name: str | None) -> Pool:
     """The served model's llama.cpp engines (prepared with the model: models.get_model)."""
     models.get_model(name)
-    return POOLS[name or "default"]
+    return POOLS[models.key_of(name)]
 
 
 def shares_forwards() -> bool:
@@ -136,7 +136,7 @@ def race_runtime(name: str | None) -> Runtime:
 
 def served_engine() -> Any | None:
     """The served model's first llama.cpp engine once prepared (None on torch, or before it is prepared)."""
-    found = POOLS.get(models.CONFIG.model or "default") if on_llamacpp() else None
+    found = POOLS.get(models.key_of(models.CONFIG.model)) if on_llamacpp() else None
     return found.first if found is not None else None
 
 

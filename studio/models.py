@@ -62,6 +62,12 @@ CONFIG = AppConfig()
 PRELOADING = False  # main() sets it when the models are prepared at start (else on the first Run)
 MODELS: dict[str, tuple[Any, Any]] = {}  # loaded (model, tokenizer) by name: read-only once loaded
 RUNTIMES: dict[str, Runtime] = {}  # each loaded model's runtime on this machine (mars_core.prepare), by name
+DEFAULT = "default"  # the embedded model's key in these tables (its name is None)
+
+
+def key_of(name: str | None) -> str:
+    """The tables' key of a served model: its name, or DEFAULT for the embedded one."""
+    return name or DEFAULT
 _LOAD_LOCK = threading.Lock()
 T = TypeVar("T")  # a frame: what a handler yields to the page
 TRACKER = LoadTracker()  # the one shared counter: generations running now, for "adapt to load"
@@ -202,7 +208,7 @@ def status_markdown() -> tuple[str, bool]:
     of n and its seconds so far, or its failure."""
     lines, ready = [], True
     for name in served():
-        key = name or "default"
+        key = key_of(name)
         if key in MODELS:
             continue
         ready = False
@@ -224,7 +230,7 @@ def status_markdown() -> tuple[str, bool]:
         lines.append(f"{what}: {time.monotonic() - began:.0f} s so far")
     for key, (stage, began, stage_began) in list(COMPILING.items()):
         now = time.monotonic()
-        lines.append(f"Compiling {model_label(None if key == 'default' else key)}'s forward in the background: "
+        lines.append(f"Compiling {model_label(None if key == DEFAULT else key)}'s forward in the background: "
                      f"{stage}, {now - stage_began:.0f} s in this step, {now - began:.0f} s in all (minutes on a "
                      "2-core CPU, less once its artifacts are kept) · Runs are served uncompiled meanwhile")
     return "  \n".join(lines), ready
@@ -232,19 +238,19 @@ def status_markdown() -> tuple[str, bool]:
 
 def ready(name: str | None) -> bool:
     """Whether the model `name` is loaded."""
-    return (name or "default") in MODELS
+    return key_of(name) in MODELS
 
 
 def check_model_choice(name: str | None) -> None:
     """On a Space (SPACE_ID set) only the fixed SPACE_MODELS list may be served."""
-    if os.environ.get("SPACE_ID") and (name or "default") not in SPACE_MODELS:
+    if os.environ.get("SPACE_ID") and key_of(name) not in SPACE_MODELS:
         raise ValueError(f"On a Space the model must be one of {', '.join(SPACE_MODELS)}; got {name!r}")
 
 
 def get_model(name: str | None) -> tuple[Any, Any]:
     """The (model, tokenizer) for name, prepared on first use stage by stage (PREPARING says which, for the page and
     the log) and cached; a ValueError says why loading failed."""
-    key = name or "default"
+    key = key_of(name)
     if key not in MODELS:
         with _LOAD_LOCK:
             if key not in MODELS:
@@ -308,14 +314,14 @@ def compile_in_background(key: str) -> None:
 def wait_compiled(name: str | None, poll: float = 0.5) -> None:
     """Return once `name`'s forward is no longer compiling (compiled, or left uncompiled and said why): a recording
     times the forward visitors get once the page is ready, not the uncompiled one serving meanwhile."""
-    while (name or "default") in COMPILING:
+    while key_of(name) in COMPILING:
         time.sleep(poll)
 
 
 def forward_note(name: str | None) -> str:
     """What runs a served model's forward, for the small print: "compiled …", "compiling (…)" or "uncompiled…", and
     where its linear layers run on our rows kernel (AMX, AVX512-BF16 or AVX2; 8-bit weights where so served), that."""
-    key = name or "default"
+    key = key_of(name)
     runtime = RUNTIMES.get(key)
     ours = runtime is not None and runtime.rows_linears
     bits = " (8-bit weights)" if ours and packed_bits(runtime.linears) == 8 else ""
@@ -330,7 +336,7 @@ def get_runtime(name: str | None) -> Runtime:
     """The runtime get_model prepared for `name` (prepared with it on first use); a plain one (torch's kernels,
     nothing promised) for a model registered without one."""
     get_model(name)
-    return RUNTIMES.get(name or "default", Runtime())
+    return RUNTIMES.get(key_of(name), Runtime())
 
 
 # by model name: (the model and the runtime it was made for, the scheduler: the one thread that decodes its race
@@ -342,7 +348,7 @@ def scheduler(name: str | None) -> Scheduler:
     """The scheduler of `name`'s race lanes, over its runtime now (a runtime compiled since gets a new one: the
     old one ends with its requests)."""
     model, tokenizer = get_model(name)
-    key = name or "default"
+    key = key_of(name)
     with _LOAD_LOCK:
         runtime = RUNTIMES.get(key)
         found = SCHEDULERS.get(key)
@@ -353,7 +359,7 @@ def scheduler(name: str | None) -> Scheduler:
 
 def prepare_in_background(name: str | None) -> None:
     """Start preparing `name` in a thread unless it is loaded or being prepared (a Run polls PREPARING meanwhile)."""
-    key = name or "default"
+    key = key_of(name)
     prep = PREPARING.get(key)
     if key in MODELS or (prep is not None and prep.error is None):
         return
@@ -376,7 +382,7 @@ def preparing(names: list[str | None], stopped: Callable[[], bool] = lambda: Fal
         if not ready(name):
             prepare_in_background(name)
         while not ready(name) and not stopped():
-            prep = PREPARING.get(name or "default")
+            prep = PREPARING.get(key_of(name))
             if prep is not None and prep.error:
                 get_model(name)  # tries once more, in this thread: its ValueError is the message
             yield status_markdown()[0]
@@ -389,7 +395,7 @@ _FORWARD: dict[str, float] = {}
 def forward_seconds(name: str | None) -> float | None:
     """How long one cached one-token forward of a loaded model takes here (timed once: the median of 5 after a
     warm-up); None when the model is not loaded yet (an estimate must not load it)."""
-    key = name or "default"
+    key = key_of(name)
     if key not in MODELS:
         return None
     if key not in _FORWARD:
