@@ -39,8 +39,10 @@ class StreamEvent:
     # the token after them (if any) is the bonus, the model's own prediction after the last matched draft
     draft_source: list[str] = field(default_factory=list)  # verified: "mask" (the mask slots) or "lookup" (the text)
     # where a scheduler ran the forward (mars_core.scheduler): its own seconds (the caller's wait also counts other
-    # decodes' forwards) and how many requests' samples it fed; None and 1 where the caller's own call ran it
+    # decodes' forwards), when it began (time.perf_counter) and how many requests' samples it fed; None, None and 1
+    # where the caller's own call ran it
     seconds: float | None = None
+    began: float | None = None
     shared: int = 1
 
 
@@ -262,7 +264,7 @@ def stream(
 def event_of(step: Step, forward: int, elapsed: float, tracker: TextTracker, rows: list[int] | None = None,
              **extra: Any) -> StreamEvent:
     """The StreamEvent of a Step for its samples `rows` (None: all; the tracker's samples are their places in rows);
-    extra: fields set by whoever ran the forward (threshold, seconds, shared)."""
+    extra: fields set by whoever ran the forward (threshold, seconds, began, shared)."""
     pick = (lambda t: t) if rows is None else (lambda t: t[rows])
     tokens, conf = pick(step.tokens).tolist(), pick(step.confidence).tolist()
     starts, ends = pick(step.start).tolist(), pick(step.end).tolist()

@@ -323,7 +323,7 @@ class Scheduler:
         for i, request in enumerate(rows):
             event = event_of(step, request.forwards, now - request.began, request.tracker, [sample[i]],
                              threshold=taus[i] if group.kind == "sliding" else step.threshold,
-                             seconds=seconds, shared=len(rows))
+                             seconds=seconds, began=began, shared=len(rows))
             request.forwards += 1
             request.events.put(event)
         done = running.answer.done.tolist()

@@ -66,10 +66,15 @@ class Turns:
     turn and the page gets a frame between rounds; right after a frame the page draws it (on the same CPU when the
     browser is local), and whichever forward runs then pays for that work. So each round starts with the next lane
     (a rotation: no lane always runs first after a frame), and the first SETTLE_FORWARDS forwards after a frame are
-    not timed: their lane is charged its typical forward instead (Lane.clocked)."""
+    not timed: their lane is charged its typical forward instead (Lane.clocked). A forward the scheduler ran in its
+    own thread (mars_core.scheduler) is not timed where it overlapped one of the page's turns (from drawing() to
+    framed(): the frame built, sent and drawn, the interpreter held meanwhile), whichever lane it was."""
 
     rounds: int = 0
     since_frame: int = 1 << 30  # forwards run since the last frame was sent
+    # the page's turns so far, (from, to) by TIMER, which must read the scheduler's clock (time.perf_counter)
+    pages: list[tuple[float, float]] = field(default_factory=list)
+    drawing_since: float | None = None  # the page's turn now under way began then
 
     def order(self, keys: list[T]) -> list[T]:
         """This round's order of the lanes: the last round's, shifted by one."""
@@ -82,9 +87,25 @@ class Turns:
         self.since_frame += 1
         return self.since_frame > SETTLE_FORWARDS
 
+    def drawing(self) -> None:
+        """The page's turn begins: a frame is built now, then sent (framed() once the page asks for the next)."""
+        self.drawing_since = TIMER()
+
     def framed(self) -> None:
         """A frame was sent just now."""
         self.since_frame = 0
+        if self.drawing_since is not None:
+            self.pages.append((self.drawing_since, TIMER()))
+            self.drawing_since = None
+
+    def clear(self, began: float, seconds: float) -> bool:
+        """Whether a forward run elsewhere from `began` for `seconds` overlapped none of the page's turns."""
+        for start, end in reversed(self.pages):
+            if end <= began:  # this turn and every earlier one ended before the forward began
+                return True
+            if start < began + seconds:
+                return False
+        return True
 
 
 @dataclass
@@ -97,12 +118,13 @@ class Lane:
     tokenizer: Any
     finished: bool = field(default=False, kw_only=True)
     spent: list[float] = field(default_factory=list, kw_only=True)  # per forward: its seconds, as measured
-    timed: list[bool] = field(default_factory=list, kw_only=True)  # per forward: do its seconds count (Turns.timed)
+    timed: list[bool] = field(default_factory=list, kw_only=True)  # per forward: do its seconds count (Turns)
     shared: list[int] = field(default_factory=list, kw_only=True)  # per forward: the lanes it fed (other visitors')
 
-    def next_event(self, timed: bool = True) -> Any | None:
-        """Run one forward, timing only this call (`timed`: whether that time counts, Turns.timed); None once the
-        stream has ended (finished)."""
+    def next_event(self, turns: Turns | None = None) -> Any | None:
+        """Run one forward, timing only this call (whether that time counts: `turns`, Turns.timed, or for a forward
+        the scheduler ran, Turns.clear; None: it counts); None once the stream has ended (finished)."""
+        timed = turns is None or turns.timed()
         start = TIMER()
         try:
             event = next(self.events)
@@ -111,7 +133,8 @@ class Lane:
             return None
         shared = getattr(event, "seconds", None)  # a forward the scheduler ran: its own seconds, whatever we waited
         self.spent.append(TIMER() - start if shared is None else shared)
-        self.timed.append(timed or shared is not None)
+        began = getattr(event, "began", None)
+        self.timed.append(timed if shared is None else turns is None or began is None or turns.clear(began, shared))
         self.shared.append(getattr(event, "shared", 1))
         return event
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from mars_core import DecodeControl
 from studio.inputs import MAX_PROMPT_CHARS
-from studio.lanes import Lane
+from studio.lanes import Lane, Turns
 
 MIN_PROMPTS, MAX_PROMPTS = 4, 8
 
@@ -57,10 +57,10 @@ class BatchRun(Lane):
         self.ids = [[] for _ in range(self.size)]
         self.finished_at = [None] * self.size
 
-    def advance(self, timed: bool = True) -> None:
-        """Run one forward of the whole batch (timing only this call, when `timed`: lanes.Turns) and record what each
+    def advance(self, turns: Turns | None = None) -> None:
+        """Run one forward of the whole batch (timed as `turns` says: lanes.Turns; None: timed) and record what each
         sample committed."""
-        event = self.next_event(timed)
+        event = self.next_event(turns)
         if event is None:  # every sample done, or stopped
             return
         self.counts.append([len(ids) for ids in event.token_ids])

@@ -148,11 +148,12 @@ def decode(prompts: list[str], tau: float, block_size: int, new: int, controls: 
             while not all(side.finished for side in sides):
                 for side in turns.order(sides):
                     if not side.finished:
-                        side.advance(turns.timed())
+                        side.advance(turns)
                 stopped = any(c.stopped for c in controls)
                 finished = all(side.finished for side in sides)
                 status = "stopped" if stopped else ("done" if finished else "running")
                 if throttle.due(sum(len(ids) for side in sides for ids in side.ids), finished):
+                    turns.drawing()
                     yield frame(prompts, block, ar, verified, block_size=block_size, threshold=tau, status=status,
                                 device=device, chart=throttle.charts, why=why)
                     turns.framed()

@@ -202,11 +202,12 @@ def run_race(prompt: str, block: int, new: int, controls: dict[str, DecodeContro
                 if not runs[key].finished:
                     if key == "mars":
                         controls["mars"].threshold = session.threshold_in_force()
-                    runs[key].advance(turns.timed())
+                    runs[key].advance(turns)
             stopped = any(c.stopped for c in controls.values())
             finished = all(r.finished for r in runs.values())
             status = "stopped" if stopped else ("done" if finished else "running")
             if throttle.due(sum(len(r.ids) for r in runs.values()), finished):
+                turns.drawing()
                 yield frame(runs, session, block, status, done=finished and not stopped, exact=exact,
                             charts=throttle.charts)
                 turns.framed()

@@ -12,7 +12,7 @@ from mars_core import DecodeControl, StreamEvent
 from mars_core.evaluation.metrics import draft_acceptance
 from mars_core.serving import adaptive_threshold
 from studio import models
-from studio.lanes import Lane
+from studio.lanes import Lane, Turns
 
 LANES = ("ar", "mars", "verified")
 LANE_NAMES = {"ar": "AR", "mars": "MARS τ", "verified": "MARS verified"}
@@ -59,9 +59,9 @@ class Run(Lane):
     text: str = ""
     answered: bool = False  # its answer ended by itself (a stop token, the token budget), not cut by Stop
 
-    def advance(self, timed: bool = True) -> None:
-        """Run one forward (timing only this call, when `timed`: lanes.Turns) and record what it committed."""
-        event = self.next_event(timed)
+    def advance(self, turns: Turns | None = None) -> None:
+        """Run one forward (timed as `turns` says: lanes.Turns; None: timed) and record what it committed."""
+        event = self.next_event(turns)
         if event is None:
             return
         ids, conf, text = event.token_ids[0], event.confidences[0], event.texts[0]

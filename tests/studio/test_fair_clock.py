@@ -10,6 +10,7 @@ forward runs at a third of its speed.
   forwards each) must report the same tokens/s, within TOLERANCE, on the tiny model and on the real one.
 - Lanes doing different work, timed by a virtual clock (exact): each lane's tokens/s is its own, to the rounding;
   the old fixed order, and a rotation without the untimed forward, are off by far more.
+- Lanes on the scheduler's thread: a forward that overlapped a page's turn is charged its lane's typical forward.
 """
 
 from __future__ import annotations
@@ -249,3 +250,34 @@ def test_the_biased_clocks_fail_the_same_check(monkeypatch, served):
         rotation.setattr(lanes, "SETTLE_FORWARDS", 0)  # rotation only: every forward timed
         rotated = errors(virtual_race(rotation))
     assert max(rotated.values()) < 0.8 and rotated["mars"] / rotated["ar"] > 1.5  # MARS over AR flattered by half
+
+
+def test_a_forward_the_scheduler_ran_during_a_page_turn_is_not_timed(monkeypatch):
+    """The scheduler's forwards carry their own seconds and start; one that overlapped a page's turn (from the frame's
+    building to the page asking for the next, the interpreter held meanwhile) is charged its lane's typical forward:
+    here forwards of 10 ms back to back, those overlapping the page's turns slowed by 60%."""
+    clock = Virtual()
+    monkeypatch.setattr(lanes, "TIMER", clock)
+    turns = lanes.Turns()
+    pages = [(0.025, 0.032), (0.061, 0.070)]
+    for start, end in pages:
+        clock.t = start
+        turns.drawing()
+        clock.t = end
+        turns.framed()
+    assert turns.pages == pages
+
+    def forwards() -> Iterator[StreamEvent]:
+        for n in range(8):
+            began = n * 0.010
+            slowed = any(start < began + 0.010 and end > began for start, end in pages)
+            yield StreamEvent(forward=n, elapsed=began, threshold=1.0, token_ids=[[7]], confidences=[[1.0]],
+                              texts=["x"], done=[n == 7], proposed_ids=[[7]], proposed_confidences=[[1.0]],
+                              accepted_from=[0], seconds=0.010 * (1.6 if slowed else 1.0), began=began)
+
+    lane = lanes.Lane("verified", forwards(), tokenizer=None)
+    while lane.next_event(turns) is not None:
+        pass
+    assert lane.timed == [True, True, False, False, True, True, False, True]  # 20-30 and 30-40 ms: the first turn
+    assert lane.own_seconds == pytest.approx(0.080)  # every forward charged 10 ms; timed as run: 98 ms
+    assert sum(lane.spent) == pytest.approx(0.098)
