@@ -1,27 +1,182 @@
-"""Where a decode step's time goes, static against dynamic: wall-clock per forward and torch.profiler's top ops.
+"""Where a decode step's time goes: static against dynamic (wall-clock per forward and torch.profiler's top ops), or
+on a CPU (--parts) the forward and the step around it split at their seams.
 
     python benchmarks/static_profile.py [--max-new-tokens 64] [--limit 4] [--out profile.txt]
+    python benchmarks/static_profile.py --parts [--no-compile] [--forwards 300] [--max-new-tokens 64] [--out parts.json]
 
 Decodes a few held-out prompts at batch 1 with one-token and verified decoding (B = 4), each with the dynamic and
 the static-shape decoder (Runtime.static: fixed widths, a cache allocated once, CUDA graphs on a GPU), and prints
 per row the forwards, tokens per forward, milliseconds per forward, then the profiler's top operators by self time
 (device time where there is a GPU: the gap between it and the wall-clock is the host's share).
+
+--parts, the forward the app serves on a CPU (compiled where it can: `compile_runtime`; --no-compile: eager):
+- the forward (batch 1, one token after 128 cached, as `mars-bench`'s weight_stream times it), stamped at its seams,
+  medians over `--forwards` forwards run back to back: the whole feed and head; the decoder; of the compiled
+  decoder, inductor's graph (where this torch exposes it) and what lies before and after it (dynamo's entry: guards,
+  gathering the graph's inputs); the head; and the rest, the runtime's own Python around the decoder (the slots
+  written, the mask, the key plan, the kernels' contexts);
+- the step around it: one-token decoding (`generate`, strategy "ar") of one held-out prompt, up to
+  `--max-new-tokens`, its milliseconds a forward (the prompt's forward and the check before the decode,
+  runtime/watch.py, included) beside the forward's, and the torch ops it runs a forward outside the decoder and the
+  head (counted in a pass of its own, by the op and by the function that called it).
+Each part runs right after the last forward streamed the weights through the caches, as in decoding: the Python
+between kernels runs slower there than in a loop of its own. --out writes the report as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
+import importlib
+import json
+import statistics
 import sys
 import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mars_core import generate, load, prepare  # noqa: E402
+from mars_core.evaluation.bench import forward_after_prefix  # noqa: E402
 from mars_core.evaluation.prompts import prompt_set  # noqa: E402
+from mars_core.machine import machine_line  # noqa: E402
+
+compiled_module = importlib.import_module("mars_core.runtime.compiled")
+forward_module = importlib.import_module("mars_core.runtime.forward")
+
+
+class Stamps:
+    """Seconds spent inside each seam during one forward (`inside`: how deep in the decoder or head we are now)."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, float] = collections.defaultdict(float)
+        self.inside = 0
+
+    @contextmanager
+    def part(self, name: str) -> Iterator[None]:
+        began = time.perf_counter()
+        self.inside += 1
+        try:
+            yield
+        finally:
+            self.inside -= 1
+            self.parts[name] += time.perf_counter() - began
+
+
+def _wrap(owner: object, name: str, stamps: Stamps, part: str) -> Callable[[], None]:
+    """owner.name timed as `part`; returns what puts it back."""
+    original = getattr(owner, name)
+
+    def timed(*args, **kwargs):
+        with stamps.part(part):
+            return original(*args, **kwargs)
+
+    setattr(owner, name, timed)
+    return lambda: setattr(owner, name, original)
+
+
+@contextmanager
+def seams(model: torch.nn.Module, stamps: Stamps) -> Iterator[None]:
+    """Inside, the decoder (compiled or not), inductor's graph where this torch has one, and the head are timed.
+    Wrapped where they are called from, not hooked on the model's modules: a hook changes the model's make
+    (runtime/watch.py), which would serve the uncompiled forward."""
+    undo = [_wrap(compiled_module.CompiledDecoder, "__call__", stamps, "decoder"),
+            _wrap(type(model.get_decoder()), "__call__", stamps, "decoder")]  # the eager decoder, called as a module
+    try:
+        from torch._inductor.output_code import CompiledFxGraph
+        undo.append(_wrap(CompiledFxGraph, "__call__", stamps, "graph"))
+    except (ImportError, AttributeError):  # another torch: the compiled decoder is not split
+        pass
+    head = forward_module.head
+    for module in [m for name, m in list(sys.modules.items()) if name.startswith("mars_core") and m is not None]:
+        if getattr(module, "head", None) is head:  # runtime.forward.head, wherever it was imported
+            undo.append(_wrap(module, "head", stamps, "head"))
+    try:
+        yield
+    finally:
+        for put_back in reversed(undo):
+            put_back()
+
+
+def forward_parts(model, tokenizer, prompt: str, runtime, forwards: int) -> dict[str, float]:
+    """Median milliseconds of each part of a one-token forward after 128 cached tokens."""
+    stamps, rows = Stamps(), []
+    with forward_after_prefix(model, tokenizer, [prompt], 1, runtime=runtime) as step, seams(model, stamps):
+        for n in range(forwards + 20):  # the first 20 warm up
+            stamps.parts.clear()
+            began = time.perf_counter()
+            step()
+            whole = time.perf_counter() - began
+            if n >= 20:
+                rows.append({"whole": whole, **stamps.parts})
+    names = ["whole", "decoder", "graph", "head"]
+    out = {name: 1e3 * statistics.median(r.get(name, 0.0) for r in rows) for name in names}
+    if out["graph"]:
+        out["decoder entry and exit"] = out["decoder"] - out["graph"]
+    out["around the decoder"] = out["whole"] - out["decoder"] - out["head"]
+    return {k: round(v, 3) for k, v in out.items() if v}
+
+
+class OpCount(TorchDispatchMode):
+    """The torch ops run outside the decoder and the head (stamps.inside == 0), by op and by the calling function."""
+
+    def __init__(self, stamps: Stamps) -> None:
+        super().__init__()
+        self.stamps, self.ops, self.sites = stamps, collections.Counter(), collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.stamps.inside == 0:
+            self.ops[str(func)] += 1
+            ours = [f for f in traceback.extract_stack() if "mars_core" in f.filename]
+            self.sites[f"{Path(ours[-1].filename).name}: {ours[-1].name}" if ours else "?"] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def step_around(model, tokenizer, prompt: str, runtime, tokens: int) -> dict:
+    """One-token decoding's milliseconds a token and forward, and its torch ops a forward outside decoder and head."""
+    decode = lambda: generate(model, tokenizer, prompt, strategy="ar", max_new_tokens=tokens,  # noqa: E731
+                              runtime=runtime)
+    decode()
+    times = []
+    for _ in range(3):
+        began = time.perf_counter()
+        result = decode()
+        times.append((time.perf_counter() - began) / result.forwards)
+    stamps = Stamps()
+    with seams(model, stamps), OpCount(stamps) as count:
+        counted = decode()
+    per = lambda c: {k: round(v / counted.forwards, 1) for k, v in c.most_common(12)}  # noqa: E731
+    return {"ms_a_forward": round(1e3 * statistics.median(times), 3), "forwards": result.forwards,
+            "ops_a_forward": round(sum(count.ops.values()) / counted.forwards, 1),
+            "ops": per(count.ops), "callers": per(count.sites)}
+
+
+def parts(model, tokenizer, runtime, args: argparse.Namespace) -> None:
+    """--parts: the forward's parts and the step around it, printed (and kept as JSON at --out)."""
+    if not args.no_compile:
+        from mars_core.runtime.compiled import compile_runtime
+
+        runtime = compile_runtime(model, runtime)
+    prompt = prompt_set(1)[0]["prompt"]
+    split = forward_parts(model, tokenizer, prompt, runtime, args.forwards)
+    step = step_around(model, tokenizer, prompt, runtime, args.max_new_tokens)
+    report = {"machine": runtime.record(model), "forward_note": runtime.forward_note, "forward_ms": split, "step": step}
+    print(f"{machine_line(report['machine'])} · {runtime.forward_note or 'eager'}")
+    print("one-token forward, ms (median): " + ", ".join(f"{k} {v:.3f}" for k, v in split.items()))
+    print(f"one-token decoding: {step['ms_a_forward']:.3f} ms a forward over {step['forwards']} (the prompt's forward "
+          f"and the check before the decode included), {step['ms_a_forward'] - split['whole']:.3f} beyond the forward "
+          f"above; {step['ops_a_forward']:.0f} torch ops a forward outside the decoder and head")
+    print("  by op:     " + ", ".join(f"{k} {v}" for k, v in step["ops"].items()))
+    print("  by caller: " + ", ".join(f"{k} {v}" for k, v in step["callers"].items()))
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
 
 
 def main() -> None:
@@ -31,9 +186,15 @@ def main() -> None:
     p.add_argument("--limit", type=int, default=4, help="held-out prompts")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--out", default=None, help="also write the report here")
+    p.add_argument("--parts", action="store_true", help="instead: the CPU forward and its step split at their seams")
+    p.add_argument("--no-compile", action="store_true", help="--parts: the eager forward (prepare() alone)")
+    p.add_argument("--forwards", type=int, default=300, help="--parts: forwards timed, after 20 that warm up")
     args = p.parse_args()
     model, tokenizer = load(args.model, dtype=args.dtype)
     runtime = prepare(model)
+    if args.parts:
+        parts(model, tokenizer, runtime, args)
+        return
     prompts = [r["prompt"] for r in prompt_set(args.limit)]
     cuda = model.device.type == "cuda"
     activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])

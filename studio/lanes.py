@@ -67,14 +67,14 @@ class Turns:
     browser is local), and whichever forward runs then pays for that work. So each round starts with the next lane
     (a rotation: no lane always runs first after a frame), and the first SETTLE_FORWARDS forwards after a frame are
     not timed: their lane is charged its typical forward instead (Lane.clocked). A forward the scheduler ran in its
-    own thread (mars_core.scheduler) is not timed where it overlapped one of the page's turns (from drawing() to
-    framed(): the frame built, sent and drawn, the interpreter held meanwhile), whichever lane it was."""
+    own thread (mars_core.scheduler) is timed by that rule instead: not where it overlapped one of the page's turns
+    (from drawing() to framed(): the frame built and sent, the interpreter held meanwhile), whichever lane it was."""
 
     rounds: int = 0
     since_frame: int = 1 << 30  # forwards run since the last frame was sent
-    # the page's turns so far, (from, to) by TIMER, which must read the scheduler's clock (time.perf_counter)
-    pages: list[tuple[float, float]] = field(default_factory=list)
+    pages: list[tuple[float, float]] = field(default_factory=list)  # the page's turns so far: (from, to) by clock
     drawing_since: float | None = None  # the page's turn now under way began then
+    clock: Callable[[], float] = time.perf_counter  # the scheduler's clock (StreamEvent.began); tests put a virtual one
 
     def order(self, keys: list[T]) -> list[T]:
         """This round's order of the lanes: the last round's, shifted by one."""
@@ -89,13 +89,13 @@ class Turns:
 
     def drawing(self) -> None:
         """The page's turn begins: a frame is built now, then sent (framed() once the page asks for the next)."""
-        self.drawing_since = TIMER()
+        self.drawing_since = self.clock()
 
     def framed(self) -> None:
         """A frame was sent just now."""
         self.since_frame = 0
         if self.drawing_since is not None:
-            self.pages.append((self.drawing_since, TIMER()))
+            self.pages.append((self.drawing_since, self.clock()))
             self.drawing_since = None
 
     def clear(self, began: float, seconds: float) -> bool:

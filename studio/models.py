@@ -68,6 +68,8 @@ DEFAULT = "default"  # the embedded model's key in these tables (its name is Non
 def key_of(name: str | None) -> str:
     """The tables' key of a served model: its name, or DEFAULT for the embedded one."""
     return name or DEFAULT
+
+
 _LOAD_LOCK = threading.Lock()
 T = TypeVar("T")  # a frame: what a handler yields to the page
 TRACKER = LoadTracker()  # the one shared counter: generations running now, for "adapt to load"

@@ -4,6 +4,7 @@ tests/studio/test_load_test.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -78,3 +79,18 @@ def test_machine_tables_dry_run_names_this_kind_s_records(tmp_path):
     assert lines[0].endswith("_b1.json") and lines[1].endswith("_batches.json") and str(tmp_path) in lines[0]
     assert "--stamp" in lines[2] and lines[3].endswith("-m mars_core.evaluation.tables")
     assert not list(tmp_path.glob("*.json"))
+
+
+def test_static_profile_parts_runs_on_a_tiny_model(tiny_model, tmp_path):
+    """--parts on the eager forward (no compile: seconds): each part measured, the step's ops counted by caller."""
+    out = tmp_path / "parts.json"
+    done = run(sys.executable, str(BENCHMARKS / "static_profile.py"), "--parts", "--model", str(tiny_model), "--dtype",
+               "fp32", "--no-compile", "--forwards", "20", "--max-new-tokens", "8", "--out", str(out),
+               OMP_NUM_THREADS="1")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    parts = report["forward_ms"]
+    assert parts["whole"] > parts["decoder"] > 0 and parts["head"] > 0 and "graph" not in parts
+    assert report["step"]["ops_a_forward"] > 0 and report["step"]["forwards"] >= 1
+    assert any(caller.startswith("sliding.py") for caller in report["step"]["callers"])
+    assert "torch ops a forward outside the decoder and head" in done.stdout

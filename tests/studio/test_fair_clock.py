@@ -134,9 +134,11 @@ def test_lanes_doing_the_same_work_report_the_same_speed_tiny_model(monkeypatch,
 
 
 def test_lanes_on_the_scheduler_report_the_same_speed(monkeypatch, page):
-    """Lanes whose forwards the scheduler runs (its own thread): the page drawing after each frame now holds the CPU
-    in the race's thread (a busy loop, which also holds the interpreter) while the scheduler's thread runs whichever
-    group comes next; the groups take turns starting a round, so the clock stays fair."""
+    """Lanes whose forwards the scheduler runs (its own thread): building a frame and the page drawing it hold the
+    CPU in the race's thread (a busy loop, which also holds the interpreter) while the scheduler's thread runs
+    whichever group comes next. The groups take turns starting a round, but that rotation and the race's fell into
+    step (one lane slowed two rounds in three, another never: 2x apart); a forward that overlapped the page's turn is
+    charged its lane's typical forward (lanes.Turns.clear)."""
     tok = tiny_tokenizer(mask_token=True)
     model = tiny_qwen2(len(tok), max_position_embeddings=1024, num_hidden_layers=4, hidden_size=128,
                        intermediate_size=512)
@@ -252,13 +254,12 @@ def test_the_biased_clocks_fail_the_same_check(monkeypatch, served):
     assert max(rotated.values()) < 0.8 and rotated["mars"] / rotated["ar"] > 1.5  # MARS over AR flattered by half
 
 
-def test_a_forward_the_scheduler_ran_during_a_page_turn_is_not_timed(monkeypatch):
+def test_a_forward_the_scheduler_ran_during_a_page_turn_is_not_timed():
     """The scheduler's forwards carry their own seconds and start; one that overlapped a page's turn (from the frame's
     building to the page asking for the next, the interpreter held meanwhile) is charged its lane's typical forward:
-    here forwards of 10 ms back to back, those overlapping the page's turns slowed by 60%."""
+    here forwards of 10 ms each begun 10 ms apart, those overlapping the page's turns slowed by 60%."""
     clock = Virtual()
-    monkeypatch.setattr(lanes, "TIMER", clock)
-    turns = lanes.Turns()
+    turns = lanes.Turns(clock=clock)
     pages = [(0.025, 0.032), (0.061, 0.070)]
     for start, end in pages:
         clock.t = start
@@ -278,6 +279,13 @@ def test_a_forward_the_scheduler_ran_during_a_page_turn_is_not_timed(monkeypatch
     lane = lanes.Lane("verified", forwards(), tokenizer=None)
     while lane.next_event(turns) is not None:
         pass
-    assert lane.timed == [True, True, False, False, True, True, False, True]  # 20-30 and 30-40 ms: the first turn
+    # 20-30 and 30-40 ms overlap the first turn, 60-70 the second; 70-80 begins as it ends
+    assert lane.timed == [True, True, False, False, True, True, False, True]
     assert lane.own_seconds == pytest.approx(0.080)  # every forward charged 10 ms; timed as run: 98 ms
     assert sum(lane.spent) == pytest.approx(0.098)
+    assert turns.clear(0.015, 0.010) and turns.clear(0.032, 0.029)  # touching a turn's edges: clear
+    assert not turns.clear(0.020, 0.050)  # spanning both turns
+    alone = lanes.Lane("ar", forwards(), tokenizer=None)  # no turns: every forward counts as run
+    while alone.next_event() is not None:
+        pass
+    assert all(alone.timed) and alone.own_seconds == pytest.approx(0.098)
