@@ -71,15 +71,15 @@ class Stamps:
 
 
 def _wrap(owner: object, name: str, stamps: Stamps, part: str) -> Callable[[], None]:
-    """owner.name timed as `part`; returns what puts it back."""
-    original = getattr(owner, name)
+    """owner.name timed as `part`; returns what puts it back as it was (an inherited one: inherited again)."""
+    original, own = getattr(owner, name), name in vars(owner)
 
     def timed(*args, **kwargs):
         with stamps.part(part):
             return original(*args, **kwargs)
 
     setattr(owner, name, timed)
-    return lambda: setattr(owner, name, original)
+    return lambda: setattr(owner, name, original) if own else delattr(owner, name)
 
 
 @contextmanager
@@ -161,9 +161,7 @@ def step_around(model, tokenizer, prompt: str, runtime, tokens: int) -> dict:
 def parts(model, tokenizer, runtime, args: argparse.Namespace) -> None:
     """--parts: the forward's parts and the step around it, printed (and kept as JSON at --out)."""
     if not args.no_compile:
-        from mars_core.runtime.compiled import compile_runtime
-
-        runtime = compile_runtime(model, runtime)
+        runtime = compiled_module.compile_runtime(model, runtime)
     prompt = prompt_set(1)[0]["prompt"]
     split = forward_parts(model, tokenizer, prompt, runtime, args.forwards)
     step = step_around(model, tokenizer, prompt, runtime, args.max_new_tokens)
