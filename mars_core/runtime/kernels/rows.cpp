@@ -902,6 +902,10 @@ inline __m512 load16(const c10::BFloat16* x) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
 }
 
+// 16 fp32 stored as T (bf16: rounded as c10::BFloat16(float) rounds, store_bf16x16)
+inline void store16(float* out, __m512 f) { _mm512_storeu_ps(out, f); }
+inline void store16(c10::BFloat16* out, __m512 f) { store_bf16x16(out, 0xFFFF, f); }
+
 // q . key for H query heads (q: vecs vectors a head), each one chain of fused multiply-adds over d in order, q[0]
 // key[0] first; the key's vectors loaded once for them all: sums[h] holds head h's 16 partial sums.
 template <int H, typename T>
@@ -1005,7 +1009,6 @@ template <int H, typename T>
 void head_outputs(const HeadPass<T>& pass, const float* score, const float* inv, T* out) {
   const T *const *rows = pass.rows, *keys = pass.keys, *values = pass.values;
   const int64_t n = pass.n, vecs = pass.vecs, padded = pass.padded, d = pass.d;
-  alignas(64) float tail[16];
   for (int64_t j0 = 0; j0 < vecs; j0 += 4) {
     int64_t at[4];
     for (int u = 0; u < 4; ++u) at[u] = 16 * std::min(j0 + u, vecs - 1);
@@ -1021,11 +1024,12 @@ void head_outputs(const HeadPass<T>& pass, const float* score, const float* inv,
         for (int u = 0; u < 4; ++u) acc[h][u] = _mm512_fmadd_ps(weight, vals[u], acc[h][u]);
       }
     }
+    // acc indexed by constants only and stored without a buffer on the stack: it stays in registers (indexed by a
+    // runtime bound, or beside a buffer, GCC kept it in memory and stored all H * 4 sums at every value)
     for (int h = 0; h < H; ++h)
-      for (int64_t u = 0; u < std::min<int64_t>(4, vecs - j0); ++u) {
-        _mm512_storeu_ps(tail, _mm512_mul_ps(acc[h][u], _mm512_set1_ps(inv[h])));
-        for (int64_t l = 0; l < 16; ++l) out[h * d + 16 * (j0 + u) + l] = static_cast<T>(tail[l]);
-      }
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u)
+        if (j0 + u < vecs) store16(out + h * d + 16 * (j0 + u), _mm512_mul_ps(acc[h][u], _mm512_set1_ps(inv[h])));
   }
 }
 
@@ -1089,6 +1093,10 @@ inline __m256 load8(const c10::BFloat16* x) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16));
 }
 
+// 8 fp32 stored as T (bf16: rounded as c10::BFloat16(float) rounds, store_bf16x8)
+inline void store8(float* out, __m256 f) { _mm256_storeu_ps(out, f); }
+inline void store8(c10::BFloat16* out, __m256 f) { store_bf16x8(out, f); }
+
 // The 8 keys' dots from their partial sums v[8]: key e's 8 lanes summed ((0+1)+(2+3))+((4+5)+(6+7)), into lane e
 inline __m256 reduce8(const __m256* v) {
   const __m256 t0 = _mm256_hadd_ps(v[0], v[1]), t1 = _mm256_hadd_ps(v[2], v[3]);
@@ -1141,7 +1149,6 @@ void head_attend(const SeenKeys<T>& seen, const __m256* q, float* score, T* out)
   float sum = 0.f;
   for (int64_t e = 0; e < n; ++e) sum += score[e];
   const __m256 inv = _mm256_set1_ps(sum > 0.f ? 1.f / sum : 0.f);
-  alignas(32) float tail[8];
   for (int64_t j0 = 0; j0 < vecs; j0 += 4) {
     int64_t at[4];
     for (int u = 0; u < 4; ++u) at[u] = 8 * std::min(j0 + u, vecs - 1);
@@ -1151,10 +1158,9 @@ void head_attend(const SeenKeys<T>& seen, const __m256* q, float* score, T* out)
       const __m256 weight = _mm256_set1_ps(score[e]);
       for (int u = 0; u < 4; ++u) acc[u] = _mm256_fmadd_ps(weight, load8(row + at[u]), acc[u]);
     }
-    for (int64_t u = 0; u < std::min<int64_t>(4, vecs - j0); ++u) {
-      _mm256_store_ps(tail, _mm256_mul_ps(acc[u], inv));
-      for (int l = 0; l < 8; ++l) out[8 * (j0 + u) + l] = static_cast<T>(tail[l]);
-    }
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; ++u)  // acc by constants, no buffer: it stays in registers (head_outputs)
+      if (j0 + u < vecs) store8(out + 8 * (j0 + u), _mm256_mul_ps(acc[u], inv));
   }
 }
 
