@@ -364,17 +364,27 @@ inline void store_bf16x8(c10::BFloat16* out, __m256 f) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out), packed);
 }
 
+// Where row m's block b of quantized x lies (quantize_rows): rows in groups of QROWS (the last one fewer), a group's
+// blocks in k order, each block's rows side by side, so a kernel reads a group's rows at fixed offsets from one
+// pointer (a pointer a row spilled GCC's general registers into vector ones, a move each per block and row)
+inline int64_t block_at(int64_t m, int64_t b, int64_t M, int64_t blocks) {
+  const int64_t first = m / QROWS * QROWS, rows = std::min<int64_t>(QROWS, M - first);
+  return first * blocks + b * rows + m - first;
+}
+
 // x's M rows (bf16, K a row) quantized per block of 32 k, each row by itself: q = round(x * 127 / m), m the block's
 // largest |x|, its scale m / 127 (a block of zeros: 0; one with a non-finite x: NaN, so the row's outputs are NaN).
-// q [M][blocks * 32] (k beyond K: 0), scale [M][blocks].
+// Block i = block_at(m, b) holds q[i * 32 ..] (k beyond K: 0) and scale[i].
 void quantize_rows(const c10::BFloat16* x, int64_t M, int64_t K, int64_t blocks, int8_t* q, float* scale) {
   at::parallel_for(0, M, 16, [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m)
-      for (int64_t b = 0; b < blocks; ++b)
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t i = block_at(m, b, M, blocks);
         if ((b + 1) * DEPTH <= K)
-          quantize_block(x + m * K + b * DEPTH, q + (m * blocks + b) * DEPTH, scale + m * blocks + b);
+          quantize_block(x + m * K + b * DEPTH, q + i * DEPTH, scale + i);
         else
-          quantize_tail(x, K, m, b, q + (m * blocks + b) * DEPTH, scale + m * blocks + b);
+          quantize_tail(x, K, m, b, q + i * DEPTH, scale + i);
+      }
   });
 }
 
@@ -384,15 +394,15 @@ inline __m256 exp2_8(const int8_t* e) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e32, _mm256_set1_epi32(127)), 23));
 }
 
-// A block's exact integer dot products of R quantized rows with a strip's 8 columns, added to dot[r]: with the row's
-// start (int8_strip), lane c ends at the sum over the block's 32 k of x[r][k] w[k][c] (|x|, |w| <= 127: at most
-// 32 * 127 * 127 in int32). With VNNI, vpdpbusd multiplies w + 128 (pack8 stores it: unsigned bytes) by x and adds 4
-// products a lane (at most 32 * 255 * 127 in all), and dot[r] starts at -128 sum_k x (the row's `start`, one number a
-// row and block, the same for every column; |start| <= 128 * 32 * 127, so every partial sum stays far inside int32);
-// with AVX2, vpmaddubsw multiplies |w| by x carrying w's sign and adds pairs, vpmaddwd adds pairs again (dot[r]
-// starts at 0). The same integers either way.
+// A block's exact integer dot products of R quantized rows (x: their blocks side by side, block_at) with a strip's 8
+// columns, added to dot[r]: with the row's start (int8_strip), lane c ends at the sum over the block's 32 k of x[r][k]
+// w[k][c] (|x|, |w| <= 127: at most 32 * 127 * 127 in int32). With VNNI, vpdpbusd multiplies w + 128 (pack8 stores it:
+// unsigned bytes) by x and adds 4 products a lane (at most 32 * 255 * 127 in all), and dot[r] starts at -128 sum_k x
+// (the row's `start`, one number a row and block, the same for every column; |start| <= 128 * 32 * 127, so every
+// partial sum stays far inside int32); with AVX2, vpmaddubsw multiplies |w| by x carrying w's sign and adds pairs,
+// vpmaddwd adds pairs again (dot[r] starts at 0). The same integers either way.
 template <int R>
-inline void block_dots(const int8_t* w, const int8_t* x, int64_t ldq, __m256i* dot) {
+inline void block_dots(const int8_t* w, const int8_t* x, __m256i* dot) {
 #ifdef MARS_VNNI  // w arrives as w + 128 (pack8 flips its sign bits), x as it is
   // Unrolled (GCC otherwise keeps 8 rows' loop rolled, copying every sum between registers), and wq held in a
   // register for all rows (the empty asm: GCC otherwise reads it from memory again for each row's dot product, two
@@ -402,7 +412,7 @@ inline void block_dots(const int8_t* w, const int8_t* x, int64_t ldq, __m256i* d
     __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + j * 32));  // [8 columns][4 k]
     __asm__("" : "+x"(wq));
     for (int r = 0; r < R; ++r)  // the row's 4 k, broadcast from memory (not through a general register)
-      dot[r] = MARS_VNNI(dot[r], wq, _mm256_broadcastd_epi32(_mm_loadu_si32(x + r * ldq + j * 4)));
+      dot[r] = MARS_VNNI(dot[r], wq, _mm256_broadcastd_epi32(_mm_loadu_si32(x + r * DEPTH + j * 4)));
   }
 #else
   const __m256i ones = _mm256_set1_epi16(1);
@@ -412,7 +422,7 @@ inline void block_dots(const int8_t* w, const int8_t* x, int64_t ldq, __m256i* d
     const __m256i size = _mm256_abs_epi8(wq);
     for (int r = 0; r < R; ++r) {
       int32_t four;  // the row's 4 k, against every column
-      std::memcpy(&four, x + r * ldq + j * 4, 4);
+      std::memcpy(&four, x + r * DEPTH + j * 4, 4);
       const __m256i signed_x = _mm256_sign_epi8(_mm256_set1_epi32(four), wq);
       dot[r] = _mm256_add_epi32(dot[r], _mm256_madd_epi16(_mm256_maddubs_epi16(size, signed_x), ones));
     }
@@ -420,24 +430,24 @@ inline void block_dots(const int8_t* w, const int8_t* x, int64_t ldq, __m256i* d
 #endif
 }
 
-// One strip of pack8's W (8 columns, its blocks in k order) for R quantized rows: sums[r * 8 + c]. A block's exact
-// integer dot products (block_dots, from the row's start[r * blocks + b]) times both scales are added to the row's
-// fp32 sum, blocks in order: a row's sums are the same bits whatever R and whatever its batchmates.
+// One strip of pack8's W (8 columns, its blocks in k order) for a group of R quantized rows (q, scale and start at
+// the group's first block: block_at): sums[r * 8 + c]. A block's exact integer dot products (block_dots, from the
+// row's start) times both scales are added to the row's fp32 sum, blocks in order: a row's sums are the same bits
+// whatever R and whatever its batchmates.
 template <int R>
 void int8_strip(const int8_t* w, const int8_t* q, const float* scale, const int32_t* start, int64_t blocks,
                 float* sums) {
-  const int64_t ldq = blocks * DEPTH;  // a quantized row's int8, and its blocks' scales (quantize_rows)
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b, w += STRIP_BLOCK) {
     for (int64_t line = 0; line < STRIP_BLOCK; line += 64)  // the stream ahead (the prefetchers alone lag the loop)
       _mm_prefetch(reinterpret_cast<const char*>(w) + PREFETCH + line, _MM_HINT_T0);
     __m256i dot[R];
-    for (int r = 0; r < R; ++r) dot[r] = _mm256_set1_epi32(start[r * blocks + b]);
-    block_dots<R>(w, q + b * DEPTH, ldq, dot);
+    for (int r = 0; r < R; ++r) dot[r] = _mm256_set1_epi32(start[b * R + r]);
+    block_dots<R>(w, q + b * R * DEPTH, dot);
     const __m256 wscale = exp2_8(w + STRIP * DEPTH);
     for (int r = 0; r < R; ++r)
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[r]), _mm256_mul_ps(wscale, _mm256_set1_ps(scale[r * blocks + b])),
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[r]), _mm256_mul_ps(wscale, _mm256_set1_ps(scale[b * R + r])),
                                acc[r]);
   }
   for (int r = 0; r < R; ++r) _mm256_storeu_ps(sums + r * STRIP, acc[r]);
@@ -457,7 +467,6 @@ constexpr int64_t PAIR_PREFETCH = 32 * STRIP_BLOCK;  // bytes ahead of the block
 template <int R>
 void int8_pair(const int8_t* w, const int8_t* q, const float* scale, const int32_t* start, int64_t blocks,
                float* sums) {
-  const int64_t ldq = blocks * DEPTH;
   const int8_t* w2 = w + blocks * STRIP_BLOCK;  // the next strip
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
@@ -467,8 +476,8 @@ void int8_pair(const int8_t* w, const int8_t* q, const float* scale, const int32
       _mm_prefetch(reinterpret_cast<const char*>(w2) + PAIR_PREFETCH + line, _MM_HINT_T0);
     }
     __m512i dot[R];
-    for (int r = 0; r < R; ++r) dot[r] = _mm512_set1_epi32(start[r * blocks + b]);
-    const int8_t* x = q + b * DEPTH;
+    for (int r = 0; r < R; ++r) dot[r] = _mm512_set1_epi32(start[b * R + r]);
+    const int8_t* x = q + b * R * DEPTH;  // the group's rows' block b, side by side (block_at)
 #pragma GCC unroll 8
     for (int64_t j = 0; j < DEPTH / 4; ++j) {  // [16 columns][4 k]: w's 8 columns, then w2's
       __m512i wq = _mm512_inserti64x4(
@@ -476,12 +485,12 @@ void int8_pair(const int8_t* w, const int8_t* q, const float* scale, const int32
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w2 + j * 32)), 1);
       __asm__("" : "+v"(wq));  // held in a register for all rows (as block_dots)
       for (int r = 0; r < R; ++r)  // the row's 4 k, broadcast from memory
-        dot[r] = _mm512_dpbusd_epi32(dot[r], wq, _mm512_broadcastd_epi32(_mm_loadu_si32(x + r * ldq + j * 4)));
+        dot[r] = _mm512_dpbusd_epi32(dot[r], wq, _mm512_broadcastd_epi32(_mm_loadu_si32(x + r * DEPTH + j * 4)));
     }
     const __m512 wscale = _mm512_insertf32x8(_mm512_castps256_ps512(exp2_8(w + STRIP * DEPTH)),
                                              exp2_8(w2 + STRIP * DEPTH), 1);
     for (int r = 0; r < R; ++r)
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r]), _mm512_mul_ps(wscale, _mm512_set1_ps(scale[r * blocks + b])),
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r]), _mm512_mul_ps(wscale, _mm512_set1_ps(scale[b * R + r])),
                                acc[r]);
   }
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(sums + r * 2 * STRIP, acc[r]);
