@@ -74,7 +74,8 @@ def machine_line(info: dict[str, Any]) -> str:
     isa = f" ({', '.join(info['isa'])})" if info.get("isa") and "gpu" not in info else ""
     dtype = f", {info['dtype']}" if info.get("dtype") else ""
     linear = {"onednn_packed": ", oneDNN-packed linear", "amx_rows": ", AMX rows linear",
-              "avx512_bf16_rows": ", AVX512-BF16 rows linear", "avx2_rows": ", AVX2 rows linear"}.get(
+              "avx512_bf16_rows": ", AVX512-BF16 rows linear", "avx512_rows": ", AVX-512 rows linear",
+              "avx2_rows": ", AVX2 rows linear"}.get(
         info.get("linear"), "")
     if linear and info.get("weight_bits") == 8:
         linear += " (8-bit weights)"

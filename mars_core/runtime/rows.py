@@ -24,15 +24,19 @@ from .timing import cache_root
 
 SOURCE = Path(__file__).with_name("kernels") / "rows.cpp"
 FLAGS = ("-O3", "-march=native", "-fopenmp")  # native: built on the machine that runs it, kept by its CPU's flags
-# /proc/cpuinfo flags of the kernel's three bf16 dot products: AMX's tiles, AVX512-BF16 (AVX-512 vectors), or AVX2's
-# fp32 FMAs on weights widened in registers (laptops; AMD before Zen 4; AVX-512 without BF16); the first this CPU has
-# is the one built, unless MARS_ROWS_FLAVOR names another it has
-FLAVORS = {"amx": {"amx_bf16", "amx_tile"}, "avx512_bf16": {"avx512_bf16", "avx512f"}, "avx2": {"avx2", "fma"}}
-NAMES = {"amx": "AMX", "avx512_bf16": "AVX512-BF16", "avx2": "AVX2"}  # each flavor in a page's words
-# what a flavor asked for adds to FLAGS: AVX512-BF16 on an AMX CPU is built without the AMX path, AVX2 on an AVX-512
-# CPU without AVX-512, AVX-VNNI and AMX at all (the compiler may then use none of their instructions in the kernel)
-FORCED_FLAGS = {"amx": (), "avx512_bf16": ("-DMARS_NO_AMX",),
-                "avx2": ("-mno-avx512f", "-mno-avxvnni", "-mno-amx-tile", "-mno-amx-bf16", "-mno-amx-int8")}
+# /proc/cpuinfo flags of the kernel's builds: AMX's tiles, AVX512-BF16 (AVX-512 vectors), AVX-512 without BF16 (Intel's
+# Skylake to Ice Lake Xeons, Tiger Lake laptops: the 8-bit path in 512-bit vectors with VNNI where the CPU has it,
+# attention in AVX-512), or AVX2's fp32 FMAs on weights widened in registers (laptops; AMD before Zen 4); the first
+# this CPU has is the one built, unless MARS_ROWS_FLAVOR names another it has
+FLAVORS = {"amx": {"amx_bf16", "amx_tile"}, "avx512_bf16": {"avx512_bf16", "avx512f"},
+           "avx512": {"avx512f", "avx512bw", "avx512dq", "avx512vl", "fma"}, "avx2": {"avx2", "fma"}}
+NAMES = {"amx": "AMX", "avx512_bf16": "AVX512-BF16", "avx512": "AVX-512", "avx2": "AVX2"}  # in a page's words
+# what a flavor asked for adds to FLAGS: AVX512-BF16 on an AMX CPU is built without the AMX path, AVX-512 without
+# BF16 and AMX, AVX2 on an AVX-512 CPU without AVX-512, AVX-VNNI and AMX at all (the compiler may then use none of
+# their instructions in the kernel)
+NO_AMX = ("-mno-amx-tile", "-mno-amx-bf16", "-mno-amx-int8")
+FORCED_FLAGS = {"amx": (), "avx512_bf16": ("-DMARS_NO_AMX",), "avx512": ("-mno-avx512bf16", *NO_AMX),
+                "avx2": ("-mno-avx512f", "-mno-avxvnni", *NO_AMX)}
 _LOCK = threading.Lock()
 # "why": None once loaded, else why not; "seconds": to build or load it; "flavor": the flavor the loaded build runs
 _STATE: dict[str, str | float | None] = {}
@@ -40,8 +44,8 @@ _FAKES: list[bool] = []  # the ops' fakes registered (once a process)
 
 
 def asked() -> str | None:
-    """The flavor MARS_ROWS_FLAVOR asks for ("amx", "avx512_bf16" or "avx2"; tests use it to run the AVX512-BF16 or
-    AVX2 path on an AMX machine), or None where it is not set."""
+    """The flavor MARS_ROWS_FLAVOR asks for ("amx", "avx512_bf16", "avx512" or "avx2"; tests use it to run every
+    path this CPU has), or None where it is not set."""
     return os.environ.get("MARS_ROWS_FLAVOR") or None
 
 
@@ -84,7 +88,7 @@ def why_not() -> str | None:
 def flavor() -> str | None:
     """Which bf16 dot product serves: once the kernel is loaded, the flavor its build runs (the compiler may have
     built AVX512-BF16 on an AMX CPU); before, the one it would be built for: MARS_ROWS_FLAVOR's where this CPU has it,
-    else "amx" (tiles, preferred), "avx512_bf16" or "avx2"; None: none (or not the one asked for)."""
+    else "amx" (tiles, preferred), "avx512_bf16", "avx512" or "avx2"; None: none (or not the one asked for)."""
     if _STATE.get("flavor"):
         return _STATE["flavor"]
     can = runnable()
@@ -137,7 +141,7 @@ def _build() -> str | None:
         return f"MARS_ROWS_FLAVOR={want} names no flavor ({', '.join(FLAVORS)})"
     if want is not None and want not in can:
         return f"MARS_ROWS_FLAVOR={want}, but this CPU has no {NAMES[want]}"
-    if (want or can[0]) != "avx2" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+    if (want or can[0]) in ("amx", "avx512_bf16") and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
         return "no bf16 kernels in this torch build"
     if cxx_compiler() is None:
         return "no C++ compiler on this machine"

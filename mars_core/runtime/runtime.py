@@ -133,7 +133,7 @@ class Runtime:
             return model.record()
         paired = any(entry.pair for entry in self.linears.values())  # a lone row fed as two: other bits, other speed
         kernels = {entry.kernel for entry in self.linears.values()}
-        # the rows kernel (a model's bf16 layers) by its flavor: amx_rows, avx512_bf16_rows or avx2_rows
+        # the rows kernel (a model's bf16 layers) by its flavor: amx_rows, avx512_bf16_rows, avx512_rows or avx2_rows
         linear = (f"{flavor()}_rows" if ROWS in kernels else ONEDNN) if kernels else "torch"
         attention = self.attention(model)
         # which build of the rows kernel answers (its bits and speed are that source's), where it serves

@@ -52,7 +52,7 @@
 #if !defined(MARS_AMX) && !defined(__AVX512BF16__) && defined(__AVX2__) && defined(__FMA__)
 #define MARS_WIDEN 1  // bf16 weights widened to fp32 in registers, fp32 FMAs (AVX2)
 #endif
-// int8 copies of weights on the int8 grid (pack8), times rows quantized to int8: the AVX2 and AVX512-BF16 builds'
+// int8 copies of weights on the int8 grid (pack8), times rows quantized to int8: every build but AMX's
 // (an AMX build keeps its tiles: unmeasured there). Their integer dot products are exact, so every build computes the
 // same bits; with AVX512-VNNI (or AVX-VNNI) one vpdpbusd a row does what four AVX2 instructions do.
 #if !defined(MARS_AMX) && defined(__AVX2__) && defined(__FMA__)
@@ -517,6 +517,9 @@ std::string flavor() { return "amx"; }
 #elif defined(__AVX512BF16__)
 bool available() { return true; }
 std::string flavor() { return "avx512_bf16"; }
+#elif defined(MARS_WIDEN) && defined(__AVX512F__)
+bool available() { return true; }
+std::string flavor() { return "avx512"; }
 #elif defined(MARS_WIDEN)
 bool available() { return true; }
 std::string flavor() { return "avx2"; }
@@ -558,7 +561,7 @@ void check_packed(const char* op, const at::Tensor& packed, int64_t n) {
   if (packed.scalar_type() == at::kChar) {
     TORCH_CHECK(packed.dim() == 3 && packed.size(2) == STRIP_BLOCK, op, ": packed has shape ", packed.sizes(),
                 ", not pack8's [strips, k / 32, ", STRIP_BLOCK, "]");
-    TORCH_CHECK(MARS_INT8, op, ": an int8 copy, and this build has no int8 path (AVX2 and AVX512-BF16 builds only)");
+    TORCH_CHECK(MARS_INT8, op, ": an int8 copy, and this build has no int8 path (every build but AMX's)");
     TORCH_CHECK(packed.is_contiguous(), op, ": packed is not contiguous");
     const int64_t strips = packed.size(0);
     TORCH_CHECK(n > 0 && n <= strips * STRIP && n > (strips - 1) * STRIP, op, ": n is ", n, ", packed's ", strips,
