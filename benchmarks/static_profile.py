@@ -3,6 +3,7 @@ on a CPU (--parts) the forward and the step around it split at their seams.
 
     python benchmarks/static_profile.py [--max-new-tokens 64] [--limit 4] [--out profile.txt]
     python benchmarks/static_profile.py --parts [--no-compile] [--forwards 300] [--max-new-tokens 64] [--out parts.json]
+    python benchmarks/static_profile.py --kernels [--rounds 41] [--out kernels.json]
 
 Decodes a few held-out prompts at batch 1 with one-token and verified decoding (B = 4), each with the dynamic and
 the static-shape decoder (Runtime.static: fixed widths, a cache allocated once, CUDA graphs on a GPU), and prints
@@ -21,6 +22,12 @@ per row the forwards, tokens per forward, milliseconds per forward, then the pro
   head (counted in a pass of its own, by the op and by the function that called it).
 Each part runs right after the last forward streamed the weights through the caches, as in decoding: the Python
 between kernels runs slower there than in a loop of its own. --out writes the report as JSON.
+
+--kernels, the rows kernel's ops alone (no model), on the embedded model's shapes, by the rows of a call: a layer's
+four products (q, k and v fused; o; gate and up fused; down: 8-bit weights where the build has the int8 path) 30 times,
+the weights warm in the caches (what rows cost, not the read), and attention (9 query heads over 3 key heads of 64,
+150 slots, each row seeing the slots up to its own) a layer; the fastest of --rounds, and the GMAC/s of the products.
+A build against another (another commit, MARS_ROWS_FLAVOR): run it in each, nothing else running.
 """
 
 from __future__ import annotations
@@ -177,6 +184,52 @@ def parts(model, tokenizer, runtime, args: argparse.Namespace) -> None:
         Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
 
 
+LAYER = {"qkv": (960, 576), "o": (576, 576), "gate_up": (3072, 576), "down": (576, 1536)}  # embedded model's [n, k]
+KERNEL_ROWS = (1, 2, 4, 8, 16, 24, 32)
+
+
+def fastest(call: Callable[[], object], rounds: int) -> float:
+    """Seconds of call's fastest round, after one that warms up."""
+    call()
+    times = []
+    for _ in range(rounds):
+        began = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - began)
+    return min(times)
+
+
+def kernels(args: argparse.Namespace) -> None:
+    """--kernels: the rows kernel's products and attention by rows, printed (and kept as JSON at --out)."""
+    from mars_core.runtime import rows
+
+    if not rows.rows_kernel():
+        sys.exit(f"no rows kernel here: {rows.why_not()}")
+    ops, g = torch.ops.mars_rows, torch.Generator().manual_seed(0)
+    int8 = bool(ops.int8_path())
+    packed = {name: ops.pack(ops.grid((torch.randn(n, k, generator=g) * 0.05).bfloat16()), int8)
+              for name, (n, k) in LAYER.items()}
+    macs = 30 * sum(n * k for n, k in LAYER.values())
+    report = {"flavor": rows.flavor(), "build": rows.build_id(), "int8": int8, "rounds": args.rounds, "by_rows": []}
+    for m in KERNEL_ROWS:
+        xs = {name: torch.randn(m, k, generator=g).bfloat16() for name, (n, k) in LAYER.items()}
+        products = fastest(lambda: [ops.linear(xs[name], packed[name], n, None)  # noqa: B023
+                                    for _ in range(30) for name, (n, k) in LAYER.items()], args.rounds)
+        q = torch.randn(1, 9, m, 64, generator=g).bfloat16()
+        k, v = (torch.randn(1, 3, 150, 64, generator=g).bfloat16() for _ in range(2))
+        mask = (torch.arange(150)[None, :] <= torch.arange(150 - m, 150)[:, None])[None, None]
+        attention = fastest(lambda: ops.attention(q, k, v, mask, 0.125), args.rounds * 30)  # noqa: B023
+        report["by_rows"].append({"rows": m, "products_ms": 1e3 * products, "gmac_s": m * macs / products / 1e9,
+                                  "attention_us": 1e6 * attention})
+    print(f"rows kernel {rows.flavor()} (build {rows.build_id()}), {'8-bit' if int8 else 'bf16'} weights, "
+          f"{torch.get_num_threads()} threads, fastest of {args.rounds} rounds")
+    for row in report["by_rows"]:
+        print(f"  {row['rows']:>2} rows: a layer's products x30 {row['products_ms']:7.2f} ms ({row['gmac_s']:6.1f} "
+              f"GMAC/s) · attention {row['attention_us']:6.1f} us a layer")
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default=None)
@@ -187,7 +240,12 @@ def main() -> None:
     p.add_argument("--parts", action="store_true", help="instead: the CPU forward and its step split at their seams")
     p.add_argument("--no-compile", action="store_true", help="--parts: the eager forward (prepare() alone)")
     p.add_argument("--forwards", type=int, default=300, help="--parts: forwards timed, after 20 that warm up")
+    p.add_argument("--kernels", action="store_true", help="instead: the rows kernel's ops alone, by rows")
+    p.add_argument("--rounds", type=int, default=41, help="--kernels: timed rounds (the fastest kept)")
     args = p.parse_args()
+    if args.kernels:
+        kernels(args)
+        return
     model, tokenizer = load(args.model, dtype=args.dtype)
     runtime = prepare(model)
     if args.parts:

@@ -94,3 +94,24 @@ def test_static_profile_parts_runs_on_a_tiny_model(tiny_model, tmp_path):
     assert report["step"]["ops_a_forward"] > 0 and report["step"]["forwards"] >= 1
     assert any(caller.startswith("sliding.py") for caller in report["step"]["callers"])
     assert "torch ops a forward outside the decoder and head" in done.stdout
+
+
+def test_static_profile_kernels_times_the_rows_kernels_ops_by_rows(tmp_path):
+    """--kernels: a layer's products and attention timed at each row count on the build this CPU runs (its flavor and
+    build named), more rows costing more; where no rows kernel builds, it says why and fails."""
+    from mars_core.runtime import rows
+
+    out = tmp_path / "kernels.json"
+    done = run(sys.executable, str(BENCHMARKS / "static_profile.py"), "--kernels", "--rounds", "1", "--out", str(out))
+    if not rows.rows_kernel():
+        assert done.returncode != 0 and "no rows kernel here" in done.stderr
+        return
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["flavor"] == rows.flavor() and report["build"] == rows.build_id()
+    by_rows = report["by_rows"]
+    assert [r["rows"] for r in by_rows] == [1, 2, 4, 8, 16, 24, 32]
+    assert all(r["products_ms"] > 0 and r["attention_us"] > 0 and r["gmac_s"] > 0 for r in by_rows)
+    assert by_rows[-1]["products_ms"] > by_rows[0]["products_ms"] and by_rows[-1]["attention_us"] > by_rows[0][
+        "attention_us"]
+    assert f"rows kernel {rows.flavor()}" in done.stdout
