@@ -12,7 +12,7 @@ from studio import engine, models
 def compile_by_default(dtype: str | None = None) -> bool:
     """--compile's default: MARS_COMPILE where set ("1" on, "0" off), else only where the compiled forward was measured
     (docs/speed.md#the-forward-compiled): bf16 (--dtype auto or bf16) on our rows kernel, a CPU with AMX,
-    AVX512-BF16 or AVX2, no GPU, the kernel not turned off (MARS_ROWS_KERNEL=0). Off elsewhere: a GPU's static
+    AVX512-BF16, AVX-512 or AVX2, no GPU, the kernel not turned off (MARS_ROWS_KERNEL=0). Off elsewhere: a GPU's static
     decoders run CUDA graphs, and an fp32 CPU's compiled forward is not measured."""
     chosen = os.environ.get("MARS_COMPILE")
     if chosen is not None:
@@ -53,8 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                         help="compile the forward in the background once a model is ready (inductor, kept under "
                              "MARS_CACHE; docs/speed.md#the-forward-compiled); Runs are served uncompiled meanwhile. "
-                             "Default: where it was measured, bf16 on a CPU with AMX or AVX512-BF16 (our rows kernel) "
-                             "and no GPU, else off (env MARS_COMPILE=1 or 0 decides instead)")
+                             "Default: where it was measured, bf16 on our rows kernel (AMX, AVX512-BF16, AVX-512 or "
+                             "AVX2) and no GPU, else off (env MARS_COMPILE=1 or 0 decides instead)")
     parser.add_argument("--concurrency", type=int, default=int(os.environ.get("MARS_CONCURRENCY", "4")),
                         help="generations served at once (the queue holds the rest)")
     parser.add_argument("--batching", action=argparse.BooleanOptionalAction,

@@ -102,7 +102,7 @@ def test_static_profile_kernels_times_the_rows_kernels_ops_by_rows(tmp_path):
     from mars_core.runtime import rows
 
     out = tmp_path / "kernels.json"
-    done = run(sys.executable, str(BENCHMARKS / "static_profile.py"), "--kernels", "--rounds", "1", "--out", str(out))
+    done = run(sys.executable, str(BENCHMARKS / "static_profile.py"), "--kernels", "--rounds", "3", "--out", str(out))
     if not rows.rows_kernel():
         assert done.returncode != 0 and "no rows kernel here" in done.stderr
         return

@@ -284,6 +284,19 @@ void panels(const PanelJob& job, float* scratch, int64_t p0, int64_t p1, const E
 
 #endif
 
+#if defined(__AVX2__)  // also the AVX2 attention's (store8)
+// 8 fp32 to bf16 as c10::BFloat16(float) rounds them (round to nearest even on the bits; a NaN to 0x7FC0), stored at out
+inline void store_bf16x8(c10::BFloat16* out, __m256 f) {
+  const __m256i u = _mm256_castps_si256(f);
+  const __m256i bias = _mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1)),
+                                        _mm256_set1_epi32(0x7FFF));
+  const __m256i r = _mm256_blendv_epi8(_mm256_srli_epi32(_mm256_add_epi32(u, bias), 16), _mm256_set1_epi32(0x7FC0),
+                                       _mm256_castps_si256(_mm256_cmp_ps(f, f, _CMP_UNORD_Q)));
+  const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), packed);
+}
+#endif
+
 #ifdef MARS_INT8_PATH
 // 8-bit weights (pack8) times rows of x quantized to int8, each row on its own (quantize_rows): integer dot products.
 #if defined(MARS_VNNI) && defined(__AVX512VL__)
@@ -353,16 +366,6 @@ inline void quantize_block(const c10::BFloat16* x, int8_t* q, float* scale) {
   *scale = m / 127.f;
 }
 
-// 8 fp32 to bf16 as c10::BFloat16(float) rounds them (round to nearest even on the bits; a NaN to 0x7FC0), stored at out
-inline void store_bf16x8(c10::BFloat16* out, __m256 f) {
-  const __m256i u = _mm256_castps_si256(f);
-  const __m256i bias = _mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1)),
-                                        _mm256_set1_epi32(0x7FFF));
-  const __m256i r = _mm256_blendv_epi8(_mm256_srli_epi32(_mm256_add_epi32(u, bias), 16), _mm256_set1_epi32(0x7FC0),
-                                       _mm256_castps_si256(_mm256_cmp_ps(f, f, _CMP_UNORD_Q)));
-  const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), packed);
-}
 
 // Where row m's block b of quantized x lies (quantize_rows): rows in groups of QROWS (the last one fewer), a group's
 // blocks in k order, each block's rows side by side, so a kernel reads a group's rows at fixed offsets from one
