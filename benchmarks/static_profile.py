@@ -54,6 +54,7 @@ from mars_core import generate, load, prepare  # noqa: E402
 from mars_core.evaluation.bench import forward_after_prefix  # noqa: E402
 from mars_core.evaluation.prompts import prompt_set  # noqa: E402
 from mars_core.machine import machine_line  # noqa: E402
+from mars_core.runtime.timing import fastest_seconds  # noqa: E402
 
 compiled_module = importlib.import_module("mars_core.runtime.compiled")
 forward_module = importlib.import_module("mars_core.runtime.forward")
@@ -188,17 +189,6 @@ LAYER = {"qkv": (960, 576), "o": (576, 576), "gate_up": (3072, 576), "down": (57
 KERNEL_ROWS = (1, 2, 4, 8, 16, 24, 32)
 
 
-def fastest(call: Callable[[], object], rounds: int) -> float:
-    """Seconds of call's fastest round, after one that warms up."""
-    call()
-    times = []
-    for _ in range(rounds):
-        began = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - began)
-    return min(times)
-
-
 def kernels(args: argparse.Namespace) -> None:
     """--kernels: the rows kernel's products and attention by rows, printed (and kept as JSON at --out)."""
     from mars_core.runtime import rows
@@ -213,12 +203,12 @@ def kernels(args: argparse.Namespace) -> None:
     report = {"flavor": rows.flavor(), "build": rows.build_id(), "int8": int8, "rounds": args.rounds, "by_rows": []}
     for m in KERNEL_ROWS:
         xs = {name: torch.randn(m, k, generator=g).bfloat16() for name, (n, k) in LAYER.items()}
-        products = fastest(lambda: [ops.linear(xs[name], packed[name], n, None)  # noqa: B023
+        products = fastest_seconds(lambda: [ops.linear(xs[name], packed[name], n, None)  # noqa: B023
                                     for _ in range(30) for name, (n, k) in LAYER.items()], args.rounds)
         q = torch.randn(1, 9, m, 64, generator=g).bfloat16()
         k, v = (torch.randn(1, 3, 150, 64, generator=g).bfloat16() for _ in range(2))
         mask = (torch.arange(150)[None, :] <= torch.arange(150 - m, 150)[:, None])[None, None]
-        attention = fastest(lambda: ops.attention(q, k, v, mask, 0.125), args.rounds * 30)  # noqa: B023
+        attention = fastest_seconds(lambda: ops.attention(q, k, v, mask, 0.125), args.rounds * 30)  # noqa: B023
         report["by_rows"].append({"rows": m, "products_ms": 1e3 * products, "gmac_s": m * macs / products / 1e9,
                                   "attention_us": 1e6 * attention})
     print(f"rows kernel {rows.flavor()} (build {rows.build_id()}), {'8-bit' if int8 else 'bf16'} weights, "

@@ -366,7 +366,6 @@ inline void quantize_block(const c10::BFloat16* x, int8_t* q, float* scale) {
   *scale = m / 127.f;
 }
 
-
 // Where row m's block b of quantized x lies (quantize_rows): rows in groups of QROWS (the last one fewer), a group's
 // blocks in k order, each block's rows side by side, so a kernel reads a group's rows at fixed offsets from one
 // pointer (a pointer a row spilled GCC's general registers into vector ones, a move each per block and row)
