@@ -16,6 +16,9 @@ from typing import Any
 import torch
 
 ISA_FLAGS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")  # /proc/cpuinfo flags, fastest kind first
+# each kind in a page's words, in ISA_FLAGS' order, by the name of the rows kernel's build for it (runtime/rows.py):
+# the one table the machine lines, the records' tables and the app's small print read
+NAMES = {"amx": "AMX", "avx512_bf16": "AVX512-BF16", "avx512": "AVX-512", "avx2": "AVX2"}
 
 
 COMPILERS = ("c++", "g++", "clang++", "cl")  # what torch's C++ builds (our rows kernel, inductor's loops) call
@@ -73,10 +76,9 @@ def machine_line(info: dict[str, Any]) -> str:
     where = info.get("gpu") or info["cpu"]
     isa = f" ({', '.join(info['isa'])})" if info.get("isa") and "gpu" not in info else ""
     dtype = f", {info['dtype']}" if info.get("dtype") else ""
-    linear = {"onednn_packed": ", oneDNN-packed linear", "amx_rows": ", AMX rows linear",
-              "avx512_bf16_rows": ", AVX512-BF16 rows linear", "avx512_rows": ", AVX-512 rows linear",
-              "avx2_rows": ", AVX2 rows linear"}.get(
-        info.get("linear"), "")
+    kernel = str(info.get("linear", ""))
+    rows = NAMES.get(kernel.removesuffix("_rows")) if kernel.endswith("_rows") else None
+    linear = ", oneDNN-packed linear" if kernel == "onednn_packed" else f", {rows} rows linear" if rows else ""
     if linear and info.get("weight_bits") == 8:
         linear += " (8-bit weights)"
     if linear and info.get("packed_from_rows", 1) > 1:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from ..machine import cpu_flags, cxx_compiler
+from ..machine import NAMES, cpu_flags, cxx_compiler
 from .timing import cache_root
 
 SOURCE = Path(__file__).with_name("kernels") / "rows.cpp"
@@ -30,7 +30,6 @@ FLAGS = ("-O3", "-march=native", "-fopenmp")  # native: built on the machine tha
 # this CPU has is the one built, unless MARS_ROWS_FLAVOR names another it has
 FLAVORS = {"amx": {"amx_bf16", "amx_tile"}, "avx512_bf16": {"avx512_bf16", "avx512f"},
            "avx512": {"avx512f", "avx2", "fma"}, "avx2": {"avx2", "fma"}}  # avx512: what rows.cpp needs (F alone)
-NAMES = {"amx": "AMX", "avx512_bf16": "AVX512-BF16", "avx512": "AVX-512", "avx2": "AVX2"}  # in a page's words
 # what a flavor asked for adds to FLAGS: AVX512-BF16 on an AMX CPU is built without the AMX path, AVX-512 without
 # BF16 and AMX, AVX2 on an AVX-512 CPU without AVX-512, AVX-VNNI and AMX at all (the compiler may then use none of
 # their instructions in the kernel)

@@ -14,12 +14,13 @@ import re
 from pathlib import Path
 from typing import Any, Iterable
 
+from ...machine import ISA_FLAGS, NAMES
+
 DASH = "–"  # a cell with nothing measured
-ISA_NAMES = {"amx_bf16": "AMX", "avx512_bf16": "AVX512-BF16", "avx512f": "AVX-512", "avx2": "AVX2"}  # fastest first
+ISA_NAMES = dict(zip(ISA_FLAGS, NAMES.values()))  # a kind's /proc/cpuinfo flag -> its name, fastest first
 DTYPES = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16"}
-LINEARS = {"amx_rows": "AMX rows kernel", "avx512_bf16_rows": "AVX512-BF16 rows kernel",
-           "avx512_rows": "AVX-512 rows kernel", "avx2_rows": "AVX2 rows kernel", "onednn_packed": "oneDNN, packed",
-           "torch": "torch's own"}
+LINEARS = {**{f"{kind}_rows": f"{name} rows kernel" for kind, name in NAMES.items()},
+           "onednn_packed": "oneDNN, packed", "torch": "torch's own"}
 SPLITS = {"heldout": "held-out", "never_trained": "never-trained"}
 
 
