@@ -7,6 +7,7 @@ The UI only: every token comes from mars_core. Run `python app.py [--model PATH_
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 
 import gradio as gr
@@ -68,6 +69,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     models.CONFIG = cli.app_config(parser, args)
+    sys.setswitchinterval(models.SWITCH_SECONDS)  # races keep their pace beside Python-bound work (the compile)
     if args.record_example:
         print(f"recorded {race.record_example()}")
         return

@@ -70,7 +70,19 @@ def key_of(name: str | None) -> str:
     return name or DEFAULT
 
 
-_LOAD_LOCK = threading.Lock()
+# one model prepared or compiled at a time (held for the minute either may take on a first start): two at once on 2
+# cores each take twice as long, and a compile's trace guards torch's global state, which a model's loading changes
+# (transformers sets the default dtype while it builds a model): traced across one, the compile failed and the app
+# served that model uncompiled from then on
+PREPARE_LOCK = threading.Lock()
+# the app-wide tables (generation slots, schedulers) found or made: held for microseconds, never while a model loads,
+# so a Run on a ready model starts while another loads (the Train tab's base model, prepared at start)
+_TABLES_LOCK = threading.Lock()
+# how long a thread may keep the interpreter while another waits for it (sys.setswitchinterval; Python's own: 5 ms),
+# set by app.main. A forward lets it go in every torch op and waits for it back after: beside a thread that runs
+# Python without pause (the compile's tracing, a model's preparation: the app's first minute) every op waited up to
+# the interval, and a race crawled at 0.1-0.2 tokens/s; at 0.1 ms it keeps a third of its pace (docs/app.md#launching)
+SWITCH_SECONDS = 1e-4
 T = TypeVar("T")  # a frame: what a handler yields to the page
 TRACKER = LoadTracker()  # the one shared counter: generations running now, for "adapt to load"
 _SLOTS: dict[int, threading.Semaphore] = {}
@@ -79,7 +91,7 @@ _SLOTS: dict[int, threading.Semaphore] = {}
 def slots() -> threading.Semaphore:
     """The app-wide generation slots (CONFIG.concurrency of them). Handlers take one inside, rather than waiting
     in Gradio's queue, so a race exists from the moment it is submitted (see race.race)."""
-    with _LOAD_LOCK:
+    with _TABLES_LOCK:
         return _SLOTS.setdefault(CONFIG.concurrency, threading.Semaphore(CONFIG.concurrency))
 
 
@@ -254,7 +266,7 @@ def get_model(name: str | None) -> tuple[Any, Any]:
     the log) and cached; a ValueError says why loading failed."""
     key = key_of(name)
     if key not in MODELS:
-        with _LOAD_LOCK:
+        with PREPARE_LOCK:
             if key not in MODELS:
                 check_model_choice(name)
                 steps = stages(name)
@@ -279,9 +291,7 @@ def get_model(name: str | None) -> tuple[Any, Any]:
 
 BACKGROUND: dict[str, float] = {}  # work the page waits on besides the models (its line on the status, when it began)
 COMPILING: dict[str, tuple[str, float, float]] = {}  # by name while its forward compiles: (stage, began, stage began)
-# one compile at a time: two at once on 2 cores each take twice as long, so the first model served waited for both
-ONE_COMPILE = threading.Lock()
-WAITING = "waiting for another model's compile to end (one at a time)"
+COMPILE_WAITING = "waiting for another model's preparation or compile to end (one at a time)"
 
 
 def compile_in_background(key: str) -> None:
@@ -290,7 +300,7 @@ def compile_in_background(key: str) -> None:
     uncompiled forward serves and the runtime's forward_note says why."""
     model, runtime = MODELS[key][0], RUNTIMES[key]
     began = time.monotonic()
-    COMPILING[key] = (WAITING, began, began)
+    COMPILING[key] = (COMPILE_WAITING, began, began)
 
     def work() -> None:
         from dataclasses import replace
@@ -298,14 +308,14 @@ def compile_in_background(key: str) -> None:
         from mars_core.runtime.compiled import compile_runtime
 
         try:  # COMPILING forgets the key whatever happens: wait_compiled and the page's status wait on it
-            with ONE_COMPILE:
+            with PREPARE_LOCK:
                 COMPILING[key] = ("compiling", began, time.monotonic())
                 try:
                     done = compile_runtime(model, runtime, progress=lambda stage: COMPILING.__setitem__(
                         key, (stage, began, time.monotonic())))
                 except Exception as err:  # noqa: BLE001 - whatever fails, the uncompiled forward serves and says why
                     done = replace(runtime, forward_note=f"uncompiled: {type(err).__name__}: {err}"[:300])
-            RUNTIMES[key] = done
+                RUNTIMES[key] = done
         finally:
             COMPILING.pop(key, None)
         log.info("model %s forward: %s (%.0f s)", key, done.forward_note, time.monotonic() - began)
@@ -322,7 +332,7 @@ def wait_compiled(name: str | None, poll: float = 0.5) -> None:
 
 def forward_note(name: str | None) -> str:
     """What runs a served model's forward, for the small print: "compiled …", "compiling (…)" or "uncompiled…", and
-    where its linear layers run on our rows kernel (AMX, AVX512-BF16 or AVX2; 8-bit weights where so served), that."""
+    where its linear layers run on our rows kernel (machine.NAMES' builds; 8-bit weights where so served), that."""
     key = key_of(name)
     runtime = RUNTIMES.get(key)
     ours = runtime is not None and runtime.rows_linears
@@ -351,7 +361,7 @@ def scheduler(name: str | None) -> Scheduler:
     old one ends with its requests)."""
     model, tokenizer = get_model(name)
     key = key_of(name)
-    with _LOAD_LOCK:
+    with _TABLES_LOCK:
         runtime = RUNTIMES.get(key)
         found = SCHEDULERS.get(key)
         if found is None or found[0] is not model or found[1] is not runtime:

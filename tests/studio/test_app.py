@@ -362,6 +362,34 @@ def test_models_load_once_per_name(monkeypatch, tiny):
     del models.MODELS["other"]
 
 
+def test_a_race_on_a_ready_model_starts_while_another_model_loads(monkeypatch, tiny):
+    """The app prepares the Train tab's base model at start (up to a minute on a first start): a race on the served
+    model neither waits for it nor blocks it (the generation slots and schedulers are found under a lock of their own,
+    never the one a model's preparation holds)."""
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_load(name=None, **kwargs):
+        entered.set()
+        release.wait(30)
+        return tiny
+
+    monkeypatch.setattr(models, "load", slow_load)
+    for table in (models.MODELS, models.RUNTIMES, models.PREPARING):
+        monkeypatch.delitem(table, "other", raising=False)
+    loading = threading.Thread(target=models.get_model, args=("other",), daemon=True)
+    loading.start()
+    try:
+        assert entered.wait(10)  # "other" is loading now, and stays so until released
+        began = time.monotonic()
+        trace = final(list(race.race(PROMPT, 0.9, 4, 0.0, 8, False, race_state.RaceSession())))
+        assert trace["status"] == "done" and time.monotonic() - began < 20 and loading.is_alive()
+    finally:
+        release.set()
+        loading.join(30)
+        for table in (models.MODELS, models.RUNTIMES, models.PREPARING):
+            table.pop("other", None)
+
+
 def test_separate_ar_model(monkeypatch, tiny):
     monkeypatch.setitem(models.MODELS, "ar-tiny", tiny)
     monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="tiny", ar_model="ar-tiny"))
@@ -591,6 +619,7 @@ def test_walkthrough_and_sweep_wait_for_a_free_generation_slot(monkeypatch):
         walking = walkthrough.walk_steps(PROMPT, 0.3, 4, 8)
         sweeping = explorer.sweep("1, 0.3", 4, 8, ["lists"], 2, progress=lambda *a, **k: None)
         assert models.WAITING in next(walking)[0] and next(sweeping)[3] == models.WAITING
+        assert "free generation slot" in models.WAITING  # not a compile's notice
         assert models.TRACKER.active == 0
         sweeping.close()
     finally:
@@ -722,10 +751,13 @@ def test_main_honours_env_and_flags(monkeypatch):
             launched.update(kwargs)
 
     monkeypatch.setattr(app, "build_ui", lambda: Demo())
+    # the interpreter's switch interval (this test process keeps its own)
+    monkeypatch.setattr(app.sys, "setswitchinterval", lambda seconds: launched.update(switch=seconds))
     monkeypatch.setenv("GRADIO_SERVER_NAME", "0.0.0.0")
     monkeypatch.setenv("GRADIO_SERVER_PORT", "7999")
     app.main(["--no-preload", "--model", "tiny", "--ar-model", "tiny", "--concurrency", "2"])
     assert launched["server_name"] == "0.0.0.0" and launched["server_port"] == 7999
+    assert launched["switch"] == models.SWITCH_SECONDS < 1e-3  # races keep their pace beside Python-bound work
     assert models.CONFIG == models.AppConfig(model="tiny", ar_model="tiny", concurrency=2)
     app.main(["--no-preload", "--port", "7123"])
     assert launched["server_port"] == 7123 and models.CONFIG.model is None

@@ -94,7 +94,9 @@ def test_the_train_race_runs_before_and_after_on_the_served_path(served_on, monk
 
 def test_a_compiled_forward_serves_once_compiled_in_the_background(monkeypatch):
     """--compile: the model serves uncompiled while its forward compiles, the status line says so, then the race runs
-    on the compiled forward, still giving verified AR's answer, and the small print names it."""
+    on the compiled forward, still giving verified AR's answer, and the small print names it. A compile and a model's
+    preparation never overlap (models.PREPARE_LOCK: a load changes the global state a compile's trace guards)."""
+    import threading
     import time
 
     import torch
@@ -106,15 +108,30 @@ def test_a_compiled_forward_serves_once_compiled_in_the_background(monkeypatch):
     monkeypatch.setitem(models.RUNTIMES, "tiny", prepare(model, measure_cost=False))
     monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="tiny", compile=True))
     monkeypatch.setattr(lanes, "FRAME_SECONDS", 0.0)
-    with models.ONE_COMPILE:  # another model compiling: this one waits its turn and says so
+    with models.PREPARE_LOCK:  # another model preparing or compiling: this one waits its turn and says so
         models.compile_in_background("tiny")
         time.sleep(0.2)
-        assert models.WAITING in models.status_markdown()[0] and models.WAITING in models.forward_note("tiny")
+        waiting = models.COMPILE_WAITING
+        assert waiting in models.status_markdown()[0] and waiting in models.forward_note("tiny")
     assert "Compiling" in models.status_markdown()[0] and models.forward_note("tiny").startswith("uncompiled while")
+    while models.COMPILING.get("tiny", ("",))[0] == models.COMPILE_WAITING:
+        time.sleep(0.01)
+    loaded_while: list[bool] = []  # a model asked for now is prepared once the compile has ended
+    monkeypatch.setattr(models, "load", lambda name=None: loaded_while.append(models.RUNTIMES["tiny"].compiled is None)
+                        or (model, tok))
+    for table in (models.MODELS, models.RUNTIMES, models.PREPARING):
+        monkeypatch.delitem(table, "other", raising=False)
+    monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="tiny"))  # "other" is not compiled once prepared
+    loading = threading.Thread(target=models.get_model, args=("other",), daemon=True)
+    loading.start()
     began = time.monotonic()
     while "tiny" in models.COMPILING and time.monotonic() - began < 300:
         time.sleep(0.5)
+    loading.join(60)
+    assert loaded_while == [False]
     assert models.RUNTIMES["tiny"].compiled is not None, models.forward_note("tiny")
+    for table in (models.MODELS, models.RUNTIMES, models.PREPARING):
+        table.pop("other", None)
     assert models.forward_note("tiny").startswith("compiled") and "Compiling" not in models.status_markdown()[0]
     keep: dict = {}
     controls = {k: DecodeControl(threshold=t) for k, t in (("ar", 1.0), ("mars", 0.9), ("verified", 0.3))}
