@@ -81,7 +81,7 @@ _TABLES_LOCK = threading.Lock()
 # how long a thread may keep the interpreter while another waits for it (sys.setswitchinterval; Python's own: 5 ms),
 # set by app.main. A forward lets it go in every torch op and waits for it back after: beside a thread that runs
 # Python without pause (the compile's tracing, a model's preparation: the app's first minute) every op waited up to
-# the interval, and a race crawled at 0.1-0.2 tokens/s; at 0.1 ms it keeps a third of its pace (docs/app.md#launching)
+# the interval, and a race crawled (what it measured: CHANGELOG, docs/app.md#launching)
 SWITCH_SECONDS = 1e-4
 T = TypeVar("T")  # a frame: what a handler yields to the page
 TRACKER = LoadTracker()  # the one shared counter: generations running now, for "adapt to load"
