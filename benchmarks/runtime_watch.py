@@ -71,7 +71,7 @@ def held(model, tokenizer, runtime, threads: int, long_prompt: str) -> dict:
 def check_seconds(model, tokenizer, runtime, prompt: str) -> dict:
     """refresh()'s seconds before a decode (nothing changed), its two parts, and a 64-token verified decode's."""
     from mars_core.runtime import refresh
-    from mars_core.runtime.watch import digest, make_of
+    from mars_core.runtime.watch import digests, make_of
 
     def median(work, rounds: int = 30) -> float:
         times = []
@@ -88,7 +88,7 @@ def check_seconds(model, tokenizer, runtime, prompt: str) -> dict:
 
     forwards = decode().forwards
     return {"refresh_ms": round(median(lambda: refresh(model, runtime)) * 1e3, 2),
-            "digests_ms": round(median(lambda: [digest(w) for w in weights]) * 1e3, 2),
+            "digests_ms": round(median(lambda: digests(weights)) * 1e3, 2),
             "make_ms": round(median(lambda: make_of(model)) * 1e3, 2),
             "weights_mb": round(sum(w.nbytes for w in weights) / 1e6, 1),
             "decode_ms": round(median(decode, 5) * 1e3, 1), "decode_forwards": forwards}

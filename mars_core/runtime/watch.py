@@ -4,7 +4,8 @@ parameters' shapes) kept true to the model as it is now, checked at the start of
 A write in place can pass every signal torch gives: `w.data.neg_()` or peft's merge (`weight.data += delta`) moves no
 version counter and keeps the storage. So refresh() reads what the runtime holds copies of, once per decode
 (decoding/feed.py), before its first forward: a 64-bit xxh3 digest of each packed weight's bytes against the one taken
-when it was packed (one pass over those weights; its cost by machine: docs/speed.md#what-the-runtime-keeps-is-checked).
+when it was packed (one pass over those weights, torch's threads reading parts of it at once: digests(); its cost by
+machine: docs/speed.md#what-the-runtime-keeps-is-checked).
 A weight changed by any route (`.data`, `copy_`, a peft merge, an optimizer step, `load_state_dict`) is packed anew,
 its siblings with it; a layer swapped in is packed, one gone is dropped. Within a decode, a write that moves the
 version counter or the storage (an optimizer step, `copy_`, `.data = ...`) is served by torch's own kernel from the
@@ -17,8 +18,10 @@ old make, no longer speaks for it (Runtime.guarantee says so) until the model is
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 import xxhash
@@ -33,6 +36,33 @@ def digest(w: torch.Tensor) -> int:
     if not data.is_contiguous():
         data = data.contiguous()
     return xxhash.xxh3_64_intdigest(data.view(torch.uint8).reshape(-1).numpy())
+
+
+def digests(weights: list[torch.Tensor]) -> list[int]:
+    """digest() of each weight, the list cut into runs of about equal bytes, one a thread of torch's (at most 4),
+    hashed at once: xxh3 lets Python's lock go while it reads, and one thread alone draws not all the memory's speed."""
+    parts = max(1, min(4, torch.get_num_threads(), len(weights)))
+    if parts == 1:
+        return [digest(w) for w in weights]
+    runs = _cut(weights, parts)
+    theirs = [_helpers(parts - 1).submit(lambda run: [digest(w) for w in run], run) for run in runs[1:]]
+    mine = [digest(w) for w in runs[0]]
+    return [*mine, *(h for f in theirs for h in f.result())]
+
+
+@functools.cache
+def _helpers(count: int) -> ThreadPoolExecutor:
+    """`count` threads that hash beside the caller's (made once a count, idle between checks)."""
+    return ThreadPoolExecutor(count, "mars-digest")
+
+
+def _cut(weights: list[torch.Tensor], parts: int) -> list[list[torch.Tensor]]:
+    """The weights in order, cut into `parts` runs of about equal bytes (a run may be empty)."""
+    total, runs, seen = sum(w.nbytes for w in weights), [[] for _ in range(parts)], 0
+    for w in weights:  # a weight joins the run its first byte falls in
+        runs[min(parts - 1, seen * parts // max(total, 1))].append(w)
+        seen += w.nbytes
+    return runs
 
 
 def make_of(model: torch.nn.Module) -> Make:
@@ -92,7 +122,7 @@ def stamp(model: torch.nn.Module, runtime: Runtime) -> None:
     with watch.lock:
         watch.make = make_of(model)
         watch.packs = bool(runtime.linears)
-        watch.digests = {key: digest(e.weight) for key, e in runtime.linears.items()}
+        watch.digests = dict(zip(runtime.linears, digests([e.weight for e in runtime.linears.values()])))
 
 
 def refresh(model: torch.nn.Module, runtime: Runtime) -> None:
@@ -121,9 +151,11 @@ def _repack(model: torch.nn.Module, runtime: Runtime) -> None:
     """Pack anew the layers whose weight changed since packed (a sibling's change repacks its group), pack new ones,
     drop those the model no longer has; the rows kernel's copies then lie in one new block, registered anew
     (linear.rows_in_one_block)."""
-    linears, digests = runtime.linears, runtime.watch.digests
+    linears, kept = runtime.linears, runtime.watch.digests
     weights = {id(lin.weight): lin.weight for layers in runtime.watch.groups for lin in layers}
-    stale = {key for key, w in weights.items() if _changed(linears.get(key), w, digests.get(key))}
+    stale = {key for key, w in weights.items() if _moved(linears.get(key), w)}
+    held = [key for key in weights if key not in stale]  # the same tensor, storage and version: are its bytes?
+    stale |= {key for key, now in zip(held, digests([weights[key] for key in held])) if now != kept.get(key)}
     gone = [key for key in linears if key not in weights]
     if not stale and not gone:
         return
@@ -131,13 +163,12 @@ def _repack(model: torch.nn.Module, runtime: Runtime) -> None:
     linears.update(fresh)
     for key in [*gone, *(stale - fresh.keys())]:  # gone, or changed and not packed again: no copy answers for it
         linears.pop(key, None)
-        digests.pop(key, None)
-    digests.update({key: digest(e.weight) for key, e in fresh.items()})
+        kept.pop(key, None)
+    kept.update(zip(fresh, digests([e.weight for e in fresh.values()])))
     rows_in_one_block(linears)  # the copies packed anew join the rest in one block (the old one is freed); registered
 
 
-def _changed(entry, w: torch.Tensor, kept: int | None) -> bool:
-    """Whether w's packed copy (entry) no longer answers for it: none, another tensor or storage, its version moved,
-    or its bytes differ from those it was packed from."""
-    return (entry is None or entry.weight is not w or entry.ptr != w.data_ptr() or entry.version != version(w)
-            or kept != digest(w))
+def _moved(entry, w: torch.Tensor) -> bool:
+    """Whether w's packed copy (entry) no longer answers for it by what torch says: none, another tensor or storage, or
+    its version moved (the bytes are read after: _repack)."""
+    return entry is None or entry.weight is not w or entry.ptr != w.data_ptr() or entry.version != version(w)

@@ -237,3 +237,23 @@ def test_a_changed_weight_that_cannot_be_packed_again_loses_its_copy(tokenizer, 
     refresh(model, runtime)
     assert id(w) not in runtime.linears and id(w) not in runtime.watch.digests
     assert answers(model, tokenizer, runtime) == fresh(model, tokenizer, tmp_path)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 4])
+def test_digests_read_every_weight_in_order_whatever_the_threads(threads, monkeypatch):
+    """digests() hashes runs of the list in torch's threads at once: the digests are digest()'s, in the list's order,
+    and a change of one byte in any run (the helpers' too) shows in its weight's digest and no other."""
+    from mars_core.runtime.watch import digest, digests
+
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    torch.manual_seed(0)
+    weights = [torch.randn(n, 8, dtype=torch.bfloat16) for n in (1, 300, 7, 64, 2, 900, 3)]
+    assert digests([]) == []
+    assert digests(weights[:1]) == [digest(weights[0])]
+    before = digests(weights)
+    assert before == [digest(w) for w in weights] and len(set(before)) == len(weights)
+    for i in (0, len(weights) // 2, len(weights) - 1):
+        weights[i].data.view(torch.int16)[-1, -1] ^= 1  # the last value's lowest bit, through .data
+        after = digests(weights)
+        assert [j for j, (a, b) in enumerate(zip(before, after)) if a != b] == [i]
+        before = after
