@@ -225,12 +225,17 @@ def watch(records_dir: Path) -> str:
             " / ".join(f"{R.num(c['digests_ms'])} + {R.num(c['make_ms'])}" for c in checks if c) or R.DASH,
             (f"{R.times(share['checked_over_unchecked_time'])} (passes "
              f"{', '.join(R.times(x, 3) for x in share['checked_over_unchecked_time_by_pass'])})") if share else R.DASH,
-            f"+{R.num(rec['eager']['held_mb'], 0)} / +{R.num(rec['compiled']['held_mb'], 0)}",
+            " / ".join(_signed(rec[k]["held_mb"]) for k in ("eager", "compiled")),
             f"`{name}`, {R.provenance(rec)}",
         ])
     return R.table(("machine", "check before a decode, ms (eager / compiled)",
                     "of it: the weights' digests + the model's make, ms", "verified decoding's time, checked ÷ not",
                     "MB held after four threads' long prompts (eager / compiled)", "record"), rows)
+
+
+def _signed(mb: float) -> str:
+    """Megabytes held as a change: +25, −111 (the process gave memory back)."""
+    return f"{'+' if mb >= 0 else '−'}{R.num(abs(mb), 0)}"
 
 
 def _cell(record: dict[str, Any], method: str, batch: int = 1, weights: str | None = None) -> float | None:
