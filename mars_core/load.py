@@ -278,7 +278,7 @@ def _gguf_read_once() -> Iterator[None]:
     """While transformers converts a GGUF file, gguf's reader is made once a file and its tensor-name map once an
     architecture: transformers reads the file anew for the config, the weights and the tokenizer (all ~100k vocabulary
     strings each time) and builds the name map once per module (397 times for SmolLM2), all for the same answers (both
-    read-only). The same files are written, in under half the time (CHANGELOG, 2026-12-01)."""
+    read-only). The same files are written (what it saves: CHANGELOG)."""
     import gguf
 
     with _GGUF_PATCH:
