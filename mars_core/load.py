@@ -208,7 +208,7 @@ def rows_kernel_serves(device: torch.device) -> bool:
     return rows.flavor() is not None and rows.rows_kernel()
 
 
-def _build_rows_kernel_meanwhile(device: torch.device) -> None:
+def build_rows_kernel_meanwhile(device: torch.device) -> None:
     """Where the rows kernel must still be built here (one compiler process), start the build in a
     thread, so that converting the model runs beside it on the other core; its first user waits for it (rows.why_not
     holds a lock)."""
@@ -406,7 +406,7 @@ def load(
     from .runtime.grid import resolve_weights, round_to_grid
 
     device = resolve_device(device)
-    _build_rows_kernel_meanwhile(device)
+    build_rows_kernel_meanwhile(device)
     source = resolve_source(name_or_path)  # the default model converted and merged once, while the kernel builds
     torch_dtype = resolve_dtype(dtype, device)
     bits = resolve_weights(weights or os.environ.get("MARS_WEIGHTS"), torch_dtype) if device.type == "cpu" else "bf16"

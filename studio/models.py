@@ -213,8 +213,18 @@ def stages(name: str | None) -> list[tuple[str, Callable[[], Any]]]:
     for extra in EXTRA_STAGES:  # the race's llama.cpp engines (studio.engine)
         steps += extra(name)
     if rows.must_build():
+        if steps:  # the kernel's compiler process runs beside them on the other core; BUILD waits for what is left
+            steps[0] = (steps[0][0], _beside_the_build(steps[0][1], loading))
         steps.append((BUILD, rows.why_not))
     return [*steps, (LOAD, final), (PREPARE, runtime)]
+
+
+def _beside_the_build(call: Callable[[], Any], loading: Any) -> Callable[[], Any]:
+    """`call`, once our rows kernel's build has started in the background (load.build_rows_kernel_meanwhile)."""
+    def both() -> Any:
+        loading.build_rows_kernel_meanwhile(loading.resolve_device())
+        return call()
+    return both
 
 
 def status_markdown() -> tuple[str, bool]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import re
 import threading
@@ -223,6 +224,27 @@ def test_the_models_preparation_is_said_step_by_step(monkeypatch, tmp_path, capl
     assert "could not be prepared: no such file" in models.status_markdown()[0]
     monkeypatch.setitem(models.MODELS, "slow", models.MODELS["tiny"])
     assert models.status_markdown() == ("", True)
+
+
+def test_our_kernel_builds_beside_the_first_step(monkeypatch, tmp_path):
+    """Where our rows kernel must still be built, the first step (converting a GGUF file) starts its build in the
+    background first, so the compiler runs beside the conversion; the BUILD step then waits for what is left of it.
+    Where it is built, the first step is the conversion alone."""
+    loading = importlib.import_module("mars_core.load")
+    done: list[str] = []
+    monkeypatch.setattr(loading, "build_rows_kernel_meanwhile", lambda device: done.append("build"))
+    monkeypatch.setattr(loading, "convert_gguf", lambda path: done.append("convert"))
+    monkeypatch.setenv("MARS_CACHE", str(tmp_path / "cache"))
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    for must in (True, False):
+        monkeypatch.setattr(models.rows, "must_build", lambda: must)
+        steps = models.stages(str(gguf))
+        assert [what for what, _ in steps] == [models.CONVERT, *([models.BUILD] if must else []), models.LOAD,
+                                               models.PREPARE]
+        done.clear()
+        steps[0][1]()
+        assert done == (["build", "convert"] if must else ["convert"])
 
 
 def test_bad_threshold_from_the_slider_is_refused_with_one_message():
