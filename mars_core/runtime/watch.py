@@ -122,7 +122,7 @@ def stamp(model: torch.nn.Module, runtime: Runtime) -> None:
     with watch.lock:
         watch.make = make_of(model)
         watch.packs = bool(runtime.linears)
-        watch.digests = dict(zip(runtime.linears, digests([e.weight for e in runtime.linears.values()])))
+        watch.digests = _digests_of(runtime.linears)
 
 
 def refresh(model: torch.nn.Module, runtime: Runtime) -> None:
@@ -164,8 +164,13 @@ def _repack(model: torch.nn.Module, runtime: Runtime) -> None:
     for key in [*gone, *(stale - fresh.keys())]:  # gone, or changed and not packed again: no copy answers for it
         linears.pop(key, None)
         kept.pop(key, None)
-    kept.update(zip(fresh, digests([e.weight for e in fresh.values()])))
+    kept.update(_digests_of(fresh))
     rows_in_one_block(linears)  # the copies packed anew join the rest in one block (the old one is freed); registered
+
+
+def _digests_of(linears: dict) -> dict[int, int]:
+    """Each packed entry's weight digest, by its key (digests(): one pass over them all)."""
+    return dict(zip(linears, digests([e.weight for e in linears.values()])))
 
 
 def _moved(entry, w: torch.Tensor) -> bool:
