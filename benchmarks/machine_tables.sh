@@ -10,11 +10,15 @@
 #   bash benchmarks/machine_tables.sh [OUT_DIR]        # default: assets/records/speed
 #   DRY=1 bash benchmarks/machine_tables.sh             # print the commands, run nothing
 # The files are named <kind>_<dtype>_b1.json and <kind>_<dtype>_batches.json (kind: amx, avx512_bf16, avx512, avx2),
-# so a new run of a kind replaces its records; the tables file every record by the machine it names, not by its name.
+# so a new run of a kind replaces its records; STEM=avx2_zen1_bf16 names them otherwise (a kind's other core keeps
+# its own). The tables file every record by the machine it names (kind, core, dtype), not by its name.
 set -eu
 OUT=${1:-assets/records/speed}
 PY=${PYTHON:-python}
-read -r KIND DTYPE < <($PY -c "
+# telling load()'s dtype builds the rows kernel: in a folder of its own, so the run's start finds MARS_CACHE as it was
+PROBE=$(mktemp -d)
+trap 'rm -rf "$PROBE"' EXIT
+read -r KIND DTYPE < <(MARS_CACHE=$PROBE $PY -c "
 from mars_core.evaluation.tables._records import dtype, kind
 from mars_core.load import resolve_dtype
 from mars_core.machine import machine_info
@@ -39,8 +43,9 @@ if $PY -c "import llama_cpp" 2>/dev/null; then
 fi
 run() { if [ -n "${DRY:-}" ]; then echo "$*"; else "$@"; fi; }
 bench() { run $PY -m mars_core.evaluation.bench --block-sizes 4 --verified-thresholds 0.3 --max-new-tokens 64 "$@"; }
+STEM=${STEM:-${KIND}_${DTYPE}}
 mkdir -p "$OUT"
-bench --methods "$METHODS" $LLAMACPP --batch-sizes 1 --limit 18 --repeats 3 --json "$OUT/${KIND}_${DTYPE}_b1.json"
-bench --methods "$BATCH_METHODS" --batch-sizes 4,8 --limit 16 --repeats 2 --json "$OUT/${KIND}_${DTYPE}_batches.json"
-run $PY -m mars_core.evaluation.tables --stamp "$OUT/${KIND}_${DTYPE}_b1.json" "$OUT/${KIND}_${DTYPE}_batches.json"
+bench --methods "$METHODS" $LLAMACPP --batch-sizes 1 --limit 18 --repeats 3 --json "$OUT/${STEM}_b1.json"
+bench --methods "$BATCH_METHODS" --batch-sizes 4,8 --limit 16 --repeats 2 --json "$OUT/${STEM}_batches.json"
+run $PY -m mars_core.evaluation.tables --stamp "$OUT/${STEM}_b1.json" "$OUT/${STEM}_batches.json"
 run $PY -m mars_core.evaluation.tables

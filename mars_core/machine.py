@@ -51,12 +51,34 @@ def cpu_name() -> str:
     return match.group(1).strip() if match else (platform.processor() or platform.machine())
 
 
+# AMD's core generations by /proc/cpuinfo's family and model: (family, first model, last model, core). Zen+ counts
+# as Zen 1 (the same 128-bit vector units, where a 256-bit AVX2 instruction takes two passes); unlisted: not named
+AMD_CORES = ((23, 0x00, 0x2F, "Zen 1"), (23, 0x30, 0xFF, "Zen 2"), (25, 0x10, 0x1F, "Zen 4"),
+             (25, 0x60, 0xAF, "Zen 4"), (25, 0x00, 0xFF, "Zen 3"), (26, 0x00, 0xFF, "Zen 5"))
+
+
+def cpu_core(cpuinfo: str | None = None) -> str | None:
+    """The CPU's core generation where /proc/cpuinfo's vendor, family and model tell it (AMD's Zen 1 to 5), else
+    None: CPUs of one kind and one model name ("AMD EPYC" in a VM) differ by it, AVX2's cost by width above all."""
+    try:
+        text = Path("/proc/cpuinfo").read_text() if cpuinfo is None else cpuinfo
+    except OSError:
+        return None
+    field = lambda name: re.search(rf"^{name}\s*:\s*(\S+)", text, re.MULTILINE)  # noqa: E731 - the first CPU's
+    vendor, family, model = field("vendor_id"), field("cpu family"), field("model")
+    if not (vendor and family and model) or vendor.group(1) != "AuthenticAMD":
+        return None
+    family_n, model_n = int(family.group(1)), int(model.group(1))
+    return next((core for f, lo, hi, core in AMD_CORES if f == family_n and lo <= model_n <= hi), None)
+
+
 def machine_info(device: torch.device | str | None = None, dtype: torch.dtype | str | None = None) -> dict[str, Any]:
     """A JSON-able record of where a measurement runs: CPU, ISA features, threads, torch, device and dtype."""
     flags = cpu_flags()
     device = torch.device(device or "cpu")
     info: dict[str, Any] = {
         "cpu": cpu_name(),
+        **({"core": core} if (core := cpu_core()) else {}),
         "isa": [f for f in ISA_FLAGS if f in flags],
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "threads": torch.get_num_threads(),
@@ -73,7 +95,7 @@ def machine_info(device: torch.device | str | None = None, dtype: torch.dtype | 
 def machine_line(info: dict[str, Any]) -> str:
     """One line for a table's caption: 'AMD EPYC (avx512f, avx2), 2 threads, torch 2.13.0, float32' (and how linear
     layers and attention ran, where the record says: runtime.Runtime.record)."""
-    where = info.get("gpu") or info["cpu"]
+    where = info.get("gpu") or info["cpu"] + (f" {info['core']}" if info.get("core") else "")  # AMD EPYC Zen 1
     isa = f" ({', '.join(info['isa'])})" if info.get("isa") and "gpu" not in info else ""
     dtype = f", {info['dtype']}" if info.get("dtype") else ""
     kernel = str(info.get("linear", ""))

@@ -78,10 +78,11 @@ def dtype(name: str | None) -> str:
 
 
 def cpu_cell(machine: dict[str, Any]) -> str:
-    """'AMD EPYC, AVX512-BF16': a record's CPU (its marks and 'Processor' dropped) and its fastest matmul
-    instructions."""
+    """'AMD EPYC, AVX512-BF16': a record's CPU (its marks and 'Processor' dropped; its core where the record names
+    it: 'AMD EPYC (Zen 1)') and its fastest matmul instructions."""
     cpu = re.sub(r"\((R|TM)\)|\s+(Processor|CPU)\b", "", machine.get("cpu", "?")).strip()
-    return f"{cpu}, {isa(machine)}"
+    core = f" ({machine['core']})" if machine.get("core") else ""
+    return f"{cpu}{core}, {isa(machine)}"
 
 
 def machine_cell(machine: dict[str, Any]) -> str:

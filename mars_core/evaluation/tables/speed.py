@@ -135,15 +135,16 @@ def identity(records_dir: Path) -> str:
 
 
 def served(found: list[tuple[str, dict[str, Any]]], field: str) -> list[tuple[str, dict[str, Any]]]:
-    """One batch-1 record holding `field` per machine kind and dtype, in name order: the weights load() serves there
-    (8-bit where a record has them: the kinds whose kernel has the int8 path), the newest of them."""
+    """One batch-1 record holding `field` per machine kind, core (where a record names it: machine.cpu_core) and
+    dtype, in name order: the weights load() serves there (8-bit where a record has them: the kinds whose kernel has
+    the int8 path), the newest of them."""
     def rank(rec: dict[str, Any]) -> tuple[int, str]:  # fewer bits first, then the newest; a tie: the last by name
         return -rec["machine"].get("weight_bits", 16), R.date(rec)
 
     best: dict[str, tuple[str, dict[str, Any]]] = {}
     for name, rec in found:
         if rec.get(field) and any(r["batch_size"] == 1 for r in rec["rows"]):
-            key = f"{R.kind(rec['machine'])} {R.dtype(rec['machine'].get('dtype'))}"
+            key = f"{R.kind(rec['machine'])} {rec['machine'].get('core')} {R.dtype(rec['machine'].get('dtype'))}"
             if key not in best or rank(rec) >= rank(best[key][1]):
                 best[key] = (name, rec)
     return sorted(best.values(), key=lambda item: item[0])
