@@ -51,25 +51,38 @@ def cpu_name() -> str:
     return match.group(1).strip() if match else (platform.processor() or platform.machine())
 
 
-# AMD's core generations by /proc/cpuinfo's family and model: (family, first model, last model, core). Zen+ counts
-# as Zen 1 (the same 128-bit vector units, where a 256-bit AVX2 instruction takes two passes); unlisted: not named
-AMD_CORES = ((23, 0x00, 0x2F, "Zen 1"), (23, 0x30, 0xFF, "Zen 2"), (25, 0x10, 0x1F, "Zen 4"),
-             (25, 0x60, 0xAF, "Zen 4"), (25, 0x00, 0xFF, "Zen 3"), (26, 0x00, 0xFF, "Zen 5"))
+# AMD's core generations by /proc/cpuinfo's family and model, as Linux names them (arch/x86/kernel/cpu/amd.c):
+# (family, first model, last model, core). Zen+ counts as Zen 1 (the same 128-bit vector units, where a 256-bit AVX2
+# instruction takes two passes); a model not listed is not named
+AMD_CORES = ((23, 0x00, 0x2F, "Zen 1"), (23, 0x50, 0x5F, "Zen 1"), (23, 0x30, 0x4F, "Zen 2"), (23, 0x60, 0x7F, "Zen 2"),
+             (23, 0x90, 0x91, "Zen 2"), (23, 0xA0, 0xAF, "Zen 2"), (25, 0x00, 0x0F, "Zen 3"), (25, 0x20, 0x5F, "Zen 3"),
+             (25, 0x10, 0x1F, "Zen 4"), (25, 0x60, 0xAF, "Zen 4"), (26, 0x00, 0x2F, "Zen 5"), (26, 0x40, 0x4F, "Zen 5"),
+             (26, 0x60, 0x7F, "Zen 5"))
 
 
 def cpu_core(cpuinfo: str | None = None) -> str | None:
     """The CPU's core generation where /proc/cpuinfo's vendor, family and model tell it (AMD's Zen 1 to 5), else
     None: CPUs of one kind and one model name ("AMD EPYC" in a VM) differ by it, AVX2's cost by width above all."""
-    try:
-        text = Path("/proc/cpuinfo").read_text() if cpuinfo is None else cpuinfo
-    except OSError:
-        return None
-    field = lambda name: re.search(rf"^{name}\s*:\s*(\S+)", text, re.MULTILINE)  # noqa: E731 - the first CPU's
+    if cpuinfo is None:
+        return _this_cpu_core()
+    field = lambda name: re.search(rf"^{name}\s*:\s*(\S+)", cpuinfo, re.MULTILINE)  # noqa: E731 - the first CPU's
     vendor, family, model = field("vendor_id"), field("cpu family"), field("model")
     if not (vendor and family and model) or vendor.group(1) != "AuthenticAMD":
         return None
-    family_n, model_n = int(family.group(1)), int(model.group(1))
+    try:
+        family_n, model_n = int(family.group(1)), int(model.group(1))
+    except ValueError:
+        return None
     return next((core for f, lo, hi, core in AMD_CORES if f == family_n and lo <= model_n <= hi), None)
+
+
+@functools.cache
+def _this_cpu_core() -> str | None:
+    """This machine's cpu_core, read once a process (every Runtime.key asks)."""
+    try:
+        return cpu_core(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        return None
 
 
 def machine_info(device: torch.device | str | None = None, dtype: torch.dtype | str | None = None) -> dict[str, Any]:

@@ -37,9 +37,10 @@ def _cpuinfo(vendor: str, family: int, model: int) -> str:
     return f"processor\t: 0\nvendor_id\t: {vendor}\ncpu family\t: {family}\nmodel\t\t: {model}\nmodel name\t: x\n"
 
 
-@pytest.mark.parametrize("family,model,core", [(23, 1, "Zen 1"), (23, 8, "Zen 1"), (23, 49, "Zen 2"),
-                                                (25, 1, "Zen 3"), (25, 33, "Zen 3"), (25, 17, "Zen 4"),
-                                                (25, 97, "Zen 4"), (25, 160, "Zen 4"), (26, 2, "Zen 5")])
+@pytest.mark.parametrize("family,model,core", [(23, 1, "Zen 1"), (23, 8, "Zen 1"), (23, 0x50, "Zen 1"),
+                                                (23, 49, "Zen 2"), (23, 0x71, "Zen 2"), (25, 1, "Zen 3"),
+                                                (25, 33, "Zen 3"), (25, 17, "Zen 4"), (25, 97, "Zen 4"),
+                                                (25, 160, "Zen 4"), (26, 2, "Zen 5"), (26, 0x44, "Zen 5")])
 def test_an_amd_cores_generation_is_named_in_the_caption_and_the_tables(family, model, core):
     assert cpu_core(_cpuinfo("AuthenticAMD", family, model)) == core
     machine = {**INFO, "core": core}
@@ -50,5 +51,8 @@ def test_an_amd_cores_generation_is_named_in_the_caption_and_the_tables(family, 
 def test_a_core_not_told_is_not_named():
     assert cpu_core(_cpuinfo("GenuineIntel", 6, 143)) is None  # Intel's families: not named
     assert cpu_core(_cpuinfo("AuthenticAMD", 21, 2)) is None  # older than Zen
+    assert cpu_core(_cpuinfo("AuthenticAMD", 25, 0xB0)) is None  # a model Linux does not name
+    assert cpu_core(_cpuinfo("AuthenticAMD", 26, 0x50)) is None  # nor a newer core than Zen 5
     assert cpu_core("model name\t: x\n") is None
+    assert cpu_core("vendor_id\t: AuthenticAMD\ncpu family\t: 2x\nmodel\t\t: 1\n") is None
     assert _records.cpu_cell(INFO) == "AMD EPYC, AVX512-BF16"  # a record without one reads as before

@@ -14,7 +14,7 @@ import pytest
 
 from mars_core.evaluation import tables as T
 from mars_core.evaluation.tables import _records as R
-from mars_core.evaluation.tables import speed
+from mars_core.evaluation.tables import readme, speed
 
 ROOT = T.ROOT
 
@@ -184,3 +184,23 @@ def test_the_forward_row_shows_the_linear_layers_where_its_record_took_them():
     read; a dash for a record that did not take it."""
     assert speed.linear_cell({"linear_1_ms_compiled": 3.1, "linear_1_over_read_compiled": 1.42}) == "3.10 (1.42×)"
     assert speed.linear_cell({"forward_1_ms_compiled": 6.0}) == "–"
+
+
+def test_a_kind_s_cores_each_keep_their_row(tmp_path):
+    """Records of one kind on two cores (machine.cpu_core: "AMD EPYC" in a VM reads alike) each keep their row in
+    README's headline, the newest of each core, each beside its own core's identity record; a record naming no
+    core is a core of its own."""
+    bf16 = {**AVX2, "dtype": "bfloat16"}  # the dtype load() picks on AVX2 (README's row)
+    rows = [bench_row("hf_generate", 10.0), bench_row("ar", 12.0), bench_row("mars_verified", 20.0, 2.0, threshold=0.3)]
+    write(tmp_path / "speed" / "a.json", bench_record(bf16, rows))
+    write(tmp_path / "speed" / "b.json", bench_record({**bf16, "core": "Zen 1"}, rows[:2] + [
+        bench_row("mars_verified", 12.0, 1.0, threshold=0.3)], date="2026-01-03"))
+    write(tmp_path / "speed" / "c.json", bench_record({**bf16, "core": "Zen 1"}, rows, date="2026-01-01"))
+    run = {"machine": {**bf16, "core": "Zen 1"}, "splits": {"heldout": {"identical": 3, "prompts": 4}}}
+    write(tmp_path / "identity" / "zen1.json", {"provenance": {"commit": "abc1234", "date": "2026-01-03",
+                                                               "source": "measured at"}, "dtypes": {"auto": run}})
+    table = readme.headline(tmp_path).splitlines()[2:]
+    assert [line.split(" | ")[0] for line in table] == ["| AMD EPYC, AVX2, bf16, 2 threads",
+                                                        "| AMD EPYC (Zen 1), AVX2, bf16, 2 threads"]
+    assert "**2.00×**" in table[0] and "not measured" in table[0]  # no identity record names no core
+    assert "**1.20×**" in table[1] and "3 of 4" in table[1]  # the newest Zen 1 record, its own identity record

@@ -1,4 +1,4 @@
-"""README.md's tables: the headline, one row per machine kind, from the newest batch-1 held-out record of each kind
+"""README.md's tables: the headline, one row per machine kind and core, from the newest batch-1 held-out record of each
 (docs/speed.md's tables hold every row) and the newest identity record of that kind; and the race the page opens on,
 from its recording beside the records (assets/race_example.json: the one table read outside assets/records)."""
 
@@ -30,11 +30,13 @@ def _newest(found: list[tuple[str, dict[str, Any]]]) -> tuple[str, dict[str, Any
     return max(found, key=lambda item: (R.date(item[1]), item[0]), default=None)
 
 
-def _identity(records_dir: Path, kind: str, dtype: str) -> str:
+def _identity(records_dir: Path, kind: str, dtype: str, core: str | None = None) -> str:
+    """The newest identity record's answers of a kind, dtype and core (machine.cpu_core; None: not named)."""
     found = []
     for name, rec in R.read_all(records_dir, IDENTITY) + R.read_all(records_dir, "gpu_*/exactness*.json"):
         for run in rec["dtypes"].values():
-            if R.kind(run["machine"]) == kind and R.dtype(run["machine"].get("dtype")) == dtype:
+            if (R.kind(run["machine"]) == kind and R.dtype(run["machine"].get("dtype")) == dtype
+                    and run["machine"].get("core") == core):
                 found.append((name, {**rec, "run": run}))
     newest = _newest(found)
     if newest is None:
@@ -44,8 +46,9 @@ def _identity(records_dir: Path, kind: str, dtype: str) -> str:
 
 
 def headline(records_dir: Path) -> str:
-    """One row per machine kind: verified decoding at batch 1 on 18 held-out prompts against `generate` and
-    llama.cpp's one-token decoding of the same weights, whether it is one-token decoding's answer, when measured."""
+    """One row per machine kind (and core, where records name it): verified decoding at batch 1 on 18 held-out
+    prompts against `generate` and llama.cpp's one-token decoding of the same weights, whether it is one-token
+    decoding's answer, when measured."""
     rows = []
     speed = R.read_all(records_dir, SPEED) + [
         (f"{p.parent.name}/{p.name}", R.read(records_dir, f"{p.parent.name}/{p.name}"))
@@ -54,29 +57,33 @@ def headline(records_dir: Path) -> str:
         found = [(name, rec) for name, rec in speed
                  if R.kind(rec["machine"]) == kind and R.dtype(rec["machine"].get("dtype")) == dtype
                  and rec.get("split") == "heldout" and _batch1(rec)]
-        newest = _newest(found)
-        if newest is None:
-            continue
-        name, rec = newest
-        forward, verified, one = _batch1(rec)
-        v = verified["tokens_per_second"]
-        gen = R.summary(rec, "hf_generate", 1)
-        engines = [f"{R.times(R.ratio(v, row['tokens_per_second']))} {label}"
-                   for w, label in WEIGHTS.items() if (row := R.summary(rec, "llamacpp_ar", 1, w))]
-        rows.append([
-            R.machine_cell(rec["machine"]),
-            forward,
-            R.num(verified["tokens_per_forward"], 2),
-            f"**{R.times(R.ratio(v, gen and gen['tokens_per_second']))}**",
-            R.times(R.ratio(v, one and one["tokens_per_second"])),
-            ", ".join(engines) or R.DASH,
-            _identity(records_dir, kind, dtype),
-            R.provenance(rec),
-            f"[speed](docs/speed.md#{anchor})",
-        ])
+        cores = sorted({rec["machine"].get("core") or "" for _, rec in found})  # a kind's cores, each its own row
+        for core in cores:
+            _, rec = _newest([(n, r) for n, r in found if (r["machine"].get("core") or "") == core])
+            rows.append(_headline_row(records_dir, rec, kind, dtype, anchor))
     return R.table(("machine (2 cores; the GPU: its host's 16)", "forward", "tokens per forward",
                     "verified × `generate`", "× one-token", "× llama.cpp one-token, same weights",
                     "verified = one-token, answers", "measured", "details"), rows)
+
+
+def _headline_row(records_dir: Path, rec: dict[str, Any], kind: str, dtype: str, anchor: str) -> list[str]:
+    """A headline row: one record's batch-1 verified decoding against `generate`, one-token and llama.cpp."""
+    forward, verified, one = _batch1(rec)
+    v = verified["tokens_per_second"]
+    gen = R.summary(rec, "hf_generate", 1)
+    engines = [f"{R.times(R.ratio(v, row['tokens_per_second']))} {label}"
+               for w, label in WEIGHTS.items() if (row := R.summary(rec, "llamacpp_ar", 1, w))]
+    return [
+        R.machine_cell(rec["machine"]),
+        forward,
+        R.num(verified["tokens_per_forward"], 2),
+        f"**{R.times(R.ratio(v, gen and gen['tokens_per_second']))}**",
+        R.times(R.ratio(v, one and one["tokens_per_second"])),
+        ", ".join(engines) or R.DASH,
+        _identity(records_dir, kind, dtype, rec["machine"].get("core")),
+        R.provenance(rec),
+        f"[speed](docs/speed.md#{anchor})",
+    ]
 
 
 RACE_LANES = (("ar", "AR"), ("mars", "MARS τ"), ("verified", "MARS verified"))
