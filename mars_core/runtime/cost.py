@@ -20,7 +20,7 @@ from .curve import CostCurve, interpolate, shape_moved
 from .engine import Engine
 from .forward import causal_seen, feed, head, keep, new_cache
 from .runtime import Runtime
-from .slots import cache_slots
+from .slots import SlotCache, cache_slots
 from .timing import kept, machine_busy, seconds
 
 __all__ = ["CostCurve", "Timing", "forward_cost", "interpolate", "measure_cost", "spot_seconds"]
@@ -88,8 +88,9 @@ def measure_cost(model: torch.nn.Module | Engine, runtime: Runtime, *, batch_siz
     for b in batch_sizes:
         timed = [w for w in widths if b * w <= budget or w <= 2]
         prefix = torch.randint(vocab, (b, context + max(timed)), generator=gen).to(dev)
-        with new_cache(model, b, cache_slots(context, max(max(timed), context))) as cache:
-            _timed_forward(model, runtime, cache, prefix[:, :context], 0, kept=True)
+        slots = cache_slots(context, max(max(timed), context))
+        with new_cache(model, b, slots) as cache:
+            _keep_context(model, runtime, cache, prefix[:, :context], slots)
             times: dict[int, list[float]] = {w: [] for w in timed}
             for _ in range(rounds + 1):  # the first round warms up
                 for w in timed:
@@ -115,6 +116,18 @@ def _past_budget(w: int, b: int, timed: list[int], measured: list[float], one: t
         return interpolate(w, tuple(timed), measured)
     tokens = lambda n: interpolate(n, tuple(widths), list(one))  # noqa: E731 - batch 1's cost at n tokens
     return measured[-1] + max(0.0, tokens(b * w) - tokens(b * last))
+
+
+def _keep_context(model: torch.nn.Module | Engine, runtime: Runtime, cache, prefix: torch.Tensor, slots: int) -> None:
+    """Keep the prefix [b, context] in the cache before the timed forwards. A batch's context is one sample's
+    forward, its keys and values copied to the others (SlotCache.repeat): a forward's cost depends on how many keys it
+    reads, not on what they hold, and a batch's own prefill of the context took longer than all its timed forwards."""
+    if prefix.shape[0] == 1 or not isinstance(cache, SlotCache):
+        _timed_forward(model, runtime, cache, prefix, 0, kept=True)
+        return
+    with new_cache(model, 1, slots) as one:
+        _timed_forward(model, runtime, one, prefix[:1], 0, kept=True)
+        cache.repeat(one)
 
 
 def _timed_forward(model: torch.nn.Module, runtime: Runtime, cache, ids: torch.Tensor, context: int,

@@ -144,6 +144,13 @@ class SlotCache:
         """Keep the first advance[i] fed columns of the last forward (their slots are their positions)."""
         self.at += advance
 
+    def repeat(self, one: SlotCache) -> None:
+        """Every sample now holds what sample 0 of `one` (a cache of as many slots) kept: its keys, values and count."""
+        for mine, its in zip(self.kv.layers, one.kv.layers):
+            mine.keys.copy_(its.keys[:1].expand_as(mine.keys))
+            mine.values.copy_(its.values[:1].expand_as(mine.values))
+        self.at.fill_(int(one.at[0]))
+
     def key_plan(self, index: torch.Tensor, full: bool, alone: bool = False) -> KeyPlan:
         """Which keys each row of the next forward reads, grouped into attention calls (module doc): a row written at
         slot s reads up to s+1 rounded up to KEY_ROUND, or all T slots where `full`. Rows are grouped by sample or

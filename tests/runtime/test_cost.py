@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from mars_core.runtime import Runtime, cost, timing
 from mars_core.runtime.cost import CostCurve, forward_cost, interpolate, measure_cost
@@ -60,6 +61,22 @@ def test_measure_times_every_batch_size_and_width(model):
     assert curve.batch_sizes == (1, 4) and curve.widths == (1, 2, 8)
     assert all(s > 0 for row in curve.seconds for s in row)
     assert curve.machine["dtype"] == "float32" and curve.machine["threads"] >= 1 and curve.machine["cpu"]
+
+
+def test_a_batch_s_context_is_one_sample_s_forward_kept_in_every_sample(model, monkeypatch):
+    """Before a batch's timed forwards every sample holds the context, fed as one sample's forward (a batch of 16
+    prefilling the context itself took longer than all its timed forwards)."""
+    fed = []
+
+    def timed(m, rt, cache, ids, ctx, kept=False):
+        fed.append((tuple(ids.shape), kept, cache.at.tolist()))
+        cache.keep(torch.full_like(cache.at, ids.shape[1] * kept))
+        return 0.01
+
+    monkeypatch.setattr(cost, "_timed_forward", timed)
+    measure_cost(model, PLAIN, batch_sizes=(1, 4), widths=(1, 2), context=6, rounds=1)
+    assert [f[0] for f in fed if f[1]] == [(1, 6), (1, 6)]  # batch 1's context, then batch 4's: one sample each
+    assert {tuple(at) for shape, kept, at in fed if not kept and shape[0] == 4} == {(6, 6, 6, 6)}
 
 
 def test_noisy_timings_never_extrapolate_to_zero():

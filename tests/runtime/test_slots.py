@@ -51,6 +51,21 @@ def test_a_forward_rewritten_from_a_slot_leaves_the_cache_of_one_that_never_wrot
     assert int(fresh.at) == int(cache.at) == 4
 
 
+def test_repeat_gives_every_sample_what_one_sample_kept():
+    model = tiny_llama(64)
+    one, batch = SlotCache(model, 1, 16), SlotCache(model, 3, 16)
+    with torch.inference_mode():  # as every cache is written
+        for layer in one.kv.layers:
+            layer.keys.normal_()
+            layer.values.normal_()
+        one.keep(torch.tensor([5]))
+        batch.repeat(one)
+    assert batch.at.tolist() == [5, 5, 5]
+    for mine, its in zip(batch.kv.layers, one.kv.layers):
+        assert all(torch.equal(mine.keys[i], its.keys[0]) and torch.equal(mine.values[i], its.values[0])
+                   for i in range(3))
+
+
 def test_the_mask_sees_each_samples_kept_slots_and_the_fed_columns_at_their_slots():
     cache = SlotCache(tiny_llama(64), 2, 8)
     cache.at = torch.tensor([3, 1])
