@@ -626,7 +626,8 @@ def machine_info(args: argparse.Namespace) -> dict:
         torch.set_num_threads(args.threads)
     cpu = cpu_info()
     return {
-        "platform": platform.platform(), "cpu": cpu["cpu"], "isa": cpu["isa"], "python": platform.python_version(),
+        "platform": platform.platform(), "cpu": cpu["cpu"], **({"core": cpu["core"]} if "core" in cpu else {}),
+        "isa": cpu["isa"], "python": platform.python_version(),
         "processor": platform.processor(),
         "cpu_count": os.cpu_count(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
         "model": args.model or "default (embedded)",

@@ -298,6 +298,16 @@ def test_the_engine_names_the_devices_it_runs_on(tiny, engine):
     assert cpu_only.gpu is None and "gpu" not in record(cpu_only) and cpu_only.options["gpu_layers"] == 0
 
 
+def test_the_curve_is_keyed_by_the_core(engine, monkeypatch):
+    """One CPU name (a VM's "AMD EPYC") on two core generations prices widths apart: the core is in the key."""
+    from mars_core.engines.llamacpp import cost
+
+    monkeypatch.setattr(cost, "cpu_core", lambda: "Zen 1")
+    zen1 = Runtime().key(engine)
+    monkeypatch.setattr(cost, "cpu_core", lambda: "Zen 4")
+    assert Runtime().key(engine) != zen1 and cost.record(engine)["core"] == "Zen 4"
+
+
 def test_the_curve_is_keyed_by_the_build(engine, monkeypatch, tmp_path):
     """Two builds of one version may take different kernels (LLAMAFILE off: the dot products at every width), so the
     curve and width check of one are never read for the other: the build's features are part of the file's key."""

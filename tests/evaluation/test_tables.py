@@ -186,6 +186,11 @@ def test_the_forward_row_shows_the_linear_layers_where_its_record_took_them():
     assert speed.linear_cell({"forward_1_ms_compiled": 6.0}) == "–"
 
 
+def test_a_record_is_filed_by_kind_core_and_dtype():
+    assert R.machine_key({"isa": ["avx2"], "dtype": "bfloat16", "core": "Zen 1"}) == ("avx2", "Zen 1", "bf16")
+    assert R.machine_key({"isa": ["avx512_bf16", "avx2"], "dtype": "float32"}) == ("avx512_bf16", "", "fp32")
+
+
 def test_a_kind_s_cores_each_keep_their_row(tmp_path):
     """Records of one kind on two cores (machine.cpu_core: "AMD EPYC" in a VM reads alike) each keep their row in
     README's headline, the newest of each core, each beside its own core's identity record; a record naming no

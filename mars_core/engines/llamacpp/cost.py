@@ -13,20 +13,20 @@ from __future__ import annotations
 from pathlib import Path
 from types import ModuleType
 
-from ...machine import cpu_flags, cpu_name
+from ...machine import cpu_core, cpu_flags, cpu_name
 from ...runtime.engine import Engine
 from ...runtime.prepare import prepare
 from ...runtime.runtime import Runtime
 
 
 def record(engine: Engine) -> dict:
-    """Where and how the curve was measured: the CPU (and the GPU the layers run on), the build (its features, such
-    as LLAMAFILE: without tinyBLAS every width takes the dot products, docs/llamacpp.md), the GGUF, threads, the KV
-    type and the mode."""
+    """Where and how the curve was measured: the CPU and its core (and the GPU the layers run on), the build (its
+    features, such as LLAMAFILE: without tinyBLAS every width takes the dot products, docs/llamacpp.md), the GGUF,
+    threads, the KV type and the mode."""
     import llama_cpp
 
-    return {"cpu": cpu_name(), "isa": sorted(f for f in ("avx512_bf16", "avx512f", "avx2", "amx_bf16")
-                                             if f in cpu_flags()),
+    isa = sorted(f for f in ("avx512_bf16", "avx512f", "avx2", "amx_bf16") if f in cpu_flags())
+    return {"cpu": cpu_name(), **({"core": core} if (core := cpu_core()) else {}), "isa": isa,
             "engine": f"llama.cpp (llama-cpp-python {llama_cpp.__version__})", "build": build_features(llama_cpp),
             "gguf": engine.path.name,
             "gguf_size": engine.path.stat().st_size, "threads": engine.threads, "kv": engine.kv_type,

@@ -72,6 +72,12 @@ def kind(machine: dict[str, Any]) -> str:
     return "other"
 
 
+def machine_key(machine: dict[str, Any]) -> tuple[str, str, str]:
+    """(kind, core, dtype): what a record is filed under. A kind's cores are told apart (machine.cpu_core; '' where a
+    record names none): what a wider forward costs differs severalfold between them."""
+    return kind(machine), machine.get("core") or "", dtype(machine.get("dtype"))
+
+
 def dtype(name: str | None) -> str:
     """bf16, fp32, ... for torch's dtype names (what records hold)."""
     return DTYPES.get(name or "", name or DASH)

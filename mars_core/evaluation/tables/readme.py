@@ -30,13 +30,12 @@ def _newest(found: list[tuple[str, dict[str, Any]]]) -> tuple[str, dict[str, Any
     return max(found, key=lambda item: (R.date(item[1]), item[0]), default=None)
 
 
-def _identity(records_dir: Path, kind: str, dtype: str, core: str | None = None) -> str:
-    """The newest identity record's answers of a kind, dtype and core (machine.cpu_core; None: not named)."""
+def _identity(records_dir: Path, key: tuple[str, str, str]) -> str:
+    """The newest identity record's answers on a machine of this key (kind, core, dtype: _records.machine_key)."""
     found = []
     for name, rec in R.read_all(records_dir, IDENTITY) + R.read_all(records_dir, "gpu_*/exactness*.json"):
         for run in rec["dtypes"].values():
-            if (R.kind(run["machine"]) == kind and R.dtype(run["machine"].get("dtype")) == dtype
-                    and run["machine"].get("core") == core):
+            if R.machine_key(run["machine"]) == key:
                 found.append((name, {**rec, "run": run}))
     newest = _newest(found)
     if newest is None:
@@ -54,19 +53,17 @@ def headline(records_dir: Path) -> str:
         (f"{p.parent.name}/{p.name}", R.read(records_dir, f"{p.parent.name}/{p.name}"))
         for p in sorted(Path(records_dir).glob("gpu_*/*.json")) if p.name == GPU_RUNS[0]]
     for kind, dtype, anchor in KINDS:
-        found = [(name, rec) for name, rec in speed
-                 if R.kind(rec["machine"]) == kind and R.dtype(rec["machine"].get("dtype")) == dtype
+        found = [(name, rec, key) for name, rec in speed if (key := R.machine_key(rec["machine"]))[::2] == (kind, dtype)
                  and rec.get("split") == "heldout" and _batch1(rec)]
-        cores = sorted({rec["machine"].get("core") or "" for _, rec in found})  # a kind's cores, each its own row
-        for core in cores:
-            _, rec = _newest([(n, r) for n, r in found if (r["machine"].get("core") or "") == core])
-            rows.append(_headline_row(records_dir, rec, kind, dtype, anchor))
+        for key in sorted({key for *_, key in found}):  # a kind's cores, each its own row
+            _, rec = _newest([(n, r) for n, r, k in found if k == key])
+            rows.append(_headline_row(records_dir, rec, key, anchor))
     return R.table(("machine (2 cores; the GPU: its host's 16)", "forward", "tokens per forward",
                     "verified × `generate`", "× one-token", "× llama.cpp one-token, same weights",
                     "verified = one-token, answers", "measured", "details"), rows)
 
 
-def _headline_row(records_dir: Path, rec: dict[str, Any], kind: str, dtype: str, anchor: str) -> list[str]:
+def _headline_row(records_dir: Path, rec: dict[str, Any], key: tuple[str, str, str], anchor: str) -> list[str]:
     """A headline row: one record's batch-1 verified decoding against `generate`, one-token and llama.cpp."""
     forward, verified, one = _batch1(rec)
     v = verified["tokens_per_second"]
@@ -80,7 +77,7 @@ def _headline_row(records_dir: Path, rec: dict[str, Any], kind: str, dtype: str,
         f"**{R.times(R.ratio(v, gen and gen['tokens_per_second']))}**",
         R.times(R.ratio(v, one and one["tokens_per_second"])),
         ", ".join(engines) or R.DASH,
-        _identity(records_dir, kind, dtype, rec["machine"].get("core")),
+        _identity(records_dir, key),
         R.provenance(rec),
         f"[speed](docs/speed.md#{anchor})",
     ]

@@ -141,10 +141,10 @@ def served(found: list[tuple[str, dict[str, Any]]], field: str) -> list[tuple[st
     def rank(rec: dict[str, Any]) -> tuple[int, str]:  # fewer bits first, then the newest; a tie: the last by name
         return -rec["machine"].get("weight_bits", 16), R.date(rec)
 
-    best: dict[str, tuple[str, dict[str, Any]]] = {}
+    best: dict[tuple[str, str, str], tuple[str, dict[str, Any]]] = {}
     for name, rec in found:
         if rec.get(field) and any(r["batch_size"] == 1 for r in rec["rows"]):
-            key = f"{R.kind(rec['machine'])} {rec['machine'].get('core')} {R.dtype(rec['machine'].get('dtype'))}"
+            key = R.machine_key(rec["machine"])
             if key not in best or rank(rec) >= rank(best[key][1]):
                 best[key] = (name, rec)
     return sorted(best.values(), key=lambda item: item[0])
