@@ -85,13 +85,17 @@ def _this_cpu_core() -> str | None:
         return None
 
 
+def cpu_identity() -> dict[str, str]:
+    """The CPU a measurement names: its model name and, where told, its core generation (cpu_core)."""
+    return {"cpu": cpu_name(), **({"core": core} if (core := cpu_core()) else {})}
+
+
 def machine_info(device: torch.device | str | None = None, dtype: torch.dtype | str | None = None) -> dict[str, Any]:
     """A JSON-able record of where a measurement runs: CPU, ISA features, threads, torch, device and dtype."""
     flags = cpu_flags()
     device = torch.device(device or "cpu")
     info: dict[str, Any] = {
-        "cpu": cpu_name(),
-        **({"core": core} if (core := cpu_core()) else {}),
+        **cpu_identity(),
         "isa": [f for f in ISA_FLAGS if f in flags],
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "threads": torch.get_num_threads(),

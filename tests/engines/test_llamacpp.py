@@ -300,11 +300,12 @@ def test_the_engine_names_the_devices_it_runs_on(tiny, engine):
 
 def test_the_curve_is_keyed_by_the_core(engine, monkeypatch):
     """One CPU name (a VM's "AMD EPYC") on two core generations prices widths apart: the core is in the key."""
+    from mars_core import machine
     from mars_core.engines.llamacpp import cost
 
-    monkeypatch.setattr(cost, "cpu_core", lambda: "Zen 1")
+    monkeypatch.setattr(machine, "cpu_core", lambda: "Zen 1")
     zen1 = Runtime().key(engine)
-    monkeypatch.setattr(cost, "cpu_core", lambda: "Zen 4")
+    monkeypatch.setattr(machine, "cpu_core", lambda: "Zen 4")
     assert Runtime().key(engine) != zen1 and cost.record(engine)["core"] == "Zen 4"
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import ModuleType
 
-from ...machine import cpu_core, cpu_flags, cpu_name
+from ...machine import cpu_flags, cpu_identity
 from ...runtime.engine import Engine
 from ...runtime.prepare import prepare
 from ...runtime.runtime import Runtime
@@ -26,7 +26,7 @@ def record(engine: Engine) -> dict:
     import llama_cpp
 
     isa = sorted(f for f in ("avx512_bf16", "avx512f", "avx2", "amx_bf16") if f in cpu_flags())
-    return {"cpu": cpu_name(), **({"core": core} if (core := cpu_core()) else {}), "isa": isa,
+    return {**cpu_identity(), "isa": isa,
             "engine": f"llama.cpp (llama-cpp-python {llama_cpp.__version__})", "build": build_features(llama_cpp),
             "gguf": engine.path.name,
             "gguf_size": engine.path.stat().st_size, "threads": engine.threads, "kv": engine.kv_type,

@@ -53,8 +53,8 @@ def headline(records_dir: Path) -> str:
         (f"{p.parent.name}/{p.name}", R.read(records_dir, f"{p.parent.name}/{p.name}"))
         for p in sorted(Path(records_dir).glob("gpu_*/*.json")) if p.name == GPU_RUNS[0]]
     for kind, dtype, anchor in KINDS:
-        found = [(name, rec, key) for name, rec in speed if (key := R.machine_key(rec["machine"]))[::2] == (kind, dtype)
-                 and rec.get("split") == "heldout" and _batch1(rec)]
+        found = [(name, rec, key) for name, rec in speed if (key := R.machine_key(rec["machine"]))[0] == kind
+                 and key[2] == dtype and rec.get("split") == "heldout" and _batch1(rec)]
         for key in sorted({key for *_, key in found}):  # a kind's cores, each its own row
             _, rec = _newest([(n, r) for n, r, k in found if k == key])
             rows.append(_headline_row(records_dir, rec, key, anchor))
