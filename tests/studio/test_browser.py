@@ -421,7 +421,7 @@ def test_train_in_a_browser(driver, served, tmp_path):
         wait.until(ec.element_to_be_clickable(tab)).click()
         wait.until(lambda d: "another visitor started" in d.find_element(By.ID, "train-message").text)
         watched = chart_points(driver, "train-loss-plot")
-        # live: it moves on the student's page too, unless its steps ran out meanwhile (then it says it checks or is done)
+        # live: it moves on the student's page too, unless its steps ran out meanwhile (it then checks or is done)
         wait.until(lambda d: chart_points(d, "train-loss-plot") > watched
                    or any(word in d.find_element(By.ID, "train-status").text for word in ended))
         if "training" in driver.find_element(By.ID, "train-status").text:
