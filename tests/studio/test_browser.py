@@ -409,8 +409,13 @@ def test_train_in_a_browser(driver, served, tmp_path):
     # trained model or done, there is no live training left for a second visitor to watch, and the rest of the test
     # runs on the finished one
     ended = ("checking", "done")
-    wait.until(lambda d: chart_points(d, "train-loss-plot") > first
-               or any(word in d.find_element(By.ID, "train-status").text for word in ended))
+
+    def moved_or_ended(since: int):
+        """The wait's condition: the loss chart has more than `since` points, or the training's steps ran out."""
+        return lambda d: chart_points(d, "train-loss-plot") > since or any(
+            word in d.find_element(By.ID, "train-status").text for word in ended)
+
+    wait.until(moved_or_ended(first))
     status = driver.find_element(By.ID, "train-status").text
     live = "training" in status
     assert live or any(word in status for word in ended), status
@@ -422,8 +427,7 @@ def test_train_in_a_browser(driver, served, tmp_path):
         wait.until(lambda d: "another visitor started" in d.find_element(By.ID, "train-message").text)
         watched = chart_points(driver, "train-loss-plot")
         # live: it moves on the student's page too, unless its steps ran out meanwhile (it then checks or is done)
-        wait.until(lambda d: chart_points(d, "train-loss-plot") > watched
-                   or any(word in d.find_element(By.ID, "train-status").text for word in ended))
+        wait.until(moved_or_ended(watched))
         if "training" in driver.find_element(By.ID, "train-status").text:
             driver.find_element(By.ID, "train-stop").click()  # a watcher's Stop stops nothing
             time.sleep(2 * WATCH_SECONDS)
