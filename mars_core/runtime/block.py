@@ -37,8 +37,8 @@ _MADVISE = _madvise()
 def huge_block(nbytes: int) -> torch.Tensor:
     """nbytes of uint8 from torch's allocator, untouched yet, that Linux backs with 2 MB pages as it is written where
     it can: a block of several huge pages starts on a 2 MB boundary (2 MB more allocated) and is advised so
-    (MADV_HUGEPAGE; allocations that large are fresh mappings). Plain memory elsewhere, or where the advice is
-    refused. torch owns the memory: it is freed as any tensor's."""
+    (MADV_HUGEPAGE; a fresh mapping or, once glibc's threshold rose, part of its heap, where the advice outlives the
+    block). Plain memory elsewhere, or where the advice is refused. torch owns the memory: freed as any tensor's."""
     if _MADVISE is None or nbytes < 2 * HUGE:
         return torch.empty(nbytes, dtype=torch.uint8)
     whole = torch.empty(nbytes + HUGE, dtype=torch.uint8)
