@@ -398,7 +398,7 @@ def load(
 
     attn_implementation: "mars" (the default) is transformers' SDPA, computed row by row inside a width-invariant
     runtime (mars_core.runtime.attention); any name transformers knows is taken as it is. weights: "bf16" as trained,
-    "int8" rounded onto the int8 grid and served 8 bits by 8 on the rows kernel (every build but AMX's)
+    "int8" rounded onto the int8 grid and served 8 bits by 8 on the rows kernel (every build)
     (runtime/grid.py: about half the bytes a token, integer dot products), "auto" int8 where that path serves a bf16
     model, else as trained;
     None (default):

@@ -109,10 +109,30 @@ def lookup_llama(engine: Any) -> Any:
     from ..engines.llamacpp.engine import KV_TYPES
 
     kv = KV_TYPES[engine.kv_type]
-    return Llama(model_path=str(engine.path), n_ctx=min(engine.n_ctx, LOOKUP_CONTEXT), n_threads=engine.threads,
-                 n_threads_batch=engine.threads, type_k=kv, type_v=kv,
-                 flash_attn=engine.kv_type != "f32" and not engine.gpu, n_gpu_layers=engine.options["gpu_layers"],
-                 draft_model=LlamaPromptLookupDecoding(num_pred_tokens=LOOKUP_TOKENS), verbose=False)
+    with extra_buffers(engine.extra_buffers):
+        return Llama(model_path=str(engine.path), n_ctx=min(engine.n_ctx, LOOKUP_CONTEXT), n_threads=engine.threads,
+                     n_threads_batch=engine.threads, type_k=kv, type_v=kv,
+                     flash_attn=engine.kv_type != "f32" and not engine.gpu, n_gpu_layers=engine.options["gpu_layers"],
+                     draft_model=LlamaPromptLookupDecoding(num_pred_tokens=LOOKUP_TOKENS), verbose=False)
+
+
+@contextmanager
+def extra_buffers(allowed: bool) -> Iterator[None]:
+    """Llama() loads its weights as the engine does: its model parameters without llama.cpp's extra buffer types where
+    the engine runs without them (engine.extra_buffers_safe; Llama() has no argument for it)."""
+    from llama_cpp import llama_cpp as binding  # the module Llama() reads its defaults from
+
+    default = binding.llama_model_default_params
+    if not allowed:
+        def without() -> Any:
+            params = default()
+            params.use_extra_bufts = False
+            return params
+        binding.llama_model_default_params = without
+    try:
+        yield
+    finally:
+        binding.llama_model_default_params = default
 
 
 @contextmanager

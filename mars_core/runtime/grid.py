@@ -1,8 +1,8 @@
 """8-bit weights: a bf16 model's linear weights rounded onto the int8 grid in place, once, and multiplied 8 bits by 8.
 
 The grid (kernels/rows.cpp grid()): for each block of 32 inputs of an output column, a power-of-two scale s and
-integers q up to 127, the weight q s (a bf16 exactly, so the rounded model is still an ordinary bf16 model). The rows
-kernel's builds but AMX's pack such a weight as int8 without loss (pack()) and multiply it by each row of x
+integers q up to 127, the weight q s (a bf16 exactly, so the rounded model is still an ordinary bf16 model). Every build
+of the rows kernel packs such a weight as int8 without loss (pack()) and multiply it by each row of x
 quantized to int8 on its own, per block of 32 inputs (integer dot products: the 8-bit arithmetic llama.cpp's Q8_0
 runs; the same bits in every build). The model served is then the grid's weights times 8-bit rows in every packed
 linear layer: every decoder that runs under the runtime (one-token, verified, transformers' generate) reads it, and a
@@ -23,11 +23,11 @@ WEIGHTS = ("auto", "bf16", "int8")  # load(weights=): auto is int8 where the int
 
 def int8_serves() -> str | None:
     """Why the int8 path does not serve on this machine, or None where it does: the rows kernel's build says whether
-    it has one (rows.cpp MARS_INT8: every build but AMX's)."""
+    it has one (rows.cpp MARS_INT8: every build, AVX2 with FMA)."""
     if not rows_kernel():
         return "no rows kernel here"
     if not torch.ops.mars_rows.int8_path():
-        return f"the {flavor()} rows kernel has no int8 path (every build but AMX's)"
+        return f"the {flavor()} rows kernel has no int8 path"
     return None
 
 

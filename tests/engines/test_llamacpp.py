@@ -207,6 +207,40 @@ def test_the_measured_curves_say_where_width_pays(weights, trees):
     assert not one_token_only(curve, 1, 1) and not one_token_only(None, 1, 4)  # no masks, no curve: nothing to say
 
 
+def test_extra_buffers_are_off_only_where_llamacpps_amx_buffer_would_serve(monkeypatch):
+    """llama.cpp's extra buffer types stay on unless the build has AMX_INT8 and the CPU AMX tiles (its AMX matmul
+    segfaults there on quantized files)."""
+    from mars_core.engines.llamacpp import engine as engine_module
+
+    for build, flags, safe in [("CPU : AVX2 = 1 | AMX_INT8 = 1", {"amx_tile"}, False),
+                               ("CPU : AVX2 = 1 | AMX_INT8 = 1", {"avx2"}, True),
+                               ("CPU : AVX2 = 1 | AVX512 = 1", {"amx_tile"}, True)]:
+        monkeypatch.setattr("mars_core.engines.llamacpp.cost.build_features", lambda _lib, b=build: b)
+        monkeypatch.setattr(engine_module, "cpu_flags", lambda f=flags: f)
+        assert engine_module.extra_buffers_safe(llama_cpp) is safe, (build, flags)
+
+
+def test_a_quantized_gguf_decodes_on_this_machine(tiny, tmp_path):
+    """A Q8_0 file decodes in a process of its own (a crash in llama.cpp would take the test runner with it): on an
+    AMX Xeon whose build has AMX_INT8, llama.cpp's AMX buffer segfaulted on the first forward until the engine kept
+    weights out of it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    model, tokenizer, _ = tiny
+    path = export_gguf(model, tokenizer, tmp_path / "tiny.q8_0.gguf", weights="q8_0")
+    code = ("import sys; sys.path.insert(0, 'tests'); from tiny import tiny_tokenizer; "
+            "from mars_core.engines.llamacpp import LlamaCppEngine; from mars_core.generate import generate; "
+            "tok = tiny_tokenizer(mask_token=True); "
+            f"e = LlamaCppEngine({str(path)!r}, n_ctx=512, threads=1, mask_id=tok.mask_token_id); "
+            "print(generate(e, tok, 'Count from one to ten:', strategy='ar', max_new_tokens=8).generated_tokens)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert int(done.stdout.split()[-1]) > 0
+
+
 def test_sequence_ids_of_verified_trees():
     """Every path of a verified tree (drafts, groups G_j, siblings e_a with H_a) is one sequence; seq 0 holds the
     pending tokens and the drafts; the mask llama.cpp implies is the mask given."""

@@ -30,7 +30,8 @@ def record(engine: Engine) -> dict:
             "engine": f"llama.cpp (llama-cpp-python {llama_cpp.__version__})", "build": build_features(llama_cpp),
             "gguf": engine.path.name,
             "gguf_size": engine.path.stat().st_size, "threads": engine.threads, "kv": engine.kv_type,
-            "invariant": engine.invariant, **({"gpu": engine.gpu} if engine.gpu else {})}
+            "invariant": engine.invariant, "extra_buffers": engine.extra_buffers,
+            **({"gpu": engine.gpu} if engine.gpu else {})}
 
 
 def build_features(llama_cpp: ModuleType) -> str:

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ...machine import cpu_flags
 from ...runtime.engine import Engine
 from .tree import SeqPlan, plan
 
@@ -62,6 +63,15 @@ def backend_devices(llama_cpp: Any) -> list[tuple[str, str]]:
     devices = (lib.ggml_backend_dev_get(i) for i in range(lib.ggml_backend_dev_count()))
     return [(DEVICE_TYPES.get(lib.ggml_backend_dev_type(d), "other"),
              lib.ggml_backend_dev_description(d).decode(errors="replace")) for d in devices]
+
+
+def extra_buffers_safe(llama_cpp: Any) -> bool:
+    """Whether llama.cpp may put weights in its extra CPU buffer types (its AMX and repacked layouts): not where the
+    build has AMX_INT8 and the CPU has AMX tiles. There llama-cpp-python 0.3.36 segfaults in its AMX matmul on the
+    first forward of a Q4_1 or Q8_0 file (ggml-org/llama.cpp#20824); off, weights stay in ggml's plain layout."""
+    from .cost import build_features
+
+    return not ("AMX_INT8 = 1" in build_features(llama_cpp) and "amx_tile" in cpu_flags())
 
 
 @dataclass
@@ -126,6 +136,8 @@ class LlamaCppEngine(Engine):
         llama_cpp.llama_backend_init()
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = gpu_layers  # -1: every layer on the GPU where the build has one; 0: the CPU alone
+        self.extra_buffers = extra_buffers_safe(llama_cpp)
+        params.use_extra_bufts = self.extra_buffers
         self.gpu = next((d for kind, d in backend_devices(llama_cpp) if kind == "GPU"), None) if gpu_layers else None
         self.model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)
         if not self.model:

@@ -5,10 +5,10 @@
 // rows of x go through the tile unit 16 at a time; with AVX512-BF16 (vdpbf16ps) 8 at a time, a pair of x broadcast
 // against a pair of each of 16 columns. With AVX2 (laptops; AMD before Zen 4) the bf16 weights are widened to fp32 in
 // registers (a bf16 is fp32's upper half), two rows at a time through fp32 FMAs, or from 5 rows on 6 at a time from
-// the panel widened once. There and with AVX512-BF16, weights on the int8 grid (runtime/grid.py) are packed as 8-bit
+// the panel widened once. In every build, weights on the int8 grid (runtime/grid.py) are packed as 8-bit
 // integers in strips of 8 columns (pack8) and multiplied by each row of x quantized to int8 on its own, per block of
 // 32 k: integer dot products (VNNI's where the CPU has it), exact within a block, then scaled and added in fp32 block
-// by block: the same bits in either build. Either way up to that many rows cost
+// by block: the same bits in every build. Either way up to that many rows cost
 // what one row costs (the weights' read), each output is computed in the same order whatever the number of rows, and
 // a row is computed from that row alone: a row's bits do not depend on how many rows, or which, share the call (width
 // and batch invariance, checked by runtime/invariance.py). A machine runs one of the three, so their bits never meet.
@@ -52,10 +52,10 @@
 #if !defined(MARS_AMX) && !defined(__AVX512BF16__) && defined(__AVX2__) && defined(__FMA__)
 #define MARS_WIDEN 1  // bf16 weights widened to fp32 in registers, fp32 FMAs (AVX2)
 #endif
-// int8 copies of weights on the int8 grid (pack8), times rows quantized to int8: every build but AMX's
-// (an AMX build keeps its tiles: unmeasured there). Their integer dot products are exact, so every build computes the
-// same bits; with AVX512-VNNI (or AVX-VNNI) one vpdpbusd a row does what four AVX2 instructions do.
-#if !defined(MARS_AMX) && defined(__AVX2__) && defined(__FMA__)
+// int8 copies of weights on the int8 grid (pack8), times rows quantized to int8: every build (AMX's too: its tiles
+// then serve the weights off the grid). Their integer dot products are exact, so every build computes the same bits;
+// with AVX512-VNNI (or AVX-VNNI) one vpdpbusd a row does what four AVX2 instructions do.
+#if defined(__AVX2__) && defined(__FMA__)
 #define MARS_INT8_PATH 1
 #define MARS_INT8 true
 #else
@@ -563,7 +563,7 @@ void check_packed(const char* op, const at::Tensor& packed, int64_t n) {
   if (packed.scalar_type() == at::kChar) {
     TORCH_CHECK(packed.dim() == 3 && packed.size(2) == STRIP_BLOCK, op, ": packed has shape ", packed.sizes(),
                 ", not pack8's [strips, k / 32, ", STRIP_BLOCK, "]");
-    TORCH_CHECK(MARS_INT8, op, ": an int8 copy, and this build has no int8 path (every build but AMX's)");
+    TORCH_CHECK(MARS_INT8, op, ": an int8 copy, and this build has no int8 path (AVX2 with FMA)");
     TORCH_CHECK(packed.is_contiguous(), op, ": packed is not contiguous");
     const int64_t strips = packed.size(0);
     TORCH_CHECK(n > 0 && n <= strips * STRIP && n > (strips - 1) * STRIP, op, ": n is ", n, ", packed's ", strips,
