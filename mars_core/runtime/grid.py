@@ -2,7 +2,7 @@
 
 The grid (kernels/rows.cpp grid()): for each block of 32 inputs of an output column, a power-of-two scale s and
 integers q up to 127, the weight q s (a bf16 exactly, so the rounded model is still an ordinary bf16 model). Every build
-of the rows kernel packs such a weight as int8 without loss (pack()) and multiply it by each row of x
+of the rows kernel packs such a weight as int8 without loss (pack()) and multiplies it by each row of x
 quantized to int8 on its own, per block of 32 inputs (integer dot products: the 8-bit arithmetic llama.cpp's Q8_0
 runs; the same bits in every build). The model served is then the grid's weights times 8-bit rows in every packed
 linear layer: every decoder that runs under the runtime (one-token, verified, transformers' generate) reads it, and a
