@@ -113,7 +113,9 @@ def chosen(records_dir: Path) -> str:
 WEIGHT_RUNS = ((("bf16, as trained", "model/eval_avx2_bf16.json"),
                 ("8-bit weights and rows", "model/eval_avx2_int8.json")),
                (("bf16, as trained", "model/eval_avx512_bf16.json"),
-                ("8-bit weights and rows", "model/eval_avx512_int8.json")))
+                ("8-bit weights and rows", "model/eval_avx512_int8.json")),
+               (("bf16, as trained", "model/eval_amx_bf16.json"),
+                ("8-bit weights and rows", "model/eval_amx_int8.json")))
 
 
 def weights(records_dir: Path) -> str:
