@@ -260,7 +260,6 @@ def findings(records_dir: Path) -> str:
     same = R.read(records_dir, "identity/avx512_bf16_compiled_batched.json")["dtypes"]["auto"]["splits"]
     h100 = R.read(records_dir, "gpu_h100/b1.json")
     h100_same = R.read(records_dir, "gpu_h100/exactness_static.json")["dtypes"]["auto"]["splits"]
-    ws = avx512["weight_stream"]
     ours, theirs = avx512["cost_curve"], avx512["llamacpp"]["bf16"]["cost_curve"]
 
     def vs(rec: dict[str, Any], a: str, b: str, batch: int = 1, weights: str | None = None) -> str:
@@ -282,13 +281,6 @@ def findings(records_dir: Path) -> str:
          f"{vs(avx2, 'mars_verified_compiled', 'llamacpp_ar', weights='q4_1_shipped')} (AVX2) llama.cpp Q4_1; "
          f"{R.times(R.ratio(_cell(avx2, 'mars_verified_compiled'), _cell(avx2_fp32, 'hf_generate')))} fp32 "
          "`generate` (AVX2)", "speed/avx512_bf16_b1.json, speed/avx2_bf16_b1.json, speed/avx2_fp32_b1.json"),
-        ("The compiled forward is the eager one without Python between the kernels",
-         f"one-token forward {R.num(ws['forward_1_ms_compiled'], 2)} ms compiled, "
-         f"{R.num(ws['forward_1_ms_eager'], 2)} ms eager", "speed/avx512_bf16_b1.json"),
-        ("A one-token forward takes two to three times one read of the weights, or more where memory is quick: it is "
-         "not bound by the read; its linear layers' products are near the read, the rest is the work around them",
-         f"{R.times(ws['forward_1_over_read_compiled'])} the read (compiled); its linear layers "
-         f"{R.times(ws.get('linear_1_over_read_compiled'))}", "speed/avx512_bf16_b1.json"),
         ("In a batch a wide forward costs every sample's rows: the plan feeds narrow trees, and verified's lead over "
          "one-token decoding shrinks or turns", f"AVX512-BF16 batch 4: "
          f"{vs(batches, 'mars_verified_compiled', 'ar_compiled', 4)}, batch 8: "
