@@ -8,6 +8,7 @@ datasets): an app that only decodes, such as the Space, never imports them.
 from importlib import import_module
 from typing import Any
 
+from . import openmp  # noqa: F401 - first: sets OpenMP's wait before torch loads it (mars_core/openmp.py)
 from .decoding.control import DecodeControl
 from .decoding.verified import Forward, TreeLayout, VerifiedConfig
 from .generate import DecodeOptions, GenerationResult, StreamEvent, generate, stream

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from . import openmp
+
 ISA_FLAGS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")  # /proc/cpuinfo flags, fastest kind first
 # each kind in a page's words, in ISA_FLAGS' order, by the name of the rows kernel's build for it (runtime/rows.py):
 # the one table the machine lines, the records' tables and the app's small print read
@@ -99,6 +101,7 @@ def machine_info(device: torch.device | str | None = None, dtype: torch.dtype | 
         "isa": [f for f in ISA_FLAGS if f in flags],
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "threads": torch.get_num_threads(),
+        "openmp_wait": openmp.wait(),
         "torch": torch.__version__,
         "device": device.type,
     }
