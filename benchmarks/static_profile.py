@@ -4,6 +4,7 @@ on a CPU (--parts) the forward and the step around it split at their seams.
     python benchmarks/static_profile.py [--max-new-tokens 64] [--limit 4] [--out profile.txt]
     python benchmarks/static_profile.py --parts [--no-compile] [--forwards 300] [--max-new-tokens 64] [--out parts.json]
     python benchmarks/static_profile.py --kernels [--rounds 41] [--out kernels.json]
+    python benchmarks/static_profile.py --openmp-wait [--pairs 2] [--forwards 300] [--out wait.json]
 
 Decodes a few held-out prompts at batch 1 with one-token and verified decoding (B = 4), each with the dynamic and
 the static-shape decoder (Runtime.static: fixed widths, a cache allocated once, CUDA graphs on a GPU), and prints
@@ -23,6 +24,12 @@ per row the forwards, tokens per forward, milliseconds per forward, then the pro
 Each part runs right after the last forward streamed the weights through the caches, as in decoding: the Python
 between kernels runs slower there than in a loop of its own. --out writes the report as JSON.
 
+--parts --busy-thread: the same with another thread alive that ran a parallel torch op (as the app's Train tab's or
+a Batch run's thread): libgomp then lets torch's OpenMP worker spin only briefly between regions (mars_core/openmp.py).
+--openmp-wait: --parts --busy-thread in fresh processes (libgomp reads its wait once, as torch loads) under libgomp's
+own wait and under mars_core's (openmp.WAIT), alternated --pairs times: the whole forward's median ms of each, and
+their ratio.
+
 --kernels, the rows kernel's ops alone (no model), on the embedded model's shapes, by the rows of a call: a layer's
 four products (q, k and v fused; o; gate and up fused; down: 8-bit weights where the build has the int8 path) 30 times,
 the weights warm in the caches (what rows cost, not the read), and attention (9 query heads over 3 key heads of 64,
@@ -37,8 +44,12 @@ import collections
 import dataclasses
 import importlib
 import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -166,8 +177,51 @@ def step_around(model, tokenizer, prompt: str, runtime, tokens: int) -> dict:
             "ops": per(count.ops), "callers": per(count.sites)}
 
 
+def busy_thread() -> None:
+    """A thread that runs one parallel torch op (an OpenMP team of its own) and stays alive, as a Train tab's does."""
+    ran = threading.Event()
+
+    def other() -> None:
+        x = torch.ones(1 << 20)
+        torch.add(x, x)  # large enough to run in parallel
+        ran.set()
+        threading.Event().wait()  # alive until the process ends
+
+    threading.Thread(target=other, name="busy", daemon=True).start()
+    ran.wait()
+
+
+def openmp_wait(args: argparse.Namespace) -> None:
+    """--openmp-wait: --parts --busy-thread under libgomp's own wait and under mars_core's, alternated, printed."""
+    from mars_core.openmp import WAIT
+
+    waits = {"libgomp's own": {}, "mars_core's": WAIT}  # torch imported first here: unset means libgomp's own
+    clean = {k: v for k, v in os.environ.items() if k not in WAIT}
+    whole: dict[str, list[float]] = {name: [] for name in waits}
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "parts.json"
+        for _ in range(args.pairs):
+            for name, env in waits.items():
+                cmd = [sys.executable, __file__, "--parts", "--busy-thread", "--forwards", str(args.forwards),
+                       "--max-new-tokens", str(args.max_new_tokens), "--out", str(out),
+                       *(["--model", args.model] if args.model else []),
+                       *(["--dtype", args.dtype] if args.dtype else []), *(["--no-compile"] if args.no_compile else [])]
+                subprocess.run(cmd, env={**clean, **env}, check=True, capture_output=True)
+                report = json.loads(out.read_text())
+                whole[name].append(report["forward_ms"]["whole"])
+                print(f"{name} wait ({report['machine'].get('openmp_wait')}): whole forward "
+                      f"{whole[name][-1]:.3f} ms")
+    theirs, ours = (statistics.median(v) for v in whole.values())
+    print(f"{machine_line(report['machine'])}: a one-token forward beside a busy thread, median of {args.pairs}: "
+          f"libgomp's wait {theirs:.3f} ms, mars_core's {ours:.3f} ms ({theirs / ours:.2f}x)")
+    if args.out:
+        Path(args.out).write_text(json.dumps({"machine": report["machine"], "whole_ms": whole}, indent=1) + "\n")
+
+
 def parts(model, tokenizer, runtime, args: argparse.Namespace) -> None:
     """--parts: the forward's parts and the step around it, printed (and kept as JSON at --out)."""
+    if args.busy_thread:
+        busy_thread()
     if not args.no_compile:
         runtime = compiled_module.compile_runtime(model, runtime)
     prompt = prompt_set(1)[0]["prompt"]
@@ -230,9 +284,16 @@ def main() -> None:
     p.add_argument("--parts", action="store_true", help="instead: the CPU forward and its step split at their seams")
     p.add_argument("--no-compile", action="store_true", help="--parts: the eager forward (prepare() alone)")
     p.add_argument("--forwards", type=int, default=300, help="--parts: forwards timed, after 20 that warm up")
+    p.add_argument("--busy-thread", action="store_true", help="--parts: beside a thread that ran a parallel op")
+    p.add_argument("--openmp-wait", action="store_true", help="instead: --parts --busy-thread under libgomp's "
+                   "wait and mars_core's, in fresh processes")
+    p.add_argument("--pairs", type=int, default=2, help="--openmp-wait: alternated pairs of runs")
     p.add_argument("--kernels", action="store_true", help="instead: the rows kernel's ops alone, by rows")
     p.add_argument("--rounds", type=int, default=41, help="--kernels: timed rounds (the fastest kept)")
     args = p.parse_args()
+    if args.openmp_wait:
+        openmp_wait(args)
+        return
     if args.kernels:
         kernels(args)
         return

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from . import openmp
+from .openmp import wait as openmp_wait
 
 ISA_FLAGS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")  # /proc/cpuinfo flags, fastest kind first
 # each kind in a page's words, in ISA_FLAGS' order, by the name of the rows kernel's build for it (runtime/rows.py):
@@ -101,7 +101,7 @@ def machine_info(device: torch.device | str | None = None, dtype: torch.dtype | 
         "isa": [f for f in ISA_FLAGS if f in flags],
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "threads": torch.get_num_threads(),
-        "openmp_wait": openmp.wait(),
+        "openmp_wait": openmp_wait(),
         "torch": torch.__version__,
         "device": device.type,
     }

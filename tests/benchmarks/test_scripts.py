@@ -124,6 +124,21 @@ def test_static_profile_parts_runs_on_a_tiny_model(tiny_model, tmp_path):
     assert "torch ops a forward outside the decoder and head" in done.stdout
 
 
+def test_static_profile_openmp_wait_runs_both_waits_beside_a_busy_thread(tiny_model, tmp_path):
+    """--openmp-wait: --parts --busy-thread in a process under libgomp's own wait and one under mars_core's, each
+    record naming the wait that served it."""
+    out = tmp_path / "wait.json"
+    done = run(sys.executable, str(BENCHMARKS / "static_profile.py"), "--openmp-wait", "--pairs", "1", "--model",
+               str(tiny_model), "--dtype", "fp32", "--no-compile", "--forwards", "10", "--max-new-tokens", "4", "--out",
+               str(out), OMP_NUM_THREADS="2")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert [len(v) for v in report["whole_ms"].values()] == [1, 1] and all(
+        v[0] > 0 for v in report["whole_ms"].values())
+    assert "wait (libgomp's default (torch was imported before mars_core))" in done.stdout
+    assert "wait (as set: OMP_WAIT_POLICY=ACTIVE, GOMP_SPINCOUNT=100000)" in done.stdout
+
+
 def test_static_profile_kernels_times_the_rows_kernels_ops_by_rows(tmp_path):
     """--kernels: a layer's products and attention timed at each row count on the build this CPU runs (its flavor and
     build named), more rows costing more; where no rows kernel builds, it says why and fails."""
