@@ -3,11 +3,11 @@
 A forward runs about 150 parallel regions (the rows kernel's ops), a few microseconds apart. libgomp, torch's OpenMP
 on Linux, lets a worker spin 300,000 times after a region before it sleeps, but only 100 times once more of its
 threads exist than CPUs: as soon as a second thread that ran a parallel torch op lives (a training beside the races, a
-Batch run, any user's thread), every region wakes a sleeping worker (what it costs: CHANGELOG.md, 2026-12-02).
-OMP_WAIT_POLICY=ACTIVE lets a worker spin 1,000 times there (about the gap between a forward's ops); GOMP_SPINCOUNT
-keeps its spin otherwise at a few milliseconds (ACTIVE alone spins for minutes, a core busy while the app idles).
-Importing mars_core sets both unless the user set either, or torch was imported first (then libgomp's own wait serves:
-`wait()` says which)."""
+Batch run, any user's thread), every region wakes a sleeping worker (what it costs: `static_profile.py --openmp-wait`,
+CHANGELOG.md). OMP_WAIT_POLICY=ACTIVE lets a worker spin 1,000 times there (about the gap between a forward's ops);
+GOMP_SPINCOUNT keeps its spin otherwise at a few milliseconds (ACTIVE alone spins for minutes, a core busy while the
+app idles). Importing mars_core sets both unless the user set either, or torch was imported first (then libgomp's own
+wait serves: `wait()` says which)."""
 
 from __future__ import annotations
 
