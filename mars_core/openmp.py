@@ -17,15 +17,19 @@ import sys
 WAIT = {"OMP_WAIT_POLICY": "ACTIVE", "GOMP_SPINCOUNT": "100000"}
 
 
+def _words(settings: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in settings.items())
+
+
 def _choose() -> str:
     """Sets WAIT where the user set neither and torch is not imported yet; what serves, in words."""
     mine = {k: os.environ[k] for k in WAIT if k in os.environ}
     if mine:
-        return "as set: " + ", ".join(f"{k}={v}" for k, v in mine.items())
+        return "as set: " + _words(mine)
     if "torch" in sys.modules:
         return "libgomp's default (torch was imported before mars_core)"
     os.environ.update(WAIT)
-    return "active, 100000 spins (mars_core)"
+    return "set by mars_core: " + _words(WAIT)
 
 
 _WAIT = _choose()
