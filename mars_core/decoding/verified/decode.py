@@ -87,6 +87,8 @@ class VerifiedDecode:
     depth: int  # D: the longest draft chain a forward may check
     floors: tuple[float, ...]  # the group floors the plan tries (a static runtime: none or every group)
     seconds: torch.Tensor | None  # seconds of a forward by tokens fed (None: the fixed rules)
+    curve: CostCurve | None  # what seconds are read from, at priced_for samples
+    priced_for: int  # the live samples seconds are priced for (fewer as samples finish)
     pace: Pace | None  # the price of width as this decode's forwards find it (None: the curve as timed)
     record: Callable[[Forward], None] | None
     state: DecodeState
@@ -172,6 +174,10 @@ def step(r: VerifiedDecode, ctl: DecodeControl) -> Step:
     if r.pace is not None and r.verdict is not None:  # every step but the prefill prices the width it fed
         r.pace.observe(fed[0].shape[1], perf_counter() - began)
         r.seconds = r.pace.seconds(fed[0].device)
+    live = done.count(0)
+    if r.curve is not None and 0 < live < r.priced_for:  # finished samples' rows cost nothing (rows.feeding):
+        # width priced for the live ones
+        priced(r, r.curve, live)
     r.verdict, r.choice, r.threshold = verdict, choice, ctl.threshold
     return Step(verdict.tokens, verdict.conf, torch.zeros_like(m), end, [bool(d) for d in done], tree.threshold,
                 state.answer.out, state.answer.generated, drafts=checked_path(tree, verdict),
@@ -213,6 +219,7 @@ def widest(depth: int, g: int) -> int:
 def priced(r: VerifiedDecode, curve: CostCurve | None, batch: int) -> None:
     """Price r's widths for `batch` samples: the curve's seconds by width, and the pace that learns them as the
     forwards run (a CPU step's time is known when its host copy returns; on a GPU the step decides)."""
+    r.curve, r.priced_for = curve, batch
     r.seconds = seconds_by_width(curve, batch, r.depth, r.g, r.model.device)
     live = r.seconds is not None and (r.spec.runtime.live_cost or r.model.device.type == "cuda")
     r.pace = Pace.from_curve(r.seconds) if live else None
@@ -224,7 +231,7 @@ def start(model: torch.nn.Module, prompts: list[list[int]], spec: DecodeSpec, th
     config, depth, curve = settings(spec, layout)
     state, tree = prefill(prompts, spec, threshold, depth, model.device)
     r = VerifiedDecode(model=model, spec=spec, config=config, cache=cache, depth=depth, record=record, state=state,
-                       tree=tree, seconds=None, pace=None,
+                       tree=tree, seconds=None, curve=None, priced_for=len(prompts), pace=None,
                        floors=(FLOORS[0], 0.0) if spec.runtime.static else FLOORS)
     priced(r, curve, len(prompts))
     return r
