@@ -291,6 +291,9 @@ def main() -> None:
     p.add_argument("--kernels", action="store_true", help="instead: the rows kernel's ops alone, by rows")
     p.add_argument("--rounds", type=int, default=41, help="--kernels: timed rounds (the fastest kept)")
     args = p.parse_args()
+    for name in ("forwards", "pairs", "rounds"):  # each is a count of runs whose medians or fastest are read
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be at least 1")
     if args.openmp_wait:
         openmp_wait(args)
         return

@@ -97,6 +97,13 @@ def test_static_profile_runs_on_a_tiny_model(tiny_model, tmp_path):
     assert "1 prompts x 6 tokens, batch 1" in report and "verified" in report
 
 
+@pytest.mark.parametrize("count", ["--pairs", "--forwards", "--rounds"])
+def test_static_profile_refuses_a_count_of_no_runs(count):
+    """A count of 0 runs has no median to print: one line saying so, before any model loads."""
+    done = run(sys.executable, str(BENCHMARKS / "static_profile.py"), "--openmp-wait", count, "0", timeout=120)
+    assert done.returncode == 2 and f"{count} must be at least 1" in done.stderr
+
+
 def test_machine_tables_dry_run_names_this_kind_s_records(tmp_path):
     """DRY=1 prints the runs it would make: both mars-bench runs into <kind>_<dtype>_*.json, the stamp, the render."""
     done = run("bash", str(BENCHMARKS / "machine_tables.sh"), str(tmp_path), DRY="1", PYTHON=sys.executable,
