@@ -104,6 +104,12 @@ class Runtime:
         return any(e.kernel == ROWS for e in self.linears.values())
 
     @property
+    def fed_rows_only(self) -> bool:
+        """Whether a forward's linear layers compute only the rows it feeds (the rows kernel, told them where attention
+        runs by rows: runtime/forward.py, rows.feeding): a finished sample's rows then cost no product."""
+        return self.rows and self.rows_linears
+
+    @property
     def invariant(self) -> bool:
         """Checked width-invariant on this machine, for the model as it was checked: verified decoding gives one-token
         decoding's answer bit for bit."""

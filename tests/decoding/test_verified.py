@@ -364,9 +364,12 @@ def test_a_batch_gets_narrower_trees_where_width_costs_by_batch(trained, tokeniz
     assert sum(together) / len(together) < sum(map(sum, alone)) / sum(map(len, alone))
 
 
-def test_width_is_priced_for_the_samples_still_decoding(trained, tokenizer):
-    """A finished sample's rows are not computed (runtime/rows.py: feeding), so each forward's tree is priced on the
-    curve at the samples still decoding, not at the batch it began as; the answers stay AR's."""
+@pytest.mark.parametrize("fed_rows_only", [True, False], ids=["rows-kernel", "every-row"])
+def test_width_is_priced_for_the_samples_still_decoding(trained, tokenizer, monkeypatch, fed_rows_only):
+    """Where a forward computes only the rows it feeds (Runtime.fed_rows_only: the rows kernel), a finished sample's
+    rows cost nothing, so each tree is priced on the curve at the samples still decoding; elsewhere at the batch it
+    began as. The answers stay AR's either way."""
+    monkeypatch.setattr(Runtime, "fed_rows_only", property(lambda self: fed_rows_only))
     prompts, records = PROMPTS + list(ANSWERS)[:3], []
     result = generate(trained, tokenizer, prompts, strategy="verified", threshold=0.05, max_new_tokens=40,
                       layout=TreeLayout(cost=BY_BATCH), record=records.append)
@@ -374,7 +377,8 @@ def test_width_is_priced_for_the_samples_still_decoding(trained, tokenizer):
     live = [int(r.tree.pending_valid.any(1).sum()) for r in records]  # samples decoding when the plan was made
     assert live[0] == len(prompts) and min(live) < len(prompts)  # some finished while others went on
     for r, n in zip(records, live):
-        assert r.seconds.tolist() == pytest.approx(BY_BATCH.at(n, range(len(r.seconds))))
+        priced_at = n if fed_rows_only else len(prompts)
+        assert r.seconds.tolist() == pytest.approx(BY_BATCH.at(priced_at, range(len(r.seconds))))
 
 
 CHEAP = CostCurve.from_function(lambda b, w: 0.01 * (1 + 0.15 * (w - 1)))  # half of STEEP's price of width

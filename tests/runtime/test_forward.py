@@ -28,7 +28,7 @@ def test_a_padded_column_is_not_computed_and_the_fed_ones_keep_their_bits(monkey
             pytest.skip(int8_serves())
         round_to_grid(model)
     runtime = prepare(model, check=False, measure_cost=False)
-    assert runtime.rows and runtime.linears
+    assert runtime.rows and runtime.linears and runtime.fed_rows_only  # what verified decoding prices by (plan)
     ids = torch.randint(300, (2, 6), generator=torch.Generator().manual_seed(0))
     positions = torch.arange(6).expand(2, -1)
     fed = torch.ones(2, 6, dtype=torch.bool)
@@ -44,3 +44,15 @@ def test_a_padded_column_is_not_computed_and_the_fed_ones_keep_their_bits(monkey
     every_row = hidden()
     assert torch.equal(fed_only[fed], every_row[fed])
     assert not torch.equal(fed_only[~fed], every_row[~fed])
+
+
+def test_only_the_rows_kernel_computes_fed_rows_only():
+    """Runtime.fed_rows_only: a forward on torch's or oneDNN's linear layers computes every row it is given (a
+    finished sample's too), so verified decoding prices width at the batch it began with there."""
+    from mars_core.runtime import Runtime
+
+    assert not Runtime().fed_rows_only
+    model = tiny_llama(300, attn_implementation=ATTENTION)  # fp32: the rows kernel serves bf16 only
+    runtime = prepare(model, check=False, measure_cost=False)
+    assert not runtime.rows_linears and not runtime.fed_rows_only
+

@@ -175,9 +175,8 @@ def step(r: VerifiedDecode, ctl: DecodeControl) -> Step:
         r.pace.observe(fed[0].shape[1], perf_counter() - began)
         r.seconds = r.pace.seconds(fed[0].device)
     live = done.count(0)
-    if r.curve is not None and 0 < live < r.priced_for:  # finished samples' rows cost nothing (rows.feeding):
-        # width priced for the live ones
-        priced(r, r.curve, live)
+    if spec.runtime.fed_rows_only and r.curve is not None and 0 < live < r.priced_for:
+        priced(r, r.curve, live)  # finished samples' rows cost no product: width priced for the live ones
     r.verdict, r.choice, r.threshold = verdict, choice, ctl.threshold
     return Step(verdict.tokens, verdict.conf, torch.zeros_like(m), end, [bool(d) for d in done], tree.threshold,
                 state.answer.out, state.answer.generated, drafts=checked_path(tree, verdict),
