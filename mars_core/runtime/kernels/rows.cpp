@@ -655,7 +655,7 @@ at::Tensor product8(const at::Tensor& x, const at::Tensor& packed, Columns cols,
   };
   const int64_t first = col0 / STRIP, last = (col1 + STRIP - 1) / STRIP;  // strips [first, last)
 #ifdef MARS_PAIRS
-  const int64_t unit = M > QROWS ? 2 : 1;  // strips a pass: two (int8_pair) for more than a group of rows
+  const int64_t unit = M >= QROWS ? 2 : 1;  // strips a pass: two (int8_pair) from a whole group of rows on
 #else
   const int64_t unit = 1;
 #endif
