@@ -105,8 +105,9 @@ class Runtime:
 
     @property
     def fed_rows_only(self) -> bool:
-        """Whether a forward's linear layers compute only the rows it feeds (the rows kernel, told them where attention
-        runs by rows: runtime/forward.py, rows.feeding): a finished sample's rows then cost no product."""
+        """Whether a forward's linear layers compute only the rows it feeds (those on the rows kernel, every one prepare
+        packs for it, told the rows where attention runs by rows: runtime/forward.py, rows.feeding): a finished
+        sample's rows then cost no product there."""
         return self.rows and self.rows_linears
 
     @property

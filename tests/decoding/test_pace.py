@@ -51,3 +51,28 @@ def test_a_flat_curve_says_nothing_of_k():
     pace = Pace.from_curve(torch.full((6,), 0.01))
     pace.observe(4, 0.05)
     assert pace.k == 1.0
+
+
+def test_a_pace_rebased_on_fewer_samples_keeps_what_it_learned():
+    """Samples finished: the plan reads a curve at fewer samples (decode.repriced); the pace keeps its k, and its t1
+    scales with the new curve's one-token seconds."""
+    from types import SimpleNamespace
+
+    from mars_core.decoding.verified.decode import repriced
+    from mars_core.runtime import CostCurve
+
+    pace = Pace.from_curve(CURVE)
+    pace.observe(4, 0.010 + 2 * (0.016 - 0.010))  # width costs more than the curve says: k moves up
+    pace.observe(1, 0.015)  # and a plain forward more too
+    fewer = CURVE * 0.5  # the curve at the live samples
+    rebased = pace.rebased(fewer)
+    assert rebased.k == pace.k > 1 and rebased.t1 == pytest.approx(pace.t1 * 0.5)
+    assert torch.allclose(rebased.seconds(), rebased.t1 + pace.k * (fewer - fewer[1]))
+    by_batch = CostCurve.from_function(lambda b, w: 0.01 * b * (1 + 0.2 * (w - 1)), batch_sizes=(1, 8))
+    r = SimpleNamespace(curve=by_batch, depth=1, g=1, model=SimpleNamespace(device="cpu"), pace=pace,
+                        priced_for=4, seconds=None)
+    repriced(r, 2)
+    assert r.priced_for == 2 and r.pace.k == pace.k and torch.allclose(r.seconds, r.pace.seconds())
+    r.pace = None  # no pace (the default on a CPU): the curve at the live samples as it is
+    repriced(r, 1)
+    assert r.seconds.tolist() == pytest.approx(by_batch.at(1, range(len(r.seconds))))

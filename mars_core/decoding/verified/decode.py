@@ -88,7 +88,7 @@ class VerifiedDecode:
     floors: tuple[float, ...]  # the group floors the plan tries (a static runtime: none or every group)
     seconds: torch.Tensor | None  # seconds of a forward by tokens fed (None: the fixed rules)
     curve: CostCurve | None  # what seconds are read from, at priced_for samples
-    priced_for: int  # the live samples seconds are priced for (fewer as samples finish)
+    priced_for: int  # the samples seconds are priced for (the live ones as samples finish, where fed_rows_only)
     pace: Pace | None  # the price of width as this decode's forwards find it (None: the curve as timed)
     record: Callable[[Forward], None] | None
     state: DecodeState
@@ -176,7 +176,7 @@ def step(r: VerifiedDecode, ctl: DecodeControl) -> Step:
         r.seconds = r.pace.seconds(fed[0].device)
     live = done.count(0)
     if spec.runtime.fed_rows_only and r.curve is not None and 0 < live < r.priced_for:
-        priced(r, r.curve, live)  # finished samples' rows cost no product: width priced for the live ones
+        repriced(r, live)  # finished samples' rows cost no product: width priced for the live ones
     r.verdict, r.choice, r.threshold = verdict, choice, ctl.threshold
     return Step(verdict.tokens, verdict.conf, torch.zeros_like(m), end, [bool(d) for d in done], tree.threshold,
                 state.answer.out, state.answer.generated, drafts=checked_path(tree, verdict),
@@ -222,6 +222,17 @@ def priced(r: VerifiedDecode, curve: CostCurve | None, batch: int) -> None:
     r.seconds = seconds_by_width(curve, batch, r.depth, r.g, r.model.device)
     live = r.seconds is not None and (r.spec.runtime.live_cost or r.model.device.type == "cuda")
     r.pace = Pace.from_curve(r.seconds) if live else None
+
+
+def repriced(r: VerifiedDecode, live: int) -> None:
+    """Price r's widths for its `live` samples on the curve it was priced by, what its pace learned kept."""
+    seconds = seconds_by_width(r.curve, live, r.depth, r.g, r.model.device)
+    r.priced_for = live
+    if r.pace is None:
+        r.seconds = seconds
+    else:
+        r.pace = r.pace.rebased(seconds)
+        r.seconds = r.pace.seconds(r.model.device)
 
 
 def start(model: torch.nn.Module, prompts: list[list[int]], spec: DecodeSpec, threshold: float, cache: Any, *,

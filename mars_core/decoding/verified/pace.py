@@ -36,6 +36,12 @@ class Pace:
         curve = seconds.tolist()
         return cls(curve, curve[1])
 
+    def rebased(self, seconds: torch.Tensor) -> Pace:
+        """This pace on another curve (the batch's live samples priced anew): what it learned kept, k as it is and t1
+        scaled by the new curve's one-token seconds over the old one's."""
+        curve = seconds.tolist()
+        return Pace(curve, self.t1 * curve[1] / self.curve[1], self.k)
+
     def observe(self, width: int, elapsed: float) -> None:
         """Move t1 (width 1) or k (wider) by one forward of `width` tokens per sample that took `elapsed` seconds."""
         if width <= 1:

@@ -619,8 +619,8 @@ struct Columns {  // columns [col0, col1) of a packed matrix of n
 // output is its own chain over k, so a column's bits are those the whole matrix's product gives it.
 #ifdef MARS_INT8_PATH
 // product() of pack8's W: x's rows quantized to int8 each on its own, then each strip of 8 columns for QROWS rows at
-// a time (the strip stays in cache for all rows; two strips a pass, int8_pair, where the call has more than QROWS
-// rows: the same steps in every lane), each sum rounded to bf16 once with the bias added in fp32 first
+// a time (the strip stays in cache for all rows; two strips a pass, int8_pair, where the call has QROWS rows or
+// more: the same steps in every lane), each sum rounded to bf16 once with the bias added in fp32 first
 at::Tensor product8(const at::Tensor& x, const at::Tensor& packed, Columns cols, const std::vector<float>& b) {
   const int64_t K = x.size(-1), blocks = packed.size(1), col0 = cols.col0, col1 = cols.col1, width_out = col1 - col0;
   const int64_t M = c10::multiply_integers(x.sizes().slice(0, x.dim() - 1));
