@@ -115,7 +115,7 @@ def _forward(model: torch.nn.Module, cache: SlotCache, ids: torch.Tensor, positi
     mask = cache.mask(seen, index)
     plan = cache.key_plan(index, full=runtime.static, alone=runtime.units_alone) if runtime.rows else None
     decoder, mask = model.get_decoder(), as_model_mask(mask, model)
-    fed = fed if runtime.rows else None  # rows kernel's linears compute fed rows only (rows.feeding)
+    fed = fed if runtime.fed_rows_only else None  # rows kernel's linears compute fed rows only (rows.feeding)
     if runtime.compiled is None or not runtime.compiled.serves:  # not compiled, or for another make (watch.py)
         with runtime.active(), keys_by_rows(plan), feeding(fed):
             return decoder(input_ids=ids, position_ids=positions, attention_mask=mask,

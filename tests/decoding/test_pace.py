@@ -58,6 +58,7 @@ def test_a_pace_rebased_on_fewer_samples_keeps_what_it_learned():
     scales with the new curve's one-token seconds."""
     from types import SimpleNamespace
 
+    from mars_core import TreeLayout
     from mars_core.decoding.verified.decode import repriced
     from mars_core.runtime import CostCurve
 
@@ -69,8 +70,8 @@ def test_a_pace_rebased_on_fewer_samples_keeps_what_it_learned():
     assert rebased.k == pace.k > 1 and rebased.t1 == pytest.approx(pace.t1 * 0.5)
     assert torch.allclose(rebased.seconds(), rebased.t1 + pace.k * (fewer - fewer[1]))
     by_batch = CostCurve.from_function(lambda b, w: 0.01 * b * (1 + 0.2 * (w - 1)), batch_sizes=(1, 8))
-    r = SimpleNamespace(curve=by_batch, depth=1, g=1, model=SimpleNamespace(device="cpu"), pace=pace,
-                        priced_for=4, seconds=None)
+    r = SimpleNamespace(config=TreeLayout(cost=by_batch), spec=None, depth=1, g=1, model=SimpleNamespace(device="cpu"),
+                        pace=pace, priced_for=4, seconds=None)
     repriced(r, 2)
     assert r.priced_for == 2 and r.pace.k == pace.k and torch.allclose(r.seconds, r.pace.seconds())
     r.pace = None  # no pace (the default on a CPU): the curve at the live samples as it is

@@ -87,7 +87,6 @@ class VerifiedDecode:
     depth: int  # D: the longest draft chain a forward may check
     floors: tuple[float, ...]  # the group floors the plan tries (a static runtime: none or every group)
     seconds: torch.Tensor | None  # seconds of a forward by tokens fed (None: the fixed rules)
-    curve: CostCurve | None  # what seconds are read from, at priced_for samples
     priced_for: int  # the samples seconds are priced for (the live ones as samples finish, where fed_rows_only)
     pace: Pace | None  # the price of width as this decode's forwards find it (None: the curve as timed)
     record: Callable[[Forward], None] | None
@@ -175,7 +174,7 @@ def step(r: VerifiedDecode, ctl: DecodeControl) -> Step:
         r.pace.observe(fed[0].shape[1], perf_counter() - began)
         r.seconds = r.pace.seconds(fed[0].device)
     live = done.count(0)
-    if spec.runtime.fed_rows_only and r.curve is not None and 0 < live < r.priced_for:
+    if spec.runtime.fed_rows_only and r.seconds is not None and 0 < live < r.priced_for:
         repriced(r, live)  # finished samples' rows cost no product: width priced for the live ones
     r.verdict, r.choice, r.threshold = verdict, choice, ctl.threshold
     return Step(verdict.tokens, verdict.conf, torch.zeros_like(m), end, [bool(d) for d in done], tree.threshold,
@@ -207,7 +206,12 @@ def settings(spec: DecodeSpec, layout: VerifiedConfig | None) -> tuple[VerifiedC
     if spec.runtime.static:
         config = replace(config, group_floor=0.0, sibling_floor=None)
     depth = max(g, config.lookup_drafts) if g > 0 else 0
-    return config, depth, (config.cost or spec.runtime.cost) if config.use_cost else None
+    return config, depth, curve_of(config, spec)
+
+
+def curve_of(config: VerifiedConfig, spec: DecodeSpec) -> CostCurve | None:
+    """The curve a decode of this layout sizes its trees by (None: the fixed rules)."""
+    return (config.cost or spec.runtime.cost) if config.use_cost else None
 
 
 def widest(depth: int, g: int) -> int:
@@ -218,7 +222,7 @@ def widest(depth: int, g: int) -> int:
 def priced(r: VerifiedDecode, curve: CostCurve | None, batch: int) -> None:
     """Price r's widths for `batch` samples: the curve's seconds by width, and the pace that learns them as the
     forwards run (a CPU step's time is known when its host copy returns; on a GPU the step decides)."""
-    r.curve, r.priced_for = curve, batch
+    r.priced_for = batch
     r.seconds = seconds_by_width(curve, batch, r.depth, r.g, r.model.device)
     live = r.seconds is not None and (r.spec.runtime.live_cost or r.model.device.type == "cuda")
     r.pace = Pace.from_curve(r.seconds) if live else None
@@ -226,7 +230,7 @@ def priced(r: VerifiedDecode, curve: CostCurve | None, batch: int) -> None:
 
 def repriced(r: VerifiedDecode, live: int) -> None:
     """Price r's widths for its `live` samples on the curve it was priced by, what its pace learned kept."""
-    seconds = seconds_by_width(r.curve, live, r.depth, r.g, r.model.device)
+    seconds = seconds_by_width(curve_of(r.config, r.spec), live, r.depth, r.g, r.model.device)
     r.priced_for = live
     if r.pace is None:
         r.seconds = seconds
@@ -241,7 +245,7 @@ def start(model: torch.nn.Module, prompts: list[list[int]], spec: DecodeSpec, th
     config, depth, curve = settings(spec, layout)
     state, tree = prefill(prompts, spec, threshold, depth, model.device)
     r = VerifiedDecode(model=model, spec=spec, config=config, cache=cache, depth=depth, record=record, state=state,
-                       tree=tree, seconds=None, curve=None, priced_for=len(prompts), pace=None,
+                       tree=tree, seconds=None, priced_for=len(prompts), pace=None,
                        floors=(FLOORS[0], 0.0) if spec.runtime.static else FLOORS)
     priced(r, curve, len(prompts))
     return r
