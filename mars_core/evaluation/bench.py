@@ -567,7 +567,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true",
                    help="a small slice for CI: 4 prompts, 16 tokens, 1 repeat, batch 1, B 4, τ 1.0 and 0.9")
     p.add_argument("--json", default=None, help="write the rows to this JSON file")
-    p.add_argument("--plot", default=None, help="PNG of the speedups (default: next to --json)")
+    p.add_argument("--plot", default=None, help="also write a PNG of the speedups here (none unless asked: a kept "
+                   "record is its JSON)")
     return p
 
 
@@ -652,9 +653,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:  # a new folder is made: the run must not be lost to it
         write_json(args.json, bench_record(args, machine, runtime, rows, len(records), llamacpp=llamacpp,
                                                  stream=stream, start=start), indent=2)
-    path = args.plot or (args.json.rsplit(".", 1)[0] + ".png" if args.json else None)
-    if path and speedup_plot(rows, path, f"mars-bench: speedup over transformers generate ({machine_line(machine)})"):
-        print(f"plot: {path}")
+    if args.plot and speedup_plot(rows, args.plot,
+                                  f"mars-bench: speedup over transformers generate ({machine_line(machine)})"):
+        print(f"plot: {args.plot}")
 
 
 if __name__ == "__main__":

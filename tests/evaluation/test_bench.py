@@ -159,13 +159,14 @@ def test_cli_runs_on_a_saved_model(tmp_path, model, tokenizer, capsys):
     tokenizer.save_pretrained(tmp_path / "m")
     out = tmp_path / "tables" / "bench.json"  # a folder that does not exist yet: mars-bench makes it
     main(["--model", str(tmp_path / "m"), "--quick", "--dtype", "fp32", "--methods", "hf_generate,ar,mars_sliding",
-          "--json", str(out)])
+          "--json", str(out), "--plot", str(tmp_path / "speedups.png")])
     data = json.loads(out.read_text())
     assert {r["method"] for r in data["rows"]} == {"hf_generate", "ar", "mars_sliding"}
     assert {r["threshold"] for r in data["rows"]} == {None, 1.0, 0.9}
     assert {"category", "tokens_per_forward", "seconds", "tokens_per_second", "speedup_vs_hf_generate"} <= set(
         data["rows"][0])
-    assert (tmp_path / "tables" / "bench.png").stat().st_size > 1000
+    assert (tmp_path / "speedups.png").stat().st_size > 1000  # the plot where --plot asked, none beside the JSON
+    assert sorted(p.name for p in out.parent.iterdir()) == ["bench.json"]
     assert data["dtype"] == "float32" and "device" in data
     assert data["peak_rss_mb"] > 50  # the process's peak memory, torch and the model loaded at least
     assert data["graphs"]["failures"] == 0 and "captures" in data["graphs"]  # CUDA graphs (on a CPU: none)
