@@ -219,7 +219,7 @@ class Joined:
         if stop is not None:
             answer.done = answer.done | stop.to(answer.done.device)
         if self.kind == "verified" and not bool(answer.done.all()):
-            verified.advance(self.state)
+            verified.advance(self.state, stop)
 
     @torch.inference_mode()
     def take(self, rows: list[int]) -> Joined:

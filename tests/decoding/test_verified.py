@@ -381,6 +381,23 @@ def test_width_is_priced_for_the_samples_still_decoding(trained, tokenizer, monk
         assert r.seconds.tolist() == pytest.approx(BY_BATCH.at(priced_at, range(len(r.seconds))))
 
 
+def test_a_sample_a_stop_string_ends_is_priced_as_finished_from_the_next_plan(trained, tokenizer, monkeypatch):
+    """A stop string ends a sample after the forward's host read (the caller sends the stop): on the rows kernel the
+    next plan already prices width for the samples left, as when a sample ends by a stop token or its length. The
+    texts are one-token decoding's with the same stop strings."""
+    monkeypatch.setattr(Runtime, "fed_rows_only", property(lambda self: True))
+    prompts, records, stop = list(ANSWERS)[:4], [], ["blue"]  # "List three colours" ends early at "blue"
+    kw = dict(max_new_tokens=40, stop_strings=stop)
+    result = generate(trained, tokenizer, prompts, strategy="verified", threshold=0.05,
+                      layout=TreeLayout(cost=BY_BATCH), record=records.append, **kw)
+    assert result.texts == generate(trained, tokenizer, prompts, strategy="ar", **kw).texts  # cut before "blue"
+    assert result.texts[1] == "red, green, " and len(result.token_ids[1]) < 20 < len(result.token_ids[0])
+    live = [int(r.tree.pending_valid.any(1).sum()) for r in records]
+    assert live[0] == len(prompts) and len(prompts) - 1 in live
+    for r, n in zip(records, live):
+        assert r.seconds.tolist() == pytest.approx(BY_BATCH.at(n, range(len(r.seconds))))
+
+
 CHEAP = CostCurve.from_function(lambda b, w: 0.01 * (1 + 0.15 * (w - 1)))  # half of STEEP's price of width
 
 

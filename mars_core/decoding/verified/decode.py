@@ -173,17 +173,18 @@ def step(r: VerifiedDecode, ctl: DecodeControl) -> Step:
     if r.pace is not None and r.verdict is not None:  # every step but the prefill prices the width it fed
         r.pace.observe(fed[0].shape[1], perf_counter() - began)
         r.seconds = r.pace.seconds(fed[0].device)
-    live = done.count(0)
-    if spec.runtime.fed_rows_only and r.seconds is not None and 0 < live < r.priced_for:
-        repriced(r, live)  # finished samples' rows cost no product: width priced for the live ones
+    priced_live(r, done.count(0))
     r.verdict, r.choice, r.threshold = verdict, choice, ctl.threshold
     return Step(verdict.tokens, verdict.conf, torch.zeros_like(m), end, [bool(d) for d in done], tree.threshold,
                 state.answer.out, state.answer.generated, drafts=checked_path(tree, verdict),
                 drafted=tree.fed.sum(1), matched=torch.minimum(m, end), looked_up=tree.from_lookup)
 
 
-def advance(r: VerifiedDecode) -> None:
-    """Keep what was matched in the cache and build the tree the last forward chose."""
+def advance(r: VerifiedDecode, stop: torch.Tensor | None = None) -> None:
+    """Keep what was matched in the cache and build the tree the last forward chose; samples a stop string ended
+    (`stop`, already in answer.done) are priced as finished from the next plan on."""
+    if stop is not None:
+        priced_live(r, int((~r.state.answer.done).sum()))
     counts, hung, beside, took = r.layout
     settle(r.cache, r.state, r.tree, r.verdict)
     r.tree = next_tree(r.verdict, r.choice, r.state.answer.done, r.threshold,
@@ -228,6 +229,13 @@ def priced(r: VerifiedDecode, curve: CostCurve | None, batch: int) -> None:
     r.pace = Pace.from_curve(r.seconds) if live else None
 
 
+def priced_live(r: VerifiedDecode, live: int) -> None:
+    """Where samples finished since r was priced, price its widths for the `live` ones: on the rows kernel a finished
+    sample's rows cost no product (Runtime.fed_rows_only; elsewhere they still cost, and the batch's price stands)."""
+    if r.spec.runtime.fed_rows_only and r.seconds is not None and 0 < live < r.priced_for:
+        repriced(r, live)
+
+
 def repriced(r: VerifiedDecode, live: int) -> None:
     """Price r's widths for its `live` samples on the curve it was priced by, what its pace learned kept."""
     seconds = seconds_by_width(curve_of(r.config, r.spec), live, r.depth, r.g, r.model.device)
@@ -265,4 +273,4 @@ def verified_decode(
         return
     with decode_cache(model, prompts, spec, widest(depth, spec.block_size - 1)) as cache:
         r = start(model, prompts, spec, control.snapshot().threshold, cache, layout=layout, record=record)
-        yield from decode_loop(control, r.state.answer, lambda ctl: step(r, ctl), lambda _: advance(r))
+        yield from decode_loop(control, r.state.answer, lambda ctl: step(r, ctl), lambda stop: advance(r, stop))
