@@ -14,12 +14,14 @@ promised.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -99,9 +101,15 @@ class Runtime:
     watch: Watch = field(default_factory=Watch, repr=False, compare=False)
 
     @property
+    def entries(self) -> list:
+        """The packed copies now, taken at once (a list made in one C call, the GIL held): another thread's decode may
+        repack the model meanwhile (watch.refresh adds and drops entries of `linears` in place)."""
+        return list(self.linears.values())
+
+    @property
     def rows_linears(self) -> bool:
         """Whether linear layers run on the rows kernel (packed for it only where it serves)."""
-        return any(e.kernel == ROWS for e in self.linears.values())
+        return any(e.kernel == ROWS for e in self.entries)
 
     @property
     def fed_rows_only(self) -> bool:
@@ -120,7 +128,7 @@ class Runtime:
         """What makes this runtime's forward (its linear kernels, attention by rows or a call a row, static shapes,
         the compiled forward serving or not): the key of a CUDA graph captured over it (runtime/graphs.py), never an
         object's id, so a runtime made anew with the same kernels replays the graphs already captured."""
-        kernels = tuple(sorted({str(entry.kernel) for entry in self.linears.values()}))
+        kernels = tuple(sorted({str(entry.kernel) for entry in self.entries}))
         compiled = self.compiled is not None and bool(getattr(self.compiled, "serves", True))
         return kernels, self.packed_from, self.rows, self.units_alone, self.static, compiled
 
@@ -138,8 +146,8 @@ class Runtime:
         its own record)."""
         if isinstance(model, Engine):
             return model.record()
-        paired = any(entry.pair for entry in self.linears.values())  # a lone row fed as two: other bits, other speed
-        kernels = {entry.kernel for entry in self.linears.values()}
+        paired = any(entry.pair for entry in self.entries)  # a lone row fed as two: other bits, other speed
+        kernels = {entry.kernel for entry in self.entries}
         # the rows kernel (a model's bf16 layers) by its flavor: amx_rows, avx512_bf16_rows, avx512_rows or avx2_rows
         linear = (f"{flavor()}_rows" if ROWS in kernels else ONEDNN) if kernels else "torch"
         attention = self.attention(model)
@@ -150,7 +158,7 @@ class Runtime:
                 "packed_from_rows": self.packed_from if self.linears else 0,
                 **({"one_row": "fed as two"} if paired else {}),
                 "rows_per_call": CHUNK_ROWS if ONEDNN in kernels else 0,
-                **({"fused": "siblings as one matrix"} if any(e.fused for e in self.linears.values()) else {}),
+                **({"fused": "siblings as one matrix"} if any(e.fused for e in self.entries) else {}),
                 "attention": attention, "cache": "slots",
                 "forward": "inductor" if self.compiled is not None else "eager",
                 "keys": "whole cache" if self.static else f"slot rounded to {KEY_ROUND}"}
@@ -173,7 +181,8 @@ class Runtime:
                                                               "num_hidden_layers", "num_attention_heads",
                                                               "num_key_value_heads", "vocab_size")}
         shape["attn"] = getattr(model.config, "_attn_implementation", None)
-        return hashlib.sha256(json.dumps([self.record(model), shape], sort_keys=True).encode()).hexdigest()[:16]
+        return hashlib.sha256(json.dumps([self.record(model), shape, code_digest()], sort_keys=True).encode()
+                              ).hexdigest()[:16]
 
     def guarantee(self) -> str:
         """What verified decoding promises under this runtime, in words for a page."""
@@ -187,3 +196,17 @@ class Runtime:
             return "identical to one-token decoding"
         return (f"identical to one-token decoding up to rounding: {check.differing} of {check.rows} rows differed "
                 "in the width check on this machine")
+
+
+@functools.cache
+def code_digest() -> str:
+    """The code a forward runs beyond torch and the rows kernel's build (both in Runtime.record): this folder's modules
+    and transformers' version. In Runtime.key, so a width check, cost curve or compiled graph kept on disk speaks for
+    the code that took it, not for the code an upgrade brought (the model's make leaves transformers' version out:
+    its config's is the checkpoint's)."""
+    import transformers
+
+    digest = hashlib.sha256(transformers.__version__.encode())
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()[:16]

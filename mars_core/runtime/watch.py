@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 import xxhash
 
-from .linear import linear_groups, pack_linears, packing_pays, rows_in_one_block, version
+from .linear import linear_groups, pack_linears, packing_pays, register_rows, rows_in_one_block, version
 from .runtime import Make, Runtime
 
 
@@ -150,14 +150,16 @@ def refresh(model: torch.nn.Module, runtime: Runtime) -> None:
 def _repack(model: torch.nn.Module, runtime: Runtime) -> None:
     """Pack anew the layers whose weight changed since packed (a sibling's change repacks its group), pack new ones,
     drop those the model no longer has; the rows kernel's copies then lie in one new block, registered anew
-    (linear.rows_in_one_block)."""
+    (linear.rows_in_one_block). Registered anew even where nothing changed: the kernel holds one copy a weight for the
+    whole process, and the decode about to run must be served by this runtime's."""
     linears, kept = runtime.linears, runtime.watch.digests
     weights = {id(lin.weight): lin.weight for layers in runtime.watch.groups for lin in layers}
     stale = {key for key, w in weights.items() if _moved(linears.get(key), w)}
     held = [key for key in weights if key not in stale]  # the same tensor, storage and version: are its bytes?
     stale |= {key for key, now in zip(held, digests([weights[key] for key in held])) if now != kept.get(key)}
     gone = [key for key in linears if key not in weights]
-    if not stale and not gone:
+    if not stale and not gone:  # its copies answer: they serve (another runtime of the model may have registered its
+        register_rows(linears)  # own with the rows kernel since, of weights that have changed back since)
         return
     fresh = pack_linears(model, only=stale) if stale else {}
     linears.update(fresh)

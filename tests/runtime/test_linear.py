@@ -265,3 +265,20 @@ def test_measurements_under_the_rows_kernel_name_its_build(monkeypatch, tmp_path
     key = runtime.key(model)
     monkeypatch.setattr(runtime_module, "build_id", lambda: "another build")
     assert runtime.key(model) != key
+
+
+def test_the_key_changes_with_the_code_that_runs_the_forward(monkeypatch):
+    """A width check, cost curve or compiled graph kept under Runtime.key is not read by another transformers or
+    another runtime code (an upgrade): the key names both."""
+    import transformers
+
+    runtime_module = importlib.import_module("mars_core.runtime.runtime")
+    model, runtime = tiny_qwen2(64), Runtime()
+    key = runtime.key(model)
+    assert runtime.key(model) == key  # the same code: the same key
+    runtime_module.code_digest.cache_clear()
+    monkeypatch.setattr(transformers, "__version__", transformers.__version__ + ".post1")
+    try:
+        assert runtime.key(model) != key
+    finally:
+        runtime_module.code_digest.cache_clear()

@@ -133,6 +133,22 @@ def test_a_changed_model_is_served_as_a_fresh_runtime_serves_it(tokenizer, dtype
     assert after == fresh(model, tokenizer, tmp_path, compiled and not remade)
 
 
+def test_two_runtimes_of_one_model_each_serve_the_model_as_it_is(tokenizer, tmp_path):
+    """The rows kernel keeps one copy a weight for the whole process, whichever runtime registered it last: a decode's
+    check makes its own runtime's copies the ones that serve. A second runtime packs a changed weight; the weight is
+    changed back (an exact unmerge): the first runtime, whose copy is of the weight as it is again, serves its own."""
+    model = _model(tokenizer, torch.bfloat16)
+    one = prepare(model, cache_dir=tmp_path, measure_cost=False, check=False)
+    before = answers(model, tokenizer, one)
+    two = prepare(model, cache_dir=tmp_path, measure_cost=False, check=False)
+    _data_write(model, tokenizer)
+    changed = answers(model, tokenizer, two)  # two packs the changed weight anew
+    assert changed != before
+    _data_write(model, tokenizer)  # back as it was, bit for bit
+    assert answers(model, tokenizer, one) == before
+    assert answers(model, tokenizer, two) == before
+
+
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 def test_a_bias_changed_in_place_is_served(tokenizer, dtype, compiled, tmp_path):
     """q/k/v biases (fused with their weights into one matrix) read from the model at every call, never copied."""
