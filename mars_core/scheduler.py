@@ -79,6 +79,7 @@ class Request:
     began: float = field(default_factory=time.perf_counter)
     forwards: int = 0
     closed: bool = False  # its reader went away (the stream was closed)
+    failed: Exception | None = None  # what its own settings or text raised: its reader gets it, the others go on
 
     @property
     def leaving(self) -> bool:
@@ -254,9 +255,10 @@ class Scheduler:
     @torch.inference_mode()
     def turn(self, group: Group) -> None:
         """One forward of the group's running decode, then the newcomers' prefill, after which they join it."""
-        leaving = [r for r in group.rows if r.leaving]
+        going = [r.leaving for r in group.rows]  # read once: a Stop from another thread may land meanwhile
+        leaving = [r for r, gone in zip(group.rows, going) if gone]
         if leaving:
-            keep = [i for i, r in enumerate(group.rows) if not r.leaving]
+            keep = [i for i, gone in enumerate(going) if not gone]
             with self.lock:
                 group.running = group.running.take(keep) if keep else None
                 group.rows = [group.rows[i] for i in keep]
@@ -304,8 +306,17 @@ class Scheduler:
 
     @staticmethod
     def thresholds(group: Group, rows: list[Request]) -> list[float]:
-        """Each request's τ for the coming forward (a sliding request's own, as its caller has it now)."""
-        return [r.control.snapshot().threshold if group.kind == "sliding" else group.threshold for r in rows]
+        """Each request's τ for the coming forward (a sliding request's own, as its caller has it now). A request
+        whose settings fail their check (a τ out of range set mid-run) fails alone: it feeds no masks this forward
+        and leaves after it with its error (advance)."""
+        taus = []
+        for r in rows:
+            try:
+                taus.append(r.control.snapshot().threshold if group.kind == "sliding" else group.threshold)
+            except Exception as err:  # noqa: BLE001 - its own settings: its error, the others' forward goes on
+                r.failed = err
+                taus.append(1.0)
+        return taus
 
     def advance(self, group: Group, running: Joined, rows: list[Request], taus: list[float] | None = None,
                 sample: list[int] | None = None) -> tuple[Joined | None, list[Request]]:
@@ -321,16 +332,24 @@ class Scheduler:
         self.forwards, self.widest = self.forwards + 1, max(self.widest, len(rows))
         now = time.perf_counter()
         for i, request in enumerate(rows):
-            event = event_of(step, request.forwards, now - request.began, request.tracker, [sample[i]],
-                             threshold=taus[i] if group.kind == "sliding" else step.threshold,
-                             seconds=seconds, began=began, shared=len(rows))
+            if request.failed is not None:
+                continue
+            try:
+                event = event_of(step, request.forwards, now - request.began, request.tracker, [sample[i]],
+                                 threshold=taus[i] if group.kind == "sliding" else step.threshold,
+                                 seconds=seconds, began=began, shared=len(rows))
+            except Exception as err:  # noqa: BLE001 - its own text (its tracker): its error, the others go on
+                request.failed = err
+                continue
             request.forwards += 1
             request.events.put(event)
         done = running.answer.done.tolist()
         for i, request in enumerate(rows):
-            if done[sample[i]]:
+            if request.failed is not None:
+                request.events.put(request.failed)
+            elif done[sample[i]]:
                 request.events.put(_END)
-        keep = [i for i in range(len(rows)) if not done[sample[i]]]
+        keep = [i for i in range(len(rows)) if not done[sample[i]] and rows[i].failed is None]
         if len(keep) == len(rows) and sample == list(range(running.size)):
             return running, rows
         return (running.take([sample[i] for i in keep]) if keep else None), [rows[i] for i in keep]

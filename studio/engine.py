@@ -119,9 +119,9 @@ def shares_forwards() -> bool:
 
 
 def lane_stream(name: str | None, served: tuple, prompt: str, runtime: Runtime, **options: Any) -> Iterator:
-    """A race lane's StreamEvents: on torch the scheduler of its model (its forwards shared with other visitors'
-    lanes of the same strategy; greedy), or stream() over the served model and its runtime; on llama.cpp an engine of
-    the lane's own with llama.cpp's runtime."""
+    """A race lane's StreamEvents: on torch the scheduler of its model `name` (served: that model and its tokenizer;
+    its forwards shared with other visitors' lanes of the same strategy; greedy), or stream() over the served model
+    and its runtime; on llama.cpp an engine of the lane's own with llama.cpp's runtime."""
     if on_llamacpp():
         return pool(name).stream(prompt, **options)
     if shares_forwards() and options["control"].temperature == 0:

@@ -119,6 +119,57 @@ def test_stop_and_threshold_act_on_their_own_request(trained, tokenizer):
     assert max(len(e.token_ids[0]) for e in rest[0] + rest[3] + rest[4]) > 1  # ... and theirs still commit several
 
 
+def test_a_request_whose_own_settings_fail_fails_alone(trained, tokenizer):
+    """A τ out of range set mid-run (DecodeControl checks it as the next forward reads it) is that request's error:
+    its reader gets it, and the requests sharing its forwards go on to their answers alone."""
+    scheduler = Scheduler(trained, tokenizer)
+    controls = [DecodeControl(threshold=0.9) for _ in PROMPTS[:3]]
+    alone = [generate(trained, tokenizer, p, strategy="sliding", threshold=0.9, max_new_tokens=40).token_ids[0]
+             for p in PROMPTS[:3]]
+    changed, turn = threading.Event(), scheduler.turn
+    scheduler.turn = lambda group: (scheduler.turns < 2 or changed.wait(60)) and turn(group)
+    with scheduler.lock:  # all three join at the thread's first turn
+        streams = [scheduler.stream(p, strategy="sliding", max_new_tokens=40, control=c)
+                   for p, c in zip(PROMPTS, controls)]
+    firsts = [next(s) for s in streams]
+    controls[1].threshold = 0.0  # not a τ: refused when the next forward reads it
+    changed.set()
+    with pytest.raises(ValueError, match="threshold"):
+        list(streams[1])
+    for k in (0, 2):
+        assert firsts[k].token_ids[0] + [t for e in streams[k] for t in e.token_ids[0]] == alone[k]
+
+
+def test_a_stop_while_others_leave_ends_that_stream(trained, tokenizer):
+    """A Stop that lands while the thread sorts out the requests leaving (from another thread, between two reads of
+    who leaves) still ends that request: its reader is not left waiting for an end that never comes."""
+    from mars_core.scheduler import _END
+
+    scheduler = Scheduler(trained, tokenizer)
+    controls = [DecodeControl(threshold=0.9) for _ in PROMPTS[:3]]
+    changed, turn = threading.Event(), scheduler.turn
+    scheduler.turn = lambda group: (scheduler.turns < 2 or changed.wait(60)) and turn(group)
+    with scheduler.lock:
+        streams = [scheduler.stream(p, strategy="sliding", max_new_tokens=40, control=c)
+                   for p, c in zip(PROMPTS, controls)]
+    [next(s) for s in streams]  # every request has had its prefill; the thread waits at its second turn
+    late, reads = streams[2].request, []
+
+    class StopsWhileRead(type(late)):  # stopped from the thread's second look at it on
+        @property
+        def leaving(self) -> bool:
+            reads.append(True)
+            return len(reads) > 1
+
+    streams[0].close()  # a request leaves: the thread sorts out who at its next turn
+    late.__class__ = StopsWhileRead
+    changed.set()
+    items = []
+    while not items or items[-1] is not _END:
+        items.append(late.events.get(timeout=30))  # queue.Empty: its end never came
+    assert all(late not in g.rows for g in scheduler.groups.values())
+
+
 def test_a_stopped_stream_shows_nothing_the_thread_ran_ahead(trained, tokenizer):
     """The thread runs ahead of a slow reader (its events queue); Stop ends the stream at once all the same."""
     scheduler, control = Scheduler(trained, tokenizer), DecodeControl(threshold=0.9)

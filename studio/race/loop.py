@@ -141,14 +141,14 @@ def start_lanes(prompt: str, block: int, new: int, controls: dict[str, DecodeCon
     ar_model, ar_tokenizer = models.get_model(config.ar_model) if config.ar_model else (model, tokenizer)
     ar_runtime = models.get_runtime(config.ar_model) if config.ar_model else runtime
 
-    def lane(key: str, strategy: str, served: tuple, run_on: Runtime, **options: int) -> Run:
-        events = engine.lane_stream(config.model, served, prompt, run_on, strategy=strategy, max_new_tokens=new,
+    def lane(key: str, strategy: str, name: str | None, served: tuple, run_on: Runtime, **options: int) -> Run:
+        events = engine.lane_stream(name, served, prompt, run_on, strategy=strategy, max_new_tokens=new,
                                     control=controls[key], **options)
         return Run(LANE_NAMES[key], events, served[1])
 
-    runs = {"ar": lane("ar", "ar", (ar_model, ar_tokenizer), ar_runtime),
-            "mars": lane("mars", "sliding", (model, tokenizer), runtime, block_size=block),
-            "verified": lane("verified", "verified", (model, tokenizer), runtime, block_size=block)}
+    runs = {"ar": lane("ar", "ar", config.ar_model or config.model, (ar_model, ar_tokenizer), ar_runtime),
+            "mars": lane("mars", "sliding", config.model, (model, tokenizer), runtime, block_size=block),
+            "verified": lane("verified", "verified", config.model, (model, tokenizer), runtime, block_size=block)}
     return runs, runtime.invariant and not config.ar_model
 
 

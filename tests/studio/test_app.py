@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import app
-from mars_core import stream, training_attention_mask
+from mars_core import generate, stream, training_attention_mask
 from mars_core.serving import adaptive_threshold
 from studio import explorer, inputs, lanes, models
 from studio.race import figures as race_figures
@@ -26,6 +26,8 @@ from studio.race import state as race_state
 from studio.race import tab as race
 from studio.walkthrough import tab as walkthrough
 from studio.walkthrough import verified as walk_verified
+
+from tiny import tiny_qwen2
 
 PROMPT = "Count from one to ten"
 
@@ -412,11 +414,17 @@ def test_a_race_on_a_ready_model_starts_while_another_model_loads(monkeypatch, t
             table.pop("other", None)
 
 
-def test_separate_ar_model(monkeypatch, tiny):
-    monkeypatch.setitem(models.MODELS, "ar-tiny", tiny)
-    monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="tiny", ar_model="ar-tiny"))
+@pytest.mark.parametrize("batching", [True, False], ids=["shared-forwards", "own-forwards"])
+def test_separate_ar_model(monkeypatch, tiny, batching):
+    """--ar-model: the AR lane decodes that model (its answer is one-token decoding of it alone), the MARS lanes the
+    served one, whether lanes share forwards with other visitors' (the scheduler of each model) or not."""
+    other = tiny_qwen2(len(tiny[1]), seed=7, max_position_embeddings=1024), tiny[1]
+    monkeypatch.setitem(models.MODELS, "ar-tiny", other)
+    monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="tiny", ar_model="ar-tiny", batching=batching))
     trace = final(list(race.race(PROMPT, 1.0, 4, 0.0, 16, False, race_state.RaceSession())))
-    assert trace["ar"]["text"] == trace["mars"]["text"]
+    own = [generate(m, tok, PROMPT, strategy="ar", max_new_tokens=16).texts[0] for m, tok in (other, tiny)]
+    assert own[0] != own[1]  # two models, two answers
+    assert [trace["ar"]["text"], trace["mars"]["text"]] == own
     assert "ar-tiny" in app.intro_markdown()
 
 
