@@ -133,3 +133,32 @@ def test_a_row_reads_its_slot_rounded_up_and_rows_share_calls_by_sample_or_by_co
         (r, 0, slice(0, 1)), (r, 0, slice(1, 2)), (r, 0, slice(2, 3)),
         (r, 1, slice(0, 1)), (r, 1, slice(1, 2)), (2 * r, 1, slice(2, 3))]
     assert cache_slots(100, 20) % slots.SLOT_ROUND == 0 and cache_slots(100, 20) > 121
+
+
+def test_graphs_kept_over_a_cache_replay_only_the_model_they_were_captured_for(monkeypatch, pool):
+    """A borrowed cache's CUDA graphs replay the weights at the addresses and the modules as they were captured: a
+    weight given new storage, or a module attribute changed, and the next decode captures anew. (The graphs are
+    stand-ins here: what is tested is when a cache keeps them, on any device.)"""
+    monkeypatch.setattr(slots, "capturable", lambda device: True)
+    model = tiny_llama(64)
+    def kept() -> list:
+        with borrowed(model, 1, 128) as cache:
+            return list(cache.graphs)
+
+    def decode_capturing() -> None:
+        with borrowed(model, 1, 128) as cache:
+            cache.graphs.setdefault("width 1", object())
+
+    decode_capturing()
+    assert kept() == ["width 1"] and len(pool) == 1  # the same model: its graphs kept
+    decode_capturing()
+    layer = model.model.layers[0]
+    layer.mlp.down_proj.weight.data = layer.mlp.down_proj.weight.data.clone()  # new storage
+    assert kept() == []
+    decode_capturing()
+    layer.input_layernorm.variance_epsilon = 1e-3  # a constant a captured graph holds
+    assert kept() == []
+    decode_capturing()
+    with torch.no_grad():
+        layer.mlp.down_proj.weight.mul_(2)  # in place: read where it lies
+    assert kept() == ["width 1"]
