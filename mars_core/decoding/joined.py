@@ -231,7 +231,7 @@ class Joined:
         if self.kind == "verified":
             r = self.state
             kept = replace(r, cache=cache, state=kept_state(r.state, idx), tree=kept_tree(r.tree, idx))
-            verified.priced(kept, verified.settings(self.spec, None)[2], len(rows))
+            verified.repriced(kept, len(rows))  # what its pace learned kept
             return replace(self, cache=cache, state=kept)
         return replace(self, cache=cache, state=kept_window(self.state, idx))
 
@@ -244,7 +244,7 @@ class Joined:
             a, b = self.state, other.state
             r = replace(a, cache=cache, state=stacked_states([a.state, b.state]),
                         tree=stacked_trees([a.tree, b.tree], pad), verdict=a.verdict or b.verdict)
-            verified.priced(r, verified.settings(self.spec, None)[2], self.size + other.size)
+            verified.repriced(r, self.size + other.size)  # this decode's pace kept: it ran the forwards
             return replace(self, cache=cache, state=r)
         return replace(self, cache=cache, state=stacked_windows([self.state, other.state], pad))
 

@@ -81,3 +81,28 @@ def test_only_joinable_kinds(trained, tokenizer):
     spec = decode_spec(trained, tokenizer, DecodeOptions(), 4)
     with pytest.raises(ValueError, match="joined decoding runs"):
         Joined.start(trained, [[1, 2, 3]], spec, "block")
+
+
+def test_a_verified_decode_keeps_what_its_pace_learned_as_samples_join_and_leave(trained, tokenizer):
+    """A runtime that times its own forwards (live_cost) learns the price of width as a decode runs (its Pace):
+    re-priced for the samples left or joined, the decode keeps it, not the curve's price it began with."""
+    from dataclasses import replace
+
+    from mars_core.runtime import Runtime
+    from mars_core.runtime.curve import CostCurve
+
+    curve = CostCurve.from_function(lambda b, w: 0.01 * (1 + 0.02 * b * w), batch_sizes=(1, 16))
+    options = DecodeOptions(strategy="verified", max_new_tokens=40, runtime=Runtime(live_cost=True, cost=curve))
+    spec = decode_spec(trained, tokenizer, options, 4)
+    ids = [encode_prompt(tokenizer, p) for p in PROMPTS]
+    running = Joined.start(trained, ids[:3], spec, "verified", 0.3)
+    running.step([0.3] * 3)
+    running.finish()
+    running.state.pace = replace(running.state.pace, k=1.7)  # as if its forwards had priced width dearer
+    fewer = running.take([0, 2])
+    assert fewer.state.pace.k == 1.7 and fewer.state.priced_for == 2
+    newcomer = Joined.start(trained, ids[3:4], spec, "verified", 0.3)
+    newcomer.step([0.3])
+    newcomer.finish()
+    more = fewer.merge(newcomer)
+    assert more.state.pace.k == 1.7 and more.state.priced_for == 3
