@@ -113,9 +113,10 @@ def pool(name: str | None) -> Pool:
     return POOLS[models.key_of(name)]
 
 
-def shares_forwards() -> bool:
-    """Whether visitors' race lanes share forwards (the scheduler: torch, CONFIG.batching)."""
-    return models.CONFIG.batching and not on_llamacpp()
+def shares_forwards(temperature: float = 0.0) -> bool:
+    """Whether visitors' race lanes at this temperature share forwards (the scheduler, its queue in place of a
+    generation slot: torch, CONFIG.batching, greedy; a sampled race decodes alone, in a slot)."""
+    return models.CONFIG.batching and not on_llamacpp() and temperature == 0
 
 
 def lane_stream(name: str | None, served: tuple, prompt: str, runtime: Runtime, **options: Any) -> Iterator:
@@ -124,7 +125,7 @@ def lane_stream(name: str | None, served: tuple, prompt: str, runtime: Runtime, 
     and its runtime; on llama.cpp an engine of the lane's own with llama.cpp's runtime."""
     if on_llamacpp():
         return pool(name).stream(prompt, **options)
-    if shares_forwards() and options["control"].temperature == 0:
+    if shares_forwards(options["control"].temperature):
         return models.scheduler(name).stream(prompt, **options)
     return stream(*served, prompt, runtime=runtime, **options)
 

@@ -21,10 +21,24 @@ def row_label(index: int, prompt: str) -> str:
 
 
 def same_as_ar(run: BatchRun | None, ar: BatchRun | None) -> list[bool]:
-    """Per sample: the run's (block or verified) answer equals the AR answer token for token."""
+    """Per sample: the run's (block or verified) answer equals the AR answer token for token, so far: where both
+    finished, equal; where one did, the other's tokens a prefix of it; where neither did (running, or stopped), the
+    tokens both have equal (the side ahead is not counted as differing for being ahead)."""
     if run is None or ar is None:
         return []
-    return [b == a for b, a in zip(run.ids, ar.ids)]
+    return [agrees(b, a, b_done, a_done) for b, a, b_done, a_done in zip(run.ids, ar.ids, run.done(), ar.done())]
+
+
+def agrees(ids: list[int], ar_ids: list[int], done: bool, ar_done: bool) -> bool:
+    """Whether an answer agrees with AR's as far as what is known of both (same_as_ar)."""
+    if done and ar_done:
+        return ids == ar_ids
+    if ar_done:
+        return ar_ids[: len(ids)] == ids
+    if done:
+        return ids[: len(ar_ids)] == ar_ids
+    n = min(len(ids), len(ar_ids))
+    return ids[:n] == ar_ids[:n]
 
 
 def slot_colourscale(block_size: int) -> list[list]:

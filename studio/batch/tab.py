@@ -128,6 +128,9 @@ def decode(prompts: list[str], tau: float, block_size: int, new: int, controls: 
     ValueError is a message (a model that did not load, mars_core's checks: prompt too long for the context, …)."""
     for said in models.preparing([models.CONFIG.model], lambda: any(c.stopped for c in controls)):
         yield notice("preparing", said)
+    if any(c.stopped for c in controls):  # Stop while the model prepares: no wait for it, its slot given back
+        yield placeholder(prompts, block_size, "stopped")
+        return
     model, tokenizer = models.get_model(models.CONFIG.model)
     check_request(model, tokenizer, [encode_prompt(tokenizer, p) for p in prompts], "block", block_size, new)
     runtime = models.get_runtime(models.CONFIG.model)

@@ -120,7 +120,7 @@ def race(
     session.ar, session.mars, session.verified = (controls[key] for key in LANES)
     work = guarded(run_race(prompt, block, new, controls, session), failure, "Generation")
     try:
-        if engine.shares_forwards():  # the scheduler's queue instead of a generation slot (run_race says the place)
+        if engine.shares_forwards(temp):  # the scheduler's queue, not a generation slot (run_race says the place)
             yield from work
         else:
             yield from models.in_a_slot(work, lambda: notice("waiting", models.WAITING),

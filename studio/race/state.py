@@ -39,8 +39,9 @@ class RaceSession:
 
     def apply_threshold(self) -> None:
         """The running MARS τ lane (if any) takes the threshold in force from its next forward."""
-        if self.mars is not None:
-            self.mars.threshold = self.threshold_in_force()
+        lane = self.mars  # read once: the race's end may clear it from another thread meanwhile
+        if lane is not None:
+            lane.threshold = self.threshold_in_force()
 
 
 @dataclass

@@ -366,16 +366,21 @@ def race(prompt: Any, session: TrainSession) -> Iterator[tuple]:
                                            default_threshold("verified") if key == "verified" else 0.9)
                 for side in SIDES for key in LANES}
     session.lanes = list(controls.values())
+    stopped = lambda: any(c.stopped for c in controls.values())  # noqa: E731
     yield from models.in_a_slot(guarded(run_race(prompt, trained, controls), failure, "Race"),
-                                lambda: notice(models.WAITING),
-                                lambda: any(c.stopped for c in controls.values()))
+                                lambda: notice(models.WAITING), stopped,
+                                lambda: notice("Stopped before the race began."))
 
 
 def run_race(prompt: str, trained: Trained, controls: dict) -> Iterator[tuple]:
     """The six lanes, one forward each in turn; a frame when due (lanes.Throttle)."""
     name = train_state.base_name()
-    for said in models.preparing([name]):
+    stopped = lambda: any(c.stopped for c in controls.values())  # noqa: E731
+    for said in models.preparing([name], stopped):
         yield notice(said)
+    if stopped():  # Stop while the base model prepares: no wait for it
+        yield notice("Stopped before the race began.")
+        return
     base, tokenizer = models.get_model(name)
     served = {"before": (base, models.get_runtime(name)), "after": (trained.model, trained.runtime)}
     strategies = {"ar": "ar", "mars": "sliding", "verified": "verified"}
@@ -390,11 +395,11 @@ def run_race(prompt: str, trained: Trained, controls: dict) -> Iterator[tuple]:
             for run in runs.values():
                 if not run.finished:
                     run.advance()
-            stopped = any(c.stopped for c in controls.values())
+            halted = stopped()
             done = all(r.finished for r in runs.values())
-            if throttle.due(sum(len(r.ids) for r in runs.values()), done):
+            if throttle.due(sum(len(r.ids) for r in runs.values()), done):  # stopped lanes end short: no departure
                 yield race_frame(runs, {side: served[side][1] for side in SIDES},
-                                 "stopped" if stopped else "done" if done else "running", done)
+                                 "stopped" if halted else "done" if done else "running", done and not halted)
 
 
 def race_frame(runs: dict, runtimes: dict[str, Runtime], status: str, done: bool) -> tuple:

@@ -659,6 +659,20 @@ def test_walkthrough_and_sweep_wait_for_a_free_generation_slot(monkeypatch):
     slot.release()
 
 
+@pytest.mark.parametrize("temperature", [0.0, 0.5], ids=["greedy", "sampled"])
+def test_a_race_the_scheduler_does_not_run_waits_for_a_slot(monkeypatch, temperature):
+    """Lanes share forwards (the scheduler's queue in place of a slot) only where greedy: a sampled race decodes on
+    its own, so it waits for a generation slot like every other run of the model."""
+    monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="tiny", concurrency=1))
+    slot = models.slots()
+    assert slot.acquire(timeout=5)  # another generation holds the only slot
+    try:
+        first = next(race.race(PROMPT, 0.5, 4, temperature, 8, False, race_state.RaceSession()))
+    finally:
+        slot.release()
+    assert (first[-1]["status"] == "waiting") == (temperature > 0)
+
+
 def test_a_wait_for_a_slot_says_so_at_once_then_every_few_seconds(monkeypatch):
     """models.in_a_slot: the waiting notice at once, then again only every SLOT_AGAIN s however often it looks for a
     slot (each frame costs the app's event loop), and once more when the slot is had; Stop still ends the wait at its

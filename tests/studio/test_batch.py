@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 import warnings
 
 import gradio as gr
@@ -247,6 +249,54 @@ def test_stop_mid_run_ends_stopped_and_keeps_the_text():
     assert min(tokens) >= 3 and tokens == [sum(row) for row in per_sample(trace["block"]["counts"])]
     assert all(f"MARS (block): {n} tokens" in rest[0][0] for n in tokens) and "· running" in rest[0][0]
     assert session.controls is None
+
+
+def test_an_answer_ahead_of_ar_agrees_so_far(tiny):
+    """Mid-run or stopped, the bold count of answers equal to AR's reads what is known of both: a sample ahead of AR's
+    (verified commits several tokens a forward) agrees while AR's tokens are a prefix of it; one longer than AR's
+    finished answer, or with another token, does not."""
+    def made(ids: list[list[int]], finished_at: list) -> batch_state.BatchRun:
+        run = batch_state.BatchRun("a side", iter(()), tiny[1], len(ids))
+        run.ids, run.finished_at = ids, finished_at
+        return run
+
+    ar = made([[1, 2], [1, 2], [5], [1, 2, 3], [9]], [None, 3, None, 4, 1])
+    ahead = made([[1, 2, 3, 4], [1, 2, 3], [6, 7], [1, 2], [9]], [None, None, 2, None, 1])
+    assert batch_html.same_as_ar(ahead, ar) == [True, False, False, True, True]
+    assert batch_html.answers_same(ahead, ar, 5) == [None] * 5  # the cells wait for both to finish
+
+
+def test_stop_while_the_model_prepares_ends_the_batch_at_once(monkeypatch, tiny):
+    """Stop while the served model still prepares (minutes on a first start) ends the batch at its next look, its
+    slot given back, without waiting for the preparation to end."""
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_load(name=None, **kwargs):
+        entered.set()
+        release.wait(20)
+        return tiny
+
+    monkeypatch.setattr(models, "load", slow_load)
+    for table in (models.MODELS, models.RUNTIMES, models.PREPARING):
+        monkeypatch.delitem(table, "other", raising=False)
+    monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="other"))
+    session = batch_state.BatchSession()
+    running = batch.batch_race(TEXT, 0.9, 4, 16, session)
+    try:
+        next(running)
+        assert entered.wait(10)  # "other" is loading now, and stays so until released
+        batch_state.stop_batch(session)
+        began = time.monotonic()
+        rest = list(running)
+        assert time.monotonic() - began < 5 and final(rest)["status"] == "stopped"
+        assert models.TRACKER.active == 0
+    finally:
+        release.set()
+        deadline = time.monotonic() + 30
+        while not models.ready("other") and time.monotonic() < deadline:  # the preparation ends in the background
+            time.sleep(0.1)
+        for table in (models.MODELS, models.RUNTIMES, models.PREPARING):
+            table.pop("other", None)
 
 
 def test_closing_a_half_consumed_run_gives_back_its_slot():

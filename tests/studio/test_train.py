@@ -126,6 +126,7 @@ def test_a_race_can_be_stopped(quick):
     train.stop(session)
     rest = list(race)
     assert "stopped" in rest[-1][0] and len(rest) <= 2
+    assert all("departs" not in out for out in rest[-1])  # lanes cut short by Stop are not said to depart
 
 
 def test_the_race_tab_answers_while_a_training_runs(quick):
