@@ -84,6 +84,10 @@ def encode_prompt(tokenizer: Any, prompt: str | list[Message], chat: bool = True
         if not (chat and tokenizer.chat_template):
             return list(tokenizer(prompt)["input_ids"])
         prompt = [{"role": "user", "content": prompt}]
+    if not isinstance(prompt, Sequence) or not all(isinstance(m, dict) for m in prompt):
+        raise ValueError("a prompt is a string or a chat (a list of {'role': ..., 'content': ...} messages), "
+                         f"not {type(prompt).__name__} of {', '.join(sorted({type(m).__name__ for m in prompt}))}"
+                         if isinstance(prompt, Sequence) else f"a prompt is a string or a chat, not {prompt!r}")
     if not prompt or not any(str(m.get("content", "")).strip() for m in prompt):
         raise ValueError("empty prompt: the chat has no message with content")
     ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
@@ -116,6 +120,13 @@ def check_request(
         raise ValueError(
             "MARS decoding (block_size > 1) needs a mask token, and this tokenizer has none: "
             "load the model with mars_core.load(), which picks one, or set tokenizer.mask_token"
+        )
+    vocab = model.get_input_embeddings().num_embeddings if isinstance(model, torch.nn.Module) else None
+    if block_size > 1 and vocab is not None and not 0 <= tokenizer.mask_token_id < vocab:
+        raise ValueError(
+            f"the tokenizer's mask token ({tokenizer.mask_token!r}, id {tokenizer.mask_token_id}) is not in the "
+            f"model's vocabulary of {vocab} tokens: resize the model's embeddings to the tokenizer "
+            "(model.resize_token_embeddings(len(tokenizer))) or pick a mask token it has"
         )
     ctx = context_length(model)
     longest = max(len(p) for p in prompt_ids)
@@ -215,6 +226,7 @@ class TextTracker:
     the next tokens complete (text once sent cannot be taken back)."""
 
     def __init__(self, tokenizer: Any, n: int, stop_strings: Sequence[str] = ()):
+        stop_strings = [stop_strings] if isinstance(stop_strings, str) else stop_strings  # one string: one stop
         self.tokenizer, self.stop_strings = tokenizer, [s for s in stop_strings if s]
         self.hold = max((len(s) for s in self.stop_strings), default=1) - 1
         self.ids: list[list[int]] = [[] for _ in range(n)]

@@ -36,6 +36,9 @@ def test_prompt_forms_agree(model, tokenizer):
         (dict(block_size=2.5), "block_size"),
         (dict(max_new_tokens=0), "max_new_tokens"),
         (dict(temperature=-1.0), "temperature"),
+        (dict(temperature=float("nan")), "temperature"),
+        (dict(temperature=float("inf")), "temperature"),
+        (dict(prompts=[[1, 2, 3]]), "a prompt is a string or a chat"),  # token ids
         (dict(top_p=0.0), "top_p"),
         (dict(confidence="vibes"), "confidence"),
         (dict(strategy="beam"), "strategy"),
@@ -78,6 +81,11 @@ def test_mars_needs_a_mask_token(model):
     plain = tiny_tokenizer(mask_token=False)
     with pytest.raises(ValueError, match="mask token"):
         generate(model, plain, "hello", block_size=4)
+    beyond = tiny_tokenizer(mask_token=False)  # a mask token the model's vocabulary has no row for
+    beyond.add_special_tokens({"mask_token": "<|beyond|>"})
+    assert beyond.mask_token_id >= model.get_input_embeddings().num_embeddings
+    with pytest.raises(ValueError, match="not in the model's vocabulary"):
+        generate(model, beyond, "hello", block_size=4, max_new_tokens=5)
     # one token per forward needs no mask token
     assert len(generate(model, plain, "hello", strategy="ar", max_new_tokens=5).token_ids[0]) == 5
 
@@ -201,3 +209,16 @@ def test_a_stop_string_that_spans_forwards_is_cut_whole(model, tokenizer, strate
     cut = generate(model, tokenizer, PROMPTS, strategy=strategy, max_new_tokens=24, stop_strings=[stop])
     for text, cut_text in zip(free.texts, cut.texts):
         assert cut_text == (text[: text.find(stop)] if stop in text else text)
+
+
+def test_one_stop_string_given_as_a_string_is_one_stop_string(tokenizer):
+    """stop_strings="fox" is the stop string "fox", not the stops "f", "o" and "x" (a string is a sequence of
+    characters): the text is cut before "fox", as with ["fox"]."""
+    from mars_core.generate import TextTracker
+
+    ids = tokenizer("The quick brown fox jumps over the lazy dog")["input_ids"]
+    texts = []
+    for stops in ("fox", ["fox"]):
+        tracker = TextTracker(tokenizer, 1, stops)
+        texts.append("".join(tracker.update(0, [t], k == len(ids) - 1) for k, t in enumerate(ids)))
+    assert texts[0] == texts[1] and texts[0].rstrip() == "The quick brown"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 CONFIDENCES = ("prob", "entropy", "margin")
@@ -31,7 +32,7 @@ def check_settings(threshold: float, temperature: float, top_p: float, confidenc
     """Raise a ValueError that says which setting is wrong and what is allowed."""
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 < threshold <= 1.0:
         raise ValueError(f"threshold must be in (0, 1] (1 = one token per forward), got {threshold!r}")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature < math.inf:
         raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature!r}")
     if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0:
         raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")

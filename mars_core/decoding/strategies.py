@@ -15,7 +15,7 @@ from .block import block_decode
 from .control import DecodeControl
 from .sliding import sliding_decode
 from .spec import DecodeSpec, Step
-from .verified import verified_decode
+from .verified import draft_depth, verified_decode
 
 Decoder = Callable[..., Generator[Step, torch.Tensor | None, None]]  # (model, prompts, spec, control, **reads)
 
@@ -28,16 +28,20 @@ class Strategy:
     threshold: float  # DecodeOptions.threshold=None means this (1 = one token per forward)
     lossless: bool  # its answer is greedy AR's at every threshold (else only at threshold 1)
     reads: tuple[str, ...] = ()  # DecodeOptions fields passed to decode as keywords, beyond spec and control
-    headroom_blocks: int = 1  # context slots past the answer, in units of block_size - 1 (verified: drafts, then masks)
+    headroom_blocks: int = 1  # context slots past the answer, in units of block_size - 1 (the masks)
     one_token: bool = False  # always block size 1 (plain AR), whatever block size is asked
+    # the most drafts a forward checks past the answer, by the masks a block (B - 1), before the masks hung after
+    # them (verified: the mask chain's or prompt lookup's); None: no drafts
+    drafts: Callable[[int], int] | None = None
 
     def block_size(self, asked: int) -> int:
         """The block size this strategy decodes with when `asked` is requested."""
         return 1 if self.one_token else asked
 
     def headroom(self, block_size: int) -> int:
-        """Context slots a forward may use past the committed tokens: masks (and drafts) after them."""
-        return self.headroom_blocks * (block_size - 1)
+        """Context slots a forward may use past the committed tokens: its drafts, then the masks after them."""
+        g = block_size - 1
+        return self.headroom_blocks * g + (self.drafts(g) if self.drafts is not None and g > 0 else 0)
 
 
 # threshold: sliding and block accept mask predictions at confidence >= 0.9; verified checks the drafts at >= 0.3
@@ -46,7 +50,8 @@ STRATEGIES: dict[str, Strategy] = {
     "ar": Strategy(sliding_decode, threshold=1.0, lossless=True, one_token=True),
     "sliding": Strategy(sliding_decode, threshold=0.9, lossless=False),
     "block": Strategy(block_decode, threshold=0.9, lossless=False),
-    "verified": Strategy(verified_decode, threshold=0.3, lossless=True, reads=("layout", "record"), headroom_blocks=2),
+    "verified": Strategy(verified_decode, threshold=0.3, lossless=True, reads=("layout", "record"),
+                         drafts=draft_depth),
 }
 NAMES = tuple(STRATEGIES)  # "ar", "sliding", "block", "verified"
 

@@ -17,7 +17,8 @@ from mars_core.decoding.strategies import STRATEGIES, Strategy
 def test_the_table_says_what_each_decoder_needs():
     assert strategies.NAMES == ("ar", "sliding", "block", "verified")
     assert STRATEGIES["ar"].block_size(8) == 1 and STRATEGIES["sliding"].block_size(8) == 8
-    assert STRATEGIES["verified"].headroom(4) == 6 and STRATEGIES["block"].headroom(4) == 3  # drafts, then masks
+    # verified: its drafts (the mask chain's 3 or prompt lookup's 7), then the 3 masks hung after them
+    assert STRATEGIES["verified"].headroom(4) == 10 and STRATEGIES["block"].headroom(4) == 3
     assert [n for n, s in STRATEGIES.items() if s.lossless] == ["ar", "verified"]
     assert STRATEGIES["verified"].reads == ("layout", "record") and not STRATEGIES["block"].reads
     with pytest.raises(ValueError, match="strategy must be one of"):

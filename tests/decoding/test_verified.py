@@ -510,3 +510,58 @@ def test_lookup_odds_follow_each_samples_own_record():
     assert odds == pytest.approx([(prior + 15) / (LOOKUP_PRIOR + 15), (prior + 3) / (LOOKUP_PRIOR + 6),
                                   layout.lookup_odds])
     assert odds[0] > 0.9 and odds[1] < layout.lookup_odds
+
+
+def test_sampled_drafts_keep_ar_s_distribution_where_lookup_could_replace_them():
+    """With sampling, whether prompt lookup's drafts replace the mask chain must not depend on the mask drafts drawn:
+    a chain kept only for some draws is not drawn from q any more, and speculative checking then skews the answer.
+    The drafter here is the model itself (q = p) and lookup proposes token 1 after [1, 1, 1]: the first token
+    committed is distributed as p, over 40,000 samples (the skewed choice gave token 1 0.25 against p's 0.5)."""
+    from mars_core.decoding.commit import Committed
+    from mars_core.decoding.sampling import confidence_of, draw, first_argmax
+    from mars_core.decoding.verified.chain import Chain, with_lookup
+    from mars_core.decoding.verified.config import VerifiedConfig
+    from mars_core.decoding.verified.verify import DecodeState, speculative
+
+    torch.manual_seed(0)
+    b, vocab, depth = 40_000, 6, 7
+    first = torch.tensor([0.2, 0.5, 0.15, 0.1, 0.05, 0.0])  # argmax 1 at 0.5: below lookup's odds
+    later = torch.tensor([0.2, 0.2, 0.15, 0.15, 0.15, 0.15])
+    p = torch.stack([first] + [later] * depth)  # the model's distributions at positions n .. n + D
+    q = p[:depth].expand(b, depth, vocab).clone()
+    tokens = draw(q.reshape(-1, vocab)).view(b, depth)
+    chain = Chain(tokens, confidence_of(q, first_argmax(q), "prob"), q, torch.zeros(b, dtype=torch.long),
+                  torch.zeros(b, dtype=torch.bool))
+    answer = Committed(out=torch.full((b, 20), 5), generated=torch.zeros(b, dtype=torch.long),
+                       done=torch.zeros(b, dtype=torch.bool))
+    state = DecodeState(prompts=[[1, 1, 1, 1]] * b, answer=answer, length=torch.full((b,), 4),
+                        draft_yield=torch.tensor(1.0), lookup_hits=torch.zeros(b), lookup_tries=torch.zeros(b))
+    chosen = with_lookup(chain, state, 0.3, VerifiedConfig(), 5)
+    k = int(chosen.count.max())
+    fed = torch.arange(k)[None] < chosen.count[:, None]
+    _, committed = speculative(p[None, : k + 1].expand(b, -1, -1), chosen.tokens[:, :k], chosen.q[:, :k], fed, None)
+    got = torch.bincount(committed[:, 0], minlength=vocab).float() / b
+    assert (got - first).abs().max() < 0.02, got.tolist()  # 8 standard errors
+
+
+@pytest.mark.parametrize("room", [0, 1])
+def test_a_verified_request_the_context_holds_never_feeds_past_it(trained, tokenizer, room, monkeypatch):
+    """check_request reserves what a verified forward may feed past the answer: its drafts (prompt lookup's 7 at
+    B = 4) and the masks hung after them. A context one short of that is refused up front; one that holds it is
+    never passed by a fed position (the fox's answer repeats itself: lookup drafts)."""
+    from mars_core.decoding.strategies import STRATEGIES
+    from mars_core.generate import encode_prompt
+
+    prompt, new = "Tell me about the fox", 40
+    ctx = len(encode_prompt(tokenizer, prompt)) + new + STRATEGIES["verified"].headroom(4) - 1 + room
+    monkeypatch.setattr(trained.config, "max_position_embeddings", ctx)
+    records = []
+    run = lambda: generate(trained, tokenizer, prompt, strategy="verified", threshold=0.3,  # noqa: E731
+                           max_new_tokens=new, record=records.append)
+    if not room:
+        with pytest.raises(ValueError, match="prompt too long"):
+            run()
+        return
+    run()
+    assert any(bool(r.tree.from_lookup.any()) for r in records)
+    assert max(int(r.positions.masked_fill(~r.fed, -1).max()) for r in records) < ctx

@@ -24,9 +24,9 @@ The rooms, in the order a forward runs them:
 
 from .chain import LOOKUP_PRIOR, lookup_odds, track_lookup
 from .config import TreeLayout, VerifiedConfig
-from .decode import verified_decode
+from .decode import draft_depth, verified_decode
 from .plan import one_token_only, tree_price
 from .record import Forward
 
-__all__ = ["Forward", "LOOKUP_PRIOR", "TreeLayout", "VerifiedConfig", "lookup_odds", "one_token_only", "track_lookup",
-           "tree_price", "verified_decode"]
+__all__ = ["Forward", "LOOKUP_PRIOR", "TreeLayout", "VerifiedConfig", "draft_depth", "lookup_odds", "one_token_only",
+           "track_lookup", "tree_price", "verified_decode"]

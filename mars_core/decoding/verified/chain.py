@@ -142,7 +142,10 @@ def with_lookup(chain: Chain, state: DecodeState, threshold: float, config: Veri
         return replace(chain, count=count)
     found = pad_to(torch.tensor(rows, dtype=torch.long, device=dev), depth, pad_id)
     found_count = torch.tensor(count_found, device=dev)
-    found_conf = lookup_confidence(found, chain.tokens, chain.conf, lookup_odds(state, config))
+    # against the drafter's first choices: sampled drafts would make the choice depend on the draw, and a mask
+    # chain kept only for some draws is no longer drawn from q (its check would not keep AR's distribution)
+    choices = chain.tokens if chain.q is None else first_argmax(chain.q)
+    found_conf = lookup_confidence(found, choices, chain.conf, lookup_odds(state, config))
     found_count = torch.minimum(found_count, leading(found_conf >= threshold))
     looked = expected_run(found_conf, found_count) > expected_run(chain.conf, count)
     q = chain.q

@@ -206,8 +206,13 @@ def settings(spec: DecodeSpec, layout: VerifiedConfig | None) -> tuple[VerifiedC
     config, g = layout or VerifiedConfig(), spec.block_size - 1
     if spec.runtime.static:
         config = replace(config, group_floor=0.0, sibling_floor=None)
-    depth = max(g, config.lookup_drafts) if g > 0 else 0
-    return config, depth, curve_of(config, spec)
+    return config, draft_depth(g, config), curve_of(config, spec)
+
+
+def draft_depth(g: int, config: VerifiedConfig | None = None) -> int:
+    """D, the most drafts a forward checks with g masks a block: the mask chain's g or prompt lookup's, whichever is
+    longer (check_request reserves the context for them and the g masks hung after them: the default layout's)."""
+    return max(g, (config or VerifiedConfig()).lookup_drafts) if g > 0 else 0
 
 
 def curve_of(config: VerifiedConfig, spec: DecodeSpec) -> CostCurve | None:
