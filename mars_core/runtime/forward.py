@@ -29,6 +29,7 @@ from .engine import Engine
 from .graphs import capturable, replayed
 from .rows import feeding
 from .slots import SlotCache, borrowed
+from .watch import make_key, make_of
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -39,7 +40,16 @@ def new_cache(model: torch.nn.Module | Engine, batch: int, slots: int):
     keeps its own): use as a context manager."""
     if isinstance(model, Engine):
         return nullcontext(model.new_cache())
-    return borrowed(model, batch, slots)
+    return borrowed(model, batch, slots, replays_of(model) if capturable(model.device) else None)
+
+
+def replays_of(model: torch.nn.Module) -> tuple:
+    """What a CUDA graph captured over the model reads beyond its inputs: its make (watch.make_of: its modules, their
+    attributes, its parameters' shapes) and where each parameter and buffer lies (a graph reads them at the addresses
+    it was captured at: a weight given new storage, `p.data = ...`, a model moved away and back, is another model
+    to it). Values written in place are read where they lie: the same graph serves them."""
+    where = tuple(t.data_ptr() for t in (*model.parameters(), *model.buffers()))
+    return make_key(make_of(model)), where
 
 
 @once

@@ -30,8 +30,6 @@ from typing import Any
 import torch
 from transformers import StaticCache
 
-from .graphs import capturable
-
 KEEP = 2  # free caches kept for the next decodes, all models and shapes together (the oldest go first)
 # ... and the CPU ones at most these bytes together: a long prompt's cache is freed once its decode ends (a GPU's are
 # kept by count alone: their CUDA graphs are captured over them)
@@ -112,7 +110,7 @@ class SlotCache:
         self.bytes = sum(t.nbytes for layer in self.kv.layers for t in (layer.keys, layer.values) if not t.is_cuda)
         self.at = torch.zeros(batch, dtype=torch.long, device=model.device)  # tokens kept per sample
         self.graphs: dict[Any, Any] = {}  # captured forwards over this cache, by what they feed (runtime/graphs.py)
-        self.replays: tuple | None = None  # the model those graphs replay (replays_of), where they are captured
+        self.replays: tuple | None = None  # the model its graphs replay (forward.replays_of), where captured
 
     def fits(self, model: torch.nn.Module) -> bool:
         """Whether it still fits the model (the dtype and device its keys are kept in: a model moved needs another)."""
@@ -193,7 +191,7 @@ _FREE_LOCK = threading.Lock()
 
 
 @contextmanager
-def borrowed(model: torch.nn.Module, batch: int, slots: int) -> Iterator[SlotCache]:
+def borrowed(model: torch.nn.Module, batch: int, slots: int, replays: tuple | None = None) -> Iterator[SlotCache]:
     """An empty SlotCache for one decode: a free one of this model and shape (reset), else a new one; given back
     when the decode ends (the newest KEEP kept while their host memory is at most KEEP_BYTES, the rest freed; a GPU's
     newest KEEP_GPU)."""
@@ -205,11 +203,10 @@ def borrowed(model: torch.nn.Module, batch: int, slots: int) -> Iterator[SlotCac
         cache = SlotCache(model, batch, slots)
     else:
         cache.reset()
-    if capturable(model.device):  # its graphs replay the model as captured: kept while it is still that model
-        now = replays_of(model)
-        if cache.replays != now:
+    if replays is not None:  # its graphs replay the model as captured: kept while it is still that model
+        if cache.replays != replays:
             cache.graphs.clear()
-        cache.replays = now
+        cache.replays = replays
     try:
         yield cache
     finally:
@@ -222,17 +219,6 @@ def borrowed(model: torch.nn.Module, batch: int, slots: int) -> Iterator[SlotCac
         if cache.bytes > TRIM_BYTES:
             del cache
             give_back_memory()
-
-
-def replays_of(model: torch.nn.Module) -> tuple:
-    """What a CUDA graph captured over the model reads beyond its inputs: its make (watch.make_of: its modules, their
-    attributes, its parameters' shapes) and where each parameter and buffer lies (a graph reads them at the addresses
-    it was captured at: a weight given new storage, `p.data = ...`, a model moved away and back, is another model
-    to it). Values written in place are read where they lie: the same graph serves them."""
-    from .watch import make_key, make_of  # watch imports the runtime, which imports this module
-
-    where = tuple(t.data_ptr() for t in (*model.parameters(), *model.buffers()))
-    return make_key(make_of(model)), where
 
 
 def _keep_newest() -> None:

@@ -139,14 +139,17 @@ def test_graphs_kept_over_a_cache_replay_only_the_model_they_were_captured_for(m
     """A borrowed cache's CUDA graphs replay the weights at the addresses and the modules as they were captured: a
     weight given new storage, or a module attribute changed, and the next decode captures anew. (The graphs are
     stand-ins here: what is tested is when a cache keeps them, on any device.)"""
-    monkeypatch.setattr(slots, "capturable", lambda device: True)
+    from mars_core.runtime import forward
+
+    monkeypatch.setattr(forward, "capturable", lambda device: True)
     model = tiny_llama(64)
+
     def kept() -> list:
-        with borrowed(model, 1, 128) as cache:
+        with forward.new_cache(model, 1, 128) as cache:
             return list(cache.graphs)
 
     def decode_capturing() -> None:
-        with borrowed(model, 1, 128) as cache:
+        with forward.new_cache(model, 1, 128) as cache:
             cache.graphs.setdefault("width 1", object())
 
     decode_capturing()
