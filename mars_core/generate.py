@@ -108,9 +108,9 @@ def context_length(model: torch.nn.Module) -> int | None:
 
 def check_request(
     model: torch.nn.Module, tokenizer: Any, prompt_ids: list[list[int]], strategy: str, block_size: int,
-    max_new_tokens: int,
+    max_new_tokens: int, *, layout: VerifiedConfig | None = None,
 ) -> None:
-    """Raise a clear ValueError for settings no decoder can honour."""
+    """Raise a clear ValueError for settings no decoder can honour (layout: verified's, None the default)."""
     entry = strategies.strategy(strategy)
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size must be an integer >= 1, got {block_size!r}")
@@ -121,7 +121,8 @@ def check_request(
             "MARS decoding (block_size > 1) needs a mask token, and this tokenizer has none: "
             "load the model with mars_core.load(), which picks one, or set tokenizer.mask_token"
         )
-    vocab = model.get_input_embeddings().num_embeddings if isinstance(model, torch.nn.Module) else None
+    vocab = (model.get_input_embeddings().num_embeddings if isinstance(model, torch.nn.Module)
+             else getattr(getattr(model, "config", None), "vocab_size", None))  # an Engine: its config's
     if block_size > 1 and vocab is not None and not 0 <= tokenizer.mask_token_id < vocab:
         raise ValueError(
             f"the tokenizer's mask token ({tokenizer.mask_token!r}, id {tokenizer.mask_token_id}) is not in the "
@@ -130,7 +131,7 @@ def check_request(
         )
     ctx = context_length(model)
     longest = max(len(p) for p in prompt_ids)
-    ahead = entry.headroom(block_size)  # mask slots past the answer (verified: drafts, then masks after them)
+    ahead = entry.headroom(block_size, layout)  # mask slots past the answer (verified: drafts, then masks after them)
     if ctx is not None and longest + max_new_tokens + ahead > ctx:
         raise ValueError(
             f"prompt too long: {longest} prompt tokens + max_new_tokens {max_new_tokens} + {ahead} mask and draft "
@@ -213,7 +214,8 @@ def _start(model, tokenizer, prompts: Prompts, options: DecodeOptions) -> tuple[
     control = live_control(options)  # the settings first: their message names what is wrong
     prompt_ids = [encode_prompt(tokenizer, p, options.chat) for p in as_prompt_list(prompts)]
     block_size = strategies.strategy(options.strategy).block_size(options.block_size)
-    check_request(model, tokenizer, prompt_ids, options.strategy, block_size, options.max_new_tokens)
+    check_request(model, tokenizer, prompt_ids, options.strategy, block_size, options.max_new_tokens,
+                  layout=options.layout)
     spec = decode_spec(model, tokenizer, options, block_size)
     steps = strategies.start(options.strategy, model, prompt_ids, spec, control, layout=options.layout,
                              record=options.record)

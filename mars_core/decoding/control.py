@@ -33,7 +33,7 @@ def check_settings(threshold: float, temperature: float, top_p: float, confidenc
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 < threshold <= 1.0:
         raise ValueError(f"threshold must be in (0, 1] (1 = one token per forward), got {threshold!r}")
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature < math.inf:
-        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature!r}")
+        raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
     if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0:
         raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
     if confidence not in CONFIDENCES:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -30,18 +31,19 @@ class Strategy:
     reads: tuple[str, ...] = ()  # DecodeOptions fields passed to decode as keywords, beyond spec and control
     headroom_blocks: int = 1  # context slots past the answer, in units of block_size - 1 (the masks)
     one_token: bool = False  # always block size 1 (plain AR), whatever block size is asked
-    # the most drafts a forward checks past the answer, by the masks a block (B - 1), before the masks hung after
-    # them (verified: the mask chain's or prompt lookup's); None: no drafts
-    drafts: Callable[[int], int] | None = None
+    # the most drafts a forward checks past the answer, by the masks a block (B - 1) and the layout, before the masks
+    # hung after them (verified: the mask chain's or prompt lookup's); None: no drafts
+    drafts: Callable[[int, Any], int] | None = None
 
     def block_size(self, asked: int) -> int:
         """The block size this strategy decodes with when `asked` is requested."""
         return 1 if self.one_token else asked
 
-    def headroom(self, block_size: int) -> int:
-        """Context slots a forward may use past the committed tokens: its drafts, then the masks after them."""
+    def headroom(self, block_size: int, layout: Any = None) -> int:
+        """Context slots a forward may use past the committed tokens: its drafts (as `layout` shapes them; None: the
+        default), then the masks after them."""
         g = block_size - 1
-        return self.headroom_blocks * g + (self.drafts(g) if self.drafts is not None and g > 0 else 0)
+        return self.headroom_blocks * g + (self.drafts(g, layout) if self.drafts is not None and g > 0 else 0)
 
 
 # threshold: sliding and block accept mask predictions at confidence >= 0.9; verified checks the drafts at >= 0.3

@@ -180,7 +180,7 @@ def rows_in_one_block(linears: PackedLinears) -> None:
 
 def packed_bits(linears: PackedLinears) -> int:
     """The bits a weight of the rows kernel's copies: 8 where any is an int8 copy (runtime/grid.py), else 16."""
-    copies = (e.fused.packed if e.fused is not None else e.packed for e in linears.values() if e.kernel == ROWS)
+    copies = (e.fused.packed if e.fused is not None else e.packed for e in list(linears.values()) if e.kernel == ROWS)
     return 8 if any(c.dtype == torch.int8 for c in copies) else 16
 
 

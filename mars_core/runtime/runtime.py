@@ -14,6 +14,7 @@ promised.
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import json
@@ -201,12 +202,14 @@ class Runtime:
 @functools.cache
 def code_digest() -> str:
     """The code a forward runs beyond torch and the rows kernel's build (both in Runtime.record): this folder's modules
-    and transformers' version. In Runtime.key, so a width check, cost curve or compiled graph kept on disk speaks for
-    the code that took it, not for the code an upgrade brought (the model's make leaves transformers' version out:
-    its config's is the checkpoint's)."""
+    and mars_core/attention.py as parsed (an edited comment changes nothing), and transformers' version. In
+    Runtime.key, so a width check, cost curve or compiled graph kept on disk speaks for the code that took it, not
+    for the code an upgrade brought (the model's make leaves transformers' version out: its config's is the
+    checkpoint's)."""
     import transformers
 
+    here = Path(__file__).parent
     digest = hashlib.sha256(transformers.__version__.encode())
-    for path in sorted(Path(__file__).parent.glob("*.py")):
-        digest.update(path.name.encode() + path.read_bytes())
+    for path in [*sorted(here.glob("*.py")), here.parent / "attention.py"]:  # the masks every forward is given too
+        digest.update(path.name.encode() + ast.dump(ast.parse(path.read_text())).encode())  # code, not comments
     return digest.hexdigest()[:16]

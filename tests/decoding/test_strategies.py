@@ -19,6 +19,9 @@ def test_the_table_says_what_each_decoder_needs():
     assert STRATEGIES["ar"].block_size(8) == 1 and STRATEGIES["sliding"].block_size(8) == 8
     # verified: its drafts (the mask chain's 3 or prompt lookup's 7), then the 3 masks hung after them
     assert STRATEGIES["verified"].headroom(4) == 10 and STRATEGIES["block"].headroom(4) == 3
+    from mars_core.decoding.verified import VerifiedConfig
+
+    assert STRATEGIES["verified"].headroom(4, VerifiedConfig(lookup_drafts=12)) == 15  # the layout's drafts
     assert [n for n, s in STRATEGIES.items() if s.lossless] == ["ar", "verified"]
     assert STRATEGIES["verified"].reads == ("layout", "record") and not STRATEGIES["block"].reads
     with pytest.raises(ValueError, match="strategy must be one of"):

@@ -562,6 +562,9 @@ def test_a_verified_request_the_context_holds_never_feeds_past_it(trained, token
         with pytest.raises(ValueError, match="prompt too long"):
             run()
         return
+    with pytest.raises(ValueError, match="prompt too long"):  # a layout of more lookup drafts: more room asked
+        generate(trained, tokenizer, prompt, strategy="verified", max_new_tokens=new,
+                 layout=TreeLayout(lookup_drafts=12))
     run()
     assert any(bool(r.tree.from_lookup.any()) for r in records)
     assert max(int(r.positions.masked_fill(~r.fed, -1).max()) for r in records) < ctx

@@ -420,6 +420,7 @@ def test_separate_ar_model(monkeypatch, tiny, batching):
     served one, whether lanes share forwards with other visitors' (the scheduler of each model) or not."""
     other = tiny_qwen2(len(tiny[1]), seed=7, max_position_embeddings=1024), tiny[1]
     monkeypatch.setitem(models.MODELS, "ar-tiny", other)
+    monkeypatch.setitem(models.SCHEDULERS, "ar-tiny", None)  # the scheduler made for it goes with the test
     monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="tiny", ar_model="ar-tiny", batching=batching))
     trace = final(list(race.race(PROMPT, 1.0, 4, 0.0, 16, False, race_state.RaceSession())))
     own = [generate(m, tok, PROMPT, strategy="ar", max_new_tokens=16).texts[0] for m, tok in (other, tiny)]
@@ -666,9 +667,11 @@ def test_a_race_the_scheduler_does_not_run_waits_for_a_slot(monkeypatch, tempera
     monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="tiny", concurrency=1))
     slot = models.slots()
     assert slot.acquire(timeout=5)  # another generation holds the only slot
+    running = race.race(PROMPT, 0.5, 4, temperature, 8, False, race_state.RaceSession())
     try:
-        first = next(race.race(PROMPT, 0.5, 4, temperature, 8, False, race_state.RaceSession()))
+        first = next(running)
     finally:
+        running.close()  # its lanes end (the scheduler's requests with them)
         slot.release()
     assert (first[-1]["status"] == "waiting") == (temperature > 0)
 
