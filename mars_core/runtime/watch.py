@@ -151,7 +151,9 @@ def _repack(model: torch.nn.Module, runtime: Runtime) -> None:
     """Pack anew the layers whose weight changed since packed (a sibling's change repacks its group), pack new ones,
     drop those the model no longer has; the rows kernel's copies then lie in one new block, registered anew
     (linear.rows_in_one_block). Registered anew even where nothing changed: the kernel holds one copy a weight for the
-    whole process, and the decode about to run must be served by this runtime's."""
+    whole process, and the decode about to run is served by this runtime's (two runtimes of one model decoding at
+    once are each served by the copies registered last: the same bits wherever both are of the weights as they are
+    now and of one kind of copy)."""
     linears, kept = runtime.linears, runtime.watch.digests
     weights = {id(lin.weight): lin.weight for layers in runtime.watch.groups for lin in layers}
     stale = {key for key, w in weights.items() if _moved(linears.get(key), w)}
