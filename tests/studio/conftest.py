@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from studio import lanes, models
@@ -25,3 +28,27 @@ def served(tiny, monkeypatch):
     monkeypatch.delenv("SPACE_ID", raising=False)
     yield
     assert models.TRACKER.active == 0
+
+
+@pytest.fixture()
+def loading_other(tiny, monkeypatch):
+    """A model "other" whose load holds until released: yields (entered, release), two Events (its load began; let
+    it end). Afterwards it is released, its load waited for (it ends in a thread of its own) and "other" forgotten."""
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_load(name=None, **kwargs):
+        entered.set()
+        release.wait(30)
+        return tiny
+
+    monkeypatch.setattr(models, "load", slow_load)
+    tables = (models.MODELS, models.RUNTIMES, models.PREPARING)
+    for table in tables:
+        monkeypatch.delitem(table, "other", raising=False)
+    yield entered, release
+    release.set()
+    deadline = time.monotonic() + 30
+    while not models.ready("other") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for table in tables:
+        table.pop("other", None)

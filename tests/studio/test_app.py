@@ -386,32 +386,17 @@ def test_models_load_once_per_name(monkeypatch, tiny):
     del models.MODELS["other"]
 
 
-def test_a_race_on_a_ready_model_starts_while_another_model_loads(monkeypatch, tiny):
+def test_a_race_on_a_ready_model_starts_while_another_model_loads(loading_other):
     """The app prepares the Train tab's base model at start (up to a minute on a first start): a race on the served
     model neither waits for it nor blocks it (the generation slots and schedulers are found under a lock of their own,
     never the one a model's preparation holds)."""
-    entered, release = threading.Event(), threading.Event()
-
-    def slow_load(name=None, **kwargs):
-        entered.set()
-        release.wait(30)
-        return tiny
-
-    monkeypatch.setattr(models, "load", slow_load)
-    for table in (models.MODELS, models.RUNTIMES, models.PREPARING):
-        monkeypatch.delitem(table, "other", raising=False)
+    entered, _ = loading_other
     loading = threading.Thread(target=models.get_model, args=("other",), daemon=True)
     loading.start()
-    try:
-        assert entered.wait(10)  # "other" is loading now, and stays so until released
-        began = time.monotonic()
-        trace = final(list(race.race(PROMPT, 0.9, 4, 0.0, 8, False, race_state.RaceSession())))
-        assert trace["status"] == "done" and time.monotonic() - began < 20 and loading.is_alive()
-    finally:
-        release.set()
-        loading.join(30)
-        for table in (models.MODELS, models.RUNTIMES, models.PREPARING):
-            table.pop("other", None)
+    assert entered.wait(10)  # "other" is loading now, and stays so until released
+    began = time.monotonic()
+    trace = final(list(race.race(PROMPT, 0.9, 4, 0.0, 8, False, race_state.RaceSession())))
+    assert trace["status"] == "done" and time.monotonic() - began < 20 and loading.is_alive()
 
 
 @pytest.mark.parametrize("batching", [True, False], ids=["shared-forwards", "own-forwards"])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 import warnings
 
@@ -266,37 +265,20 @@ def test_an_answer_ahead_of_ar_agrees_so_far(tiny):
     assert batch_html.answers_same(ahead, ar, 5) == [None] * 5  # the cells wait for both to finish
 
 
-def test_stop_while_the_model_prepares_ends_the_batch_at_once(monkeypatch, tiny):
+def test_stop_while_the_model_prepares_ends_the_batch_at_once(monkeypatch, loading_other):
     """Stop while the served model still prepares (minutes on a first start) ends the batch at its next look, its
     slot given back, without waiting for the preparation to end."""
-    entered, release = threading.Event(), threading.Event()
-
-    def slow_load(name=None, **kwargs):
-        entered.set()
-        release.wait(20)
-        return tiny
-
-    monkeypatch.setattr(models, "load", slow_load)
-    for table in (models.MODELS, models.RUNTIMES, models.PREPARING):
-        monkeypatch.delitem(table, "other", raising=False)
+    entered, _ = loading_other
     monkeypatch.setattr(models, "CONFIG", models.AppConfig(model="other"))
     session = batch_state.BatchSession()
     running = batch.batch_race(TEXT, 0.9, 4, 16, session)
-    try:
-        next(running)
-        assert entered.wait(10)  # "other" is loading now, and stays so until released
-        batch_state.stop_batch(session)
-        began = time.monotonic()
-        rest = list(running)
-        assert time.monotonic() - began < 5 and final(rest)["status"] == "stopped"
-        assert models.TRACKER.active == 0
-    finally:
-        release.set()
-        deadline = time.monotonic() + 30
-        while not models.ready("other") and time.monotonic() < deadline:  # the preparation ends in the background
-            time.sleep(0.1)
-        for table in (models.MODELS, models.RUNTIMES, models.PREPARING):
-            table.pop("other", None)
+    next(running)
+    assert entered.wait(10)  # "other" is loading now, and stays so until released
+    batch_state.stop_batch(session)
+    began = time.monotonic()
+    rest = list(running)
+    assert time.monotonic() - began < 5 and final(rest)["status"] == "stopped"
+    assert models.TRACKER.active == 0
 
 
 def test_closing_a_half_consumed_run_gives_back_its_slot():
