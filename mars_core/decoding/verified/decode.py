@@ -211,7 +211,8 @@ def settings(spec: DecodeSpec, layout: VerifiedConfig | None) -> tuple[VerifiedC
 
 def draft_depth(g: int, config: VerifiedConfig | None = None) -> int:
     """D, the most drafts a forward checks with g masks a block: the mask chain's g or prompt lookup's, whichever is
-    longer (check_request reserves the context for them and the g masks hung after them: the default layout's)."""
+    longer (check_request reserves the context for them and the g masks hung after them; config None: the default
+    layout)."""
     return max(g, (config or VerifiedConfig()).lookup_drafts) if g > 0 else 0
 
 
@@ -225,11 +226,11 @@ def widest(depth: int, g: int) -> int:
     return 2 + depth + (depth + 1) * g + depth * (1 + g)
 
 
-def priced(r: VerifiedDecode, curve: CostCurve | None, batch: int) -> None:
-    """Price r's widths for `batch` samples: the curve's seconds by width, and the pace that learns them as the
-    forwards run (a CPU step's time is known when its host copy returns; on a GPU the step decides)."""
+def priced(r: VerifiedDecode, batch: int) -> None:
+    """Price r's widths for `batch` samples: its curve's seconds by width (curve_of), and the pace that learns them
+    as the forwards run (a CPU step's time is known when its host copy returns; on a GPU the step decides)."""
     r.priced_for = batch
-    r.seconds = seconds_by_width(curve, batch, r.depth, r.g, r.model.device)
+    r.seconds = seconds_by_width(curve_of(r.config, r.spec), batch, r.depth, r.g, r.model.device)
     live = r.seconds is not None and (r.spec.runtime.live_cost or r.model.device.type == "cuda")
     r.pace = Pace.from_curve(r.seconds) if live else None
 
@@ -255,12 +256,12 @@ def repriced(r: VerifiedDecode, live: int) -> None:
 def start(model: torch.nn.Module, prompts: list[list[int]], spec: DecodeSpec, threshold: float, cache: Any, *,
           layout: VerifiedConfig | None = None, record: Callable[[Forward], None] | None = None) -> VerifiedDecode:
     """A verified decode of the prompts over `cache` (sized for them: widest()), before its first forward."""
-    config, depth, curve = settings(spec, layout)
+    config, depth, _ = settings(spec, layout)
     state, tree = prefill(prompts, spec, threshold, depth, model.device)
     r = VerifiedDecode(model=model, spec=spec, config=config, cache=cache, depth=depth, record=record, state=state,
                        tree=tree, seconds=None, priced_for=len(prompts), pace=None,
                        floors=(FLOORS[0], 0.0) if spec.runtime.static else FLOORS)
-    priced(r, curve, len(prompts))
+    priced(r, len(prompts))
     return r
 
 
