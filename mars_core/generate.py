@@ -84,10 +84,12 @@ def encode_prompt(tokenizer: Any, prompt: str | list[Message], chat: bool = True
         if not (chat and tokenizer.chat_template):
             return list(tokenizer(prompt)["input_ids"])
         prompt = [{"role": "user", "content": prompt}]
-    if not isinstance(prompt, Sequence) or not all(isinstance(m, dict) for m in prompt):
+    if not isinstance(prompt, Sequence):
+        raise ValueError(f"a prompt is a string or a chat, not {prompt!r}")
+    if not all(isinstance(m, dict) for m in prompt):  # token ids, say
+        kinds = ", ".join(sorted({type(m).__name__ for m in prompt}))
         raise ValueError("a prompt is a string or a chat (a list of {'role': ..., 'content': ...} messages), "
-                         f"not {type(prompt).__name__} of {', '.join(sorted({type(m).__name__ for m in prompt}))}"
-                         if isinstance(prompt, Sequence) else f"a prompt is a string or a chat, not {prompt!r}")
+                         f"not a {type(prompt).__name__} of {kinds}")
     if not prompt or not any(str(m.get("content", "")).strip() for m in prompt):
         raise ValueError("empty prompt: the chat has no message with content")
     ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
