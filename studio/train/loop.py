@@ -247,16 +247,17 @@ REPLAY_SPEED = float(os.environ.get("MARS_REPLAY_SPEED", "4"))  # a recorded tra
 def replay(session: TrainSession, path: Path = RECORDED, speed: float = REPLAY_SPEED) -> Iterator[tuple]:
     """The Replay button: a recorded training (a real run of the defaults, written by studio/train/record.py) played
     `speed` times faster than it ran, labelled as recorded with its machine and date, then its recorded race. For a
-    server with trainings turned off, or a visitor who cannot wait. Outputs: the training's, then the six race panes
-    and the race's summary."""
+    server with trainings turned off, or a visitor who cannot wait; it stops the visitor's own training and says so.
+    Outputs: the training's, then the six race panes and the race's summary."""
     try:
         record = json.loads(path.read_text())
     except (OSError, ValueError) as err:
         yield (*failure(f"No recorded training to replay here ({type(err).__name__})."), *(gr.skip(),) * 7)
         return
     live = Broadcast(0, record["corpus"], record["block_size"], record["max_steps"], record["max_seconds"], 0.0)
-    label = (f"Replaying a recorded training ({record['machine']}, {record['date']}), {speed:g}× as fast as it ran; "
-             f"recorded by `{record['command']}`")
+    stopped = "Your training was stopped for the replay. " if train_state.training(session) else ""
+    label = (f"{stopped}Replaying a recorded training ({record['machine']}, {record['date']}), {speed:g}× as fast "
+             f"as it ran; recorded by `{record['command']}`")
     session.stop_all()
     stop = session.stop = threading.Event()
     began = time.monotonic()

@@ -231,6 +231,14 @@ def test_a_recorded_training_replays_with_its_race(quick, tmp_path):
     last = out[-1]
     assert last[OUT.index("metrics")]["points"] == record["points"]
     assert last[7:13] == tuple(record["race"]["panes"]) and last[13] == record["race"]["summary"]
+    assert not out[0][OUT.index("message")].startswith("Your training")
+    training = TrainSession()  # the visitor's own training running: Replay stops it, and says so
+    stop = train_state.start(training)
+    try:
+        first = next(train_loop.replay(training, speed=1e6))
+    finally:
+        train_state.finish(training)
+    assert stop.is_set() and first[OUT.index("message")].startswith("Your training was stopped for the replay.")
     (tmp_path / "bad.json").write_text("{")
     said = list(train_loop.replay(TrainSession(), tmp_path / "bad.json"))
     assert len(said) == 1 and "No recorded training" in said[0][OUT.index("message")]
