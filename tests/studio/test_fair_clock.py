@@ -37,6 +37,7 @@ from tiny import tiny_qwen2, tiny_tokenizer
 # 1.10, worst 1.30 (11 races). The old clock (a fixed order, every forward timed): 2.4-5.0 (tiny, 14 races) and
 # 2.2-3.2 (real, 10 races): every race far outside.
 TOLERANCE = 1.5
+RACES = 3  # races a check runs: its median race is judged (one race of a CI run beside another worker read 1.54)
 PAGE_FORWARDS = 1.0  # the page draws for about one forward's time after each frame …
 PAGE_SLOWDOWN = 3.0  # … and a forward that runs meanwhile runs at a third of its speed
 
@@ -111,17 +112,21 @@ def spread(trace: dict) -> float:
     return max(rates) / min(rates)
 
 
-def check_equal_work(page: Page, prompt: str, warm: int, new: int) -> None:
-    """Time a forward here (a race with no page), give the page that long, race: every lane's tokens/s alike."""
+def check_equal_work(page: Page, prompt: str, warm: int, new: int, races: int = RACES) -> None:
+    """Time a forward here (a race with no page), give the page that long, race `races` times: every lane's tokens/s
+    alike, the median race's spread within TOLERANCE (a race whose forwards another process on the cores slowed, as
+    CI's other worker does, is one race: an unfair clock reads unequal in every race)."""
     trace = equal_race(page, prompt, warm)
     page.seconds = PAGE_FORWARDS * statistics.median(trace[k]["seconds"] / trace[k]["forwards"]
                                                      for k in race_state.LANES)
-    trace = equal_race(page, prompt, new)
-    for key in race_state.LANES:  # the same work: as many one-token forwards, the same answer
-        assert trace[key]["forwards"] == trace[key]["tokens"] == new, (key, trace[key]["forwards"])
-        assert trace[key]["ids"] == trace["ar"]["ids"]
-    rates = {key: round(trace[key]["tokens_per_second"], 1) for key in race_state.LANES}
-    assert spread(trace) <= TOLERANCE, f"tokens/s {rates}: max/min {spread(trace):.2f} > {TOLERANCE}"
+    seen = []
+    for _ in range(races):
+        trace = equal_race(page, prompt, new)
+        for key in race_state.LANES:  # the same work: as many one-token forwards, the same answer
+            assert trace[key]["forwards"] == trace[key]["tokens"] == new, (key, trace[key]["forwards"])
+            assert trace[key]["ids"] == trace["ar"]["ids"]
+        seen.append(({key: round(trace[key]["tokens_per_second"], 1) for key in race_state.LANES}, spread(trace)))
+    assert statistics.median(s for _, s in seen) <= TOLERANCE, f"tokens/s and max/min by race: {seen}"
 
 
 def test_lanes_doing_the_same_work_report_the_same_speed_tiny_model(monkeypatch, page):
