@@ -110,6 +110,11 @@ def failure(message: str) -> tuple:
     return notice(warn(message))
 
 
+# A run's last frame where the page moved on to another run (a Replay, a Start): Gradio sends a run's last frame again
+# when it ends, and that frame would replace the other run's on the page. A training's outputs are the first 7.
+UNSEEN = (gr.skip(),) * 14
+
+
 def train(corpus: str, pasted: str, block_size: Any, steps: Any, minutes: Any,
           session: TrainSession) -> Iterator[tuple]:
     """The Start button: the settings checked, a training place claimed (one per visitor, a cap for the machine),
@@ -121,7 +126,11 @@ def train(corpus: str, pasted: str, block_size: Any, steps: Any, minutes: Any,
         yield failure(str(err))
         return
     try:
-        yield from guarded(run_training(settings, session, stop), failure, "Training")
+        for frame in guarded(run_training(settings, session, stop), failure, "Training"):
+            if session.shown is stop:  # else a Replay took the page: the training ends unseen, checked and kept
+                yield frame
+        if session.shown is not stop:
+            yield UNSEEN[:7]
     finally:
         train_state.finish(session)
 
@@ -215,7 +224,7 @@ def watch(session: TrainSession) -> tuple:
     running = live is not None and live.elapsed is None  # its clock and bar move every second: sent each tick
     tick = int(time.monotonic() - live.started) if running else None
     seen = (id(live), len(live.points), live.state, tick) if live else ()
-    if live is None or train_state.training(session) or session.replaying or seen == session.seen:
+    if live is None or train_state.training(session) or session.replaying is not None or seen == session.seen:
         return (gr.skip(),) * 7
     clock_only = session.seen[:3] == seen[:3]  # only its clock moved: the status and bar, not the charts again
     session.seen = seen
@@ -247,7 +256,8 @@ REPLAY_SPEED = float(os.environ.get("MARS_REPLAY_SPEED", "4"))  # a recorded tra
 def replay(session: TrainSession, path: Path = RECORDED, speed: float = REPLAY_SPEED) -> Iterator[tuple]:
     """The Replay button: a recorded training (a real run of the defaults, written by studio/train/record.py) played
     `speed` times faster than it ran, labelled as recorded with its machine and date, then its recorded race. For a
-    server with trainings turned off, or a visitor who cannot wait; it stops the visitor's own training and says so.
+    server with trainings turned off, or a visitor who cannot wait; it stops the visitor's own training and says so
+    (that training's end, its check, is then not shown: the page is the replay's).
     Outputs: the training's, then the six race panes and the race's summary."""
     try:
         record = json.loads(path.read_text())
@@ -259,13 +269,18 @@ def replay(session: TrainSession, path: Path = RECORDED, speed: float = REPLAY_S
     label = (f"{stopped}Replaying a recorded training ({record['machine']}, {record['date']}), {speed:g}× as fast "
              f"as it ran; recorded by `{record['command']}`")
     session.stop_all()
-    stop = session.stop = threading.Event()
+    stop = session.stop = session.shown = threading.Event()
     began = time.monotonic()
-    session.replaying = True
+    session.replaying = stop
     try:
-        yield from _played(record, live, label, stop, speed, began)
+        for frame in _played(record, live, label, stop, speed, began):
+            if session.shown is not stop:  # a Start or another Replay took the page (and stopped this one)
+                yield UNSEEN
+                return
+            yield frame
     finally:
-        session.replaying = False
+        if session.replaying is stop:
+            session.replaying = None
 
 
 def _played(record: dict, live: Broadcast, label: str, stop: threading.Event, speed: float, began: float

@@ -46,7 +46,10 @@ class TrainSession:
     trained: str | None = None  # key of this visitor's last trained model (kept(): None once dropped)
     lanes: list[DecodeControl] = field(default_factory=list)  # the running race's controls (Stop ends them)
     seen: tuple = ()  # what this visitor last saw of another's training (watch(): nothing new, nothing sent)
-    replaying: bool = False  # a recorded training plays on this visitor's page (watch() sends nothing meanwhile)
+    replaying: threading.Event | None = None  # the stop of the replay playing on this page (watch() sends nothing
+    # meanwhile)
+    shown: threading.Event | None = None  # the stop of the run (a training or a replay) whose frames the page shows:
+    # the last one started; a run the page moved on from goes on to its end unseen (a training: checked and kept)
 
     def stop_all(self) -> None:
         if self.stop is not None:
@@ -115,7 +118,9 @@ def start(session: TrainSession) -> threading.Event:
                              "watch it live below and race its model when it ends, or try again then; the Race tab "
                              "answers meanwhile.")
         _RUNNING.add(id(session))
-    session.stop = threading.Event()
+    if session.stop is not None:  # a replay playing on this page ends: the page shows the training now
+        session.stop.set()
+    session.stop = session.shown = threading.Event()
     return session.stop
 
 

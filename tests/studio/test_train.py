@@ -244,6 +244,31 @@ def test_a_recorded_training_replays_with_its_race(quick, tmp_path):
     assert len(said) == 1 and "No recorded training" in said[0][OUT.index("message")]
 
 
+def test_the_page_shows_the_run_last_started(quick):
+    """Replay during the visitor's own training: the training stops and goes on to its end unseen (checked, its model
+    kept to race), so its last frames do not replace the replay's; Start during a replay: the replay stops and shows
+    nothing more. Both runs write the same outputs of one page, and Gradio sends a run's last frame again at its end:
+    a run the page moved on from ends on a frame that changes nothing."""
+    session = TrainSession()
+    training = train_loop.train("counting", "", 4, 2000, 10, session)
+    for frame in training:  # until the training's thread runs
+        if isinstance(frame[OUT.index("metrics")], dict):
+            break
+    replayed = list(train_loop.replay(session, speed=1e6))
+    assert replayed[0][OUT.index("message")].startswith("Your training was stopped for the replay.")
+    unseen = list(training)  # its check and summary went unseen: its last frame (Gradio sends it again) changes nothing
+    assert unseen and all(v == train_loop.gr.skip() for frame in unseen for v in frame)
+    assert train_state.kept(session) is not None and train_state.running() == 0  # yet it ended and was kept
+    assert session.replaying is None
+    replay = train_loop.replay(session, speed=1.0)  # real time: the record's points a second or more apart
+    assert "Replaying a recorded training" in next(replay)[OUT.index("message")]
+    assert session.replaying is not None
+    out = frames("counting", "", 4, 5, 1, session=session)
+    assert "Trained for 5 steps" in out[-1][OUT.index("message")]
+    unseen = list(replay)  # stopped by Start: its last frame changes nothing
+    assert unseen and all(v == train_loop.gr.skip() for frame in unseen for v in frame) and session.replaying is None
+
+
 def test_the_mask_slots_learn(quick):
     """Learning, not just running: over a short training slot 1's loss ends well below where it began, and the AR
     loss does not blow up."""
