@@ -203,13 +203,14 @@ class Scheduler:
         return request
 
     def ahead(self, request: Request) -> int | None:
-        """How many requests of its group wait before it while it waits for room (None: it runs, or joins at the
-        next turn)."""
+        """How many requests of its group wait before it while it waits for room (None: it runs, joins at the
+        next turn, or is leaving). Requests stopped or dropped are not counted: the next turn takes them out."""
         with self.lock:
             for group in self.groups.values():
-                if request in group.waiting:
-                    before = list(group.waiting).index(request)
-                    return before if len(group.rows) + len(group.joining) + before >= self.cap else None
+                if request in group.waiting and not request.leaving:
+                    before = [r for r in group.waiting if not r.leaving].index(request)
+                    staying = sum(not r.leaving for r in (*group.rows, *group.joining))
+                    return before if staying + before >= self.cap else None
         return None
 
     # ------------------------------------------------------------------------- the thread

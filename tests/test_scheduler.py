@@ -198,6 +198,21 @@ def test_the_cap_and_the_queue(trained, tokenizer):
     assert got == alone[:4] and scheduler.widest == 2
 
 
+def test_the_queue_counts_only_the_requests_that_stay(trained, tokenizer):
+    """Where a queued request stands: requests stopped before it, waiting or running, are not counted (the thread's
+    next turn takes them out); a stopped one stands nowhere."""
+    scheduler = Scheduler(trained, tokenizer, cap=1)
+    controls = [DecodeControl(threshold=0.3) for _ in range(4)]
+    with scheduler.lock:  # the thread admits nobody meanwhile
+        streams = [scheduler.stream(PROMPTS[0], strategy="verified", max_new_tokens=8, control=c) for c in controls]
+        assert [s.ahead() for s in streams] == [None, 1, 2, 3]
+        controls[1].stop()
+        assert [s.ahead() for s in streams] == [None, None, 1, 2]
+        controls[0].stop()
+        assert [s.ahead() for s in streams] == [None, None, None, 1]
+    assert [len([t for e in s for t in e.token_ids[0]]) > 0 for s in streams] == [False, False, True, True]
+
+
 def test_refused_requests_say_why(trained, tokenizer):
     scheduler = Scheduler(trained, tokenizer)
     with pytest.raises(ValueError, match="greedily"):

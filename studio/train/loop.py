@@ -11,7 +11,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -383,15 +383,14 @@ def race(prompt: Any, session: TrainSession) -> Iterator[tuple]:
                 for side in SIDES for key in LANES}
     session.lanes = list(controls.values())
     stopped = lambda: any(c.stopped for c in controls.values())  # noqa: E731
-    yield from models.in_a_slot(guarded(run_race(prompt, trained, controls), failure, "Race"),
+    yield from models.in_a_slot(guarded(run_race(prompt, trained, controls, stopped), failure, "Race"),
                                 lambda: notice(models.WAITING), stopped,
                                 lambda: notice("Stopped before the race began."))
 
 
-def run_race(prompt: str, trained: Trained, controls: dict) -> Iterator[tuple]:
-    """The six lanes, one forward each in turn; a frame when due (lanes.Throttle)."""
+def run_race(prompt: str, trained: Trained, controls: dict, stopped: Callable[[], bool]) -> Iterator[tuple]:
+    """The six lanes, one forward each in turn; a frame when due (lanes.Throttle); stopped(): any lane's Stop."""
     name = train_state.base_name()
-    stopped = lambda: any(c.stopped for c in controls.values())  # noqa: E731
     for said in models.preparing([name], stopped):
         yield notice(said)
     if stopped():  # Stop while the base model prepares: no wait for it
