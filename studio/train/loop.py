@@ -110,9 +110,16 @@ def failure(message: str) -> tuple:
     return notice(warn(message))
 
 
-# A run's last frame where the page moved on to another run (a Replay, a Start): Gradio sends a run's last frame again
-# when it ends, and that frame would replace the other run's on the page. A training's outputs are the first 7.
-UNSEEN = (gr.skip(),) * 14
+def while_shown(frames: Iterator[tuple], session: TrainSession, stop: threading.Event, outputs: int
+                ) -> Iterator[tuple]:
+    """A run's frames while the page shows it (session.shown is its stop). Once another run took the page (a Replay,
+    a Start), the rest runs unseen to its end (a training is still checked and kept), then one frame that changes
+    nothing: Gradio sends a run's last frame again when it ends, which would replace the other run's."""
+    for frame in frames:
+        if session.shown is stop:
+            yield frame
+    if session.shown is not stop:
+        yield (gr.skip(),) * outputs
 
 
 def train(corpus: str, pasted: str, block_size: Any, steps: Any, minutes: Any,
@@ -126,11 +133,7 @@ def train(corpus: str, pasted: str, block_size: Any, steps: Any, minutes: Any,
         yield failure(str(err))
         return
     try:
-        for frame in guarded(run_training(settings, session, stop), failure, "Training"):
-            if session.shown is stop:  # else a Replay took the page: the training ends unseen, checked and kept
-                yield frame
-        if session.shown is not stop:
-            yield UNSEEN[:7]
+        yield from while_shown(guarded(run_training(settings, session, stop), failure, "Training"), session, stop, 7)
     finally:
         train_state.finish(session)
 
@@ -273,11 +276,7 @@ def replay(session: TrainSession, path: Path = RECORDED, speed: float = REPLAY_S
     began = time.monotonic()
     session.replaying = stop
     try:
-        for frame in _played(record, live, label, stop, speed, began):
-            if session.shown is not stop:  # a Start or another Replay took the page (and stopped this one)
-                yield UNSEEN
-                return
-            yield frame
+        yield from while_shown(_played(record, live, label, stop, speed, began), session, stop, 14)
     finally:
         if session.replaying is stop:
             session.replaying = None
