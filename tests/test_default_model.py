@@ -23,18 +23,23 @@ PROMPTS = ["Count from 1 to 10.", "What is the capital of France?", "List three 
 
 @pytest.fixture(scope="module")
 def default(tmp_path_factory):
-    """(model, tokenizer, seconds of a warm load), loaded offline: HF_HUB_OFFLINE=1."""
+    """(model, tokenizer, seconds of a warm load, runtime), loaded offline (HF_HUB_OFFLINE=1) in fp32; the runtime is
+    prepare()'s without a cost curve: the fp32 tests decode by the fixed tree rules (the curve's own path is
+    test_verified_without_a_runtime's, in the dtype load() picks), so the suite does not time fp32 forwards for it."""
+    from mars_core import prepare
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HF_HUB_OFFLINE", "1")
         mp.delenv("MARS_DEFAULT_ADAPTER", raising=False)
         L.load(None, dtype="fp32", device="cpu")  # first run: converts and merges once (cached)
         t0 = time.perf_counter()
         model, tok = L.load(None, dtype="fp32", device="cpu")
-        return model, tok, time.perf_counter() - t0
+        seconds = time.perf_counter() - t0
+    return model, tok, seconds, prepare(model, measure_cost=False)
 
 
 def test_default_loads_offline_merged_and_fast(default):
-    model, tok, seconds = default
+    model, tok, seconds, _ = default
     assert seconds < 60, seconds
     assert not any("lora" in name for name, _ in model.named_parameters())  # merged: no extra parameters
     assert sum(p.numel() for p in model.parameters()) == 134_515_008
@@ -48,9 +53,10 @@ def test_default_loads_offline_merged_and_fast(default):
 def test_one_token_mode_is_greedy(default):
     from mars_core.generate import encode_prompt, generate
 
-    model, tok, _ = default
+    model, tok, _, runtime = default
     for prompt in PROMPTS:
-        ours = generate(model, tok, [prompt], strategy="sliding", block_size=4, threshold=1.0, max_new_tokens=12)
+        ours = generate(model, tok, [prompt], strategy="sliding", block_size=4, threshold=1.0, max_new_tokens=12,
+                        runtime=runtime)
         ids = torch.tensor([encode_prompt(tok, prompt)])
         ref = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=12)
         ref = ref[0, ids.shape[1]:].tolist()
@@ -62,24 +68,25 @@ def test_threshold_09_commits_more_than_one_token_per_forward(default):
     from mars_core.evaluation.prompts import heldout_path, load_heldout
     from mars_core.generate import generate
 
-    model, tok, _ = default
+    model, tok, _, runtime = default
     if heldout_path().is_file():
         prompts = [r["prompt"] for r in load_heldout() if r["category"] in ("counting", "lists", "repeats")][:4]
     else:
         prompts = PROMPTS
-    result = generate(model, tok, prompts, strategy="sliding", block_size=4, threshold=0.9, max_new_tokens=32)
+    result = generate(model, tok, prompts, strategy="sliding", block_size=4, threshold=0.9, max_new_tokens=32,
+                      runtime=runtime)
     assert result.tokens_per_forward > 1.0, result.tokens_per_forward
 
 
 def test_verified_equals_generate_on_held_out_prompts(default):
     """fp32: the verified decoder's answers are transformers' greedy generate's, token for token, on held-out
     prompts of every kind (as one batch, and a third of them one by one), while committing several tokens per
-    forward."""
+    forward (by the fixed tree rules: the fp32 runtime has no cost curve)."""
     from mars_core import TreeLayout
     from mars_core.evaluation.prompts import load_split, split_path
     from mars_core.generate import encode_prompt, generate
 
-    model, tok, _ = default
+    model, tok, _, runtime = default
     prompts = [r["prompt"] for r in load_split("heldout", 9)] if split_path("heldout").is_file() else PROMPTS
     want = []
     for prompt in prompts:
@@ -88,16 +95,14 @@ def test_verified_equals_generate_on_held_out_prompts(default):
         row = out[0, ids.shape[1]:].tolist()
         eos = [i for i, t in enumerate(row) if t in (tok.eos_token_id, model.generation_config.eos_token_id)]
         want.append(row[: eos[0] + 1] if eos else row)
-    assert generate(model, tok, prompts, strategy="verified", max_new_tokens=40).token_ids == want
+    assert generate(model, tok, prompts, strategy="verified", max_new_tokens=40, runtime=runtime).token_ids == want
     # one by one on every third prompt (lists, repeats, chat), and every sibling fed (each draft's second choice)
     # on the first three: still generate's answers (the tiny models' tests cover the rest of these cases)
-    # (by the fixed rules: the tokens per forward below must not hang on a cost curve timed beside other work)
-    fixed = TreeLayout(use_cost=False)
-    alone = [generate(model, tok, p, strategy="verified", max_new_tokens=40, layout=fixed) for p in prompts[::3]]
+    alone = [generate(model, tok, p, strategy="verified", max_new_tokens=40, runtime=runtime) for p in prompts[::3]]
     assert [r.token_ids[0] for r in alone] == want[::3]
     records = []
     wide = generate(model, tok, prompts[:3], strategy="verified", max_new_tokens=40, record=records.append,
-                    layout=TreeLayout(use_cost=False, sibling_floor=0.0))
+                    layout=TreeLayout(sibling_floor=0.0), runtime=runtime)
     assert wide.token_ids == want[:3] and any(r.by_sibling.any() for r in records)
     forwards = sum(r.forwards for r in alone)
     assert sum(map(len, want[::3])) / forwards > 1.5  # the drafts really were accepted
@@ -108,15 +113,13 @@ def prepared(request, default):
     """(model, tokenizer, runtime) in each dtype load() picks on some CPU: fp32, and bf16 where this CPU runs it fast
     (where load() would pick it; on an AVX2-only CPU bf16 is never picked, and its slow emulation would cost CI
     minutes: the tiny models' tests cover bf16 there). One kernel for every width, attention row by row, by the
-    fixed tree rules (no cost curve); the fp32 model's is the runtime the tests above decoded under (prepared(): one
-    width check a model, as a user's process makes it)."""
+    fixed tree rules (no cost curve); the fp32 model's is the runtime the tests above decoded under."""
     if request.param == "bf16" and not L.bf16_supported(torch.device("cpu")):
         pytest.skip("load() never picks bf16 on this CPU (no AMX, no AVX512-BF16)")
     from mars_core import prepare
-    from mars_core.runtime import prepared as served
 
     if request.param == "fp32":
-        return default[0], default[1], dataclasses.replace(served(default[0]), cost=None)
+        return default[0], default[1], default[3]
     model, tok = L.load(None, dtype="bf16", device="cpu")
     return model, tok, prepare(model, measure_cost=False)
 

@@ -165,9 +165,9 @@ def stale(curve: CostCurve, now: list[float], plan: Timing = TORCH) -> bool:
 def forward_cost(model: torch.nn.Module | Engine, runtime: Runtime, cache_dir: str | Path | None = None,
                  refresh: bool = False) -> CostCurve:
     """The model's cost curve on this machine under the runtime's kernels (an Engine: its own forward), kept as
-    cache_dir/<key>-<Timing.kept_as>.json (timing.kept: a curve timed while the machine was busy serves this process
-    only). A kept curve is checked against forwards timed now when the machine is quiet, and timed again where it
-    went stale; refresh: timed again whatever is kept."""
+    cache_dir/<key>-<Timing.kept_as>.json (timing.kept: a curve timed while the machine was busy is read back only
+    while it is busy). A kept curve is checked against forwards timed now when the machine is quiet, and timed again
+    where it went stale; refresh: timed again whatever is kept."""
     plan = timing_of(model)
     path = Path(cache_dir) / f"{runtime.key(model)}-{plan.kept_as}.json" if cache_dir is not None else None
     return kept(path, CostCurve.from_dict, lambda: measure_cost(model, runtime), CostCurve.to_dict, fresh=refresh,

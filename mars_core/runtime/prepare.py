@@ -81,7 +81,7 @@ def checked(model: torch.nn.Module | Engine, runtime: Runtime, cache_dir: Path) 
 
 def kept_rows(model: torch.nn.Module, runtime: Runtime, cache_dir: Path | None) -> int:
     """The fewest rows from which the packed kernel is as fast as torch's on this machine (linear.fewest_packed_rows),
-    kept in cache_dir/kernels-<key>.json unless the machine was busy."""
+    kept in cache_dir/kernels-<key>.json (timing.kept)."""
     path = cache_dir / f"kernels-{runtime.key(model)}.json" if cache_dir is not None else None
     return kept(path, _packed_from, lambda: fewest_packed_rows(runtime.linears),
                 lambda rows: {"packed_from": rows, "machine": runtime.record(model)})

@@ -95,19 +95,7 @@ def write_json(path: str | os.PathLike | None, value: dict, indent: int = 1) -> 
 T = TypeVar("T")
 
 
-def read_kept(path: Path | None, read: Callable[[dict], T]) -> T | None:
-    """The value kept at path, untimed and unchecked; None where there is none or read cannot read it
-    (KeyError/TypeError/ValueError: a damaged or older file)."""
-    value = read_json(path)
-    if value is None:
-        return None
-    try:
-        return read(value)
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
-_UNKEPT: dict[Path, Any] = {}  # values timed on a busy machine, by path: this process's, never written
+BUSY = "timed_busy"  # in a kept timing's JSON: it was measured while other work held the cores
 
 
 def kept(path: Path | None, read: Callable[[dict], T], measure: Callable[[], T], write: Callable[[T], dict], *,
@@ -118,22 +106,28 @@ def kept(path: Path | None, read: Callable[[dict], T], measure: Callable[[], T],
     read turns the kept JSON back into the value (one it cannot read, KeyError/TypeError/ValueError, is measured
     again); write turns a value into JSON; holds, where given, says whether a kept value still holds on this machine
     now (one that does not is measured again and rewritten); fresh: measured again whatever is kept. A timed value
-    measured while the machine was busy is not kept: other work inflated it, so it serves this process only (the
-    next process times again)."""
+    measured while the machine was busy is kept marked so (BUSY): other work inflated it, so it is read back only
+    while the machine is busy (a timing taken then would be no cleaner) and timed again once the machine is quiet."""
     if not fresh:
-        if timed and path is not None and path in _UNKEPT:
-            return _UNKEPT[path]
         found = read_kept(path, read)
         if found is not None and (holds is None or holds(found)):
             return found
     crowded = timed and machine_busy()  # asked before measuring: the timing itself loads the cores
     measured = measure()
-    if not crowded:
-        write_json(path, write(measured))
-        _UNKEPT.pop(path, None)
-    elif path is not None:
-        _UNKEPT[path] = measured
+    write_json(path, {**write(measured), BUSY: True} if crowded else write(measured))
     return measured
+
+
+def read_kept(path: Path | None, read: Callable[[dict], T]) -> T | None:
+    """The value kept at path, unchecked; None where there is none, read cannot read it (KeyError/TypeError/
+    ValueError: a damaged or older file), or it was timed on a busy machine and this machine is quiet now."""
+    value = read_json(path)
+    if value is None or (value.get(BUSY) and not machine_busy()):
+        return None
+    try:
+        return read(value)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def cache_root() -> Path:

@@ -261,7 +261,8 @@ def pit_p(probs: torch.Tensor, tokens: list[int]) -> float:
 def test_sampling_keeps_the_ar_distribution(tokenizer):
     """Speculative sampling over the mask slots' drafts: the tokens follow the model's own AR distribution. The first
     token and the marginal of the second by chi-square tests against the exact probabilities; the 2nd and 3rd
-    tokens (checked as drafts, accepted or replaced) against their exact conditionals by a PIT test."""
+    tokens (checked as drafts, accepted or replaced) against their exact conditionals by a PIT test. Plain torch's
+    forward (Runtime()): 1000 rows a forward, which the invariant runtime feeds in calls of 32 rows."""
     model = mars_trained("qwen2", tokenizer, steps=40)  # half-trained: drafts often right, often not
     text = list(ANSWERS)[0]
     prompt = encode(tokenizer, text)
@@ -269,7 +270,8 @@ def test_sampling_keeps_the_ar_distribution(tokenizer):
     for seed in range(16):
         ids = [[] for _ in range(batch)]
         for e in stream(model, tokenizer, [text] * batch, strategy="verified", threshold=0.05,
-                        temperature=temperature, max_new_tokens=3, seed=seed, layout=TreeLayout(use_cost=False)):
+                        temperature=temperature, max_new_tokens=3, seed=seed, layout=TreeLayout(use_cost=False),
+                        runtime=Runtime()):
             accepted += sum(e.matched)
             rejected += sum(len(d) > m for d, m in zip(e.drafts, e.matched))
             for row, new in zip(ids, e.token_ids):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -94,7 +96,6 @@ def test_the_curve_is_measured_once_per_machine_and_model(model, tmp_path, monke
     monkeypatch.setattr(cost, "measure_cost", lambda m, rt: calls.append(m) or fixed)
     monkeypatch.setattr(cost, "spot_seconds", lambda m, rt: [0.001, 0.004])  # the machine as fast as when it was timed
     busy(monkeypatch, False)
-    monkeypatch.setattr(timing, "_UNKEPT", {})
     assert forward_cost(model, PLAIN, tmp_path) == fixed
     assert forward_cost(model, PLAIN, tmp_path) == fixed  # read back from the file
     assert len(calls) == 1 and len(list(tmp_path.glob("*.json"))) == 1
@@ -103,19 +104,22 @@ def test_the_curve_is_measured_once_per_machine_and_model(model, tmp_path, monke
     assert forward_cost(model, PLAIN, tmp_path, refresh=True) == fixed and len(calls) == 3
 
 
-def test_a_curve_timed_on_a_busy_machine_is_used_but_not_kept(model, tmp_path, monkeypatch):
-    """Other work inflates every timing: such a curve serves the process that measured it, and the next load
-    times again instead of reading it back."""
+def test_a_curve_timed_on_a_busy_machine_is_read_back_only_while_busy(model, tmp_path, monkeypatch):
+    """Other work inflates every timing: such a curve is kept marked so, read back while the machine is still busy (a
+    curve timed then would be inflated too: the suite's processes time it once, not each), and timed again by the
+    first load that finds the machine quiet."""
     calls = []
     fixed = CostCurve.from_function(lambda b, w: 0.001 * w, widths=(1, 2))
     monkeypatch.setattr(cost, "measure_cost", lambda m, rt: calls.append(m) or fixed)
+    monkeypatch.setattr(cost, "spot_seconds", lambda m, rt: [0.001, 0.004])  # as fast as when it was timed
     busy(monkeypatch, True)
-    monkeypatch.setattr(timing, "_UNKEPT", {})
-    assert forward_cost(model, PLAIN, tmp_path) == fixed and not list(tmp_path.glob("*.json"))
-    assert forward_cost(model, PLAIN, tmp_path) == fixed and len(calls) == 1  # this process keeps it in memory
-    monkeypatch.setattr(timing, "_UNKEPT", {})  # a new process
+    assert forward_cost(model, PLAIN, tmp_path) == fixed and forward_cost(model, PLAIN, tmp_path) == fixed
+    kept = next(tmp_path.glob("*.json"))
+    assert len(calls) == 1 and json.loads(kept.read_text())[timing.BUSY] is True
     busy(monkeypatch, False)
-    assert forward_cost(model, PLAIN, tmp_path) == fixed and len(calls) == 2 and len(list(tmp_path.glob("*.json"))) == 1
+    assert forward_cost(model, PLAIN, tmp_path) == fixed and len(calls) == 2  # quiet: timed again
+    assert timing.BUSY not in json.loads(kept.read_text())  # and kept plain: read back from now on
+    assert forward_cost(model, PLAIN, tmp_path) == fixed and len(calls) == 2
 
 
 def test_a_kept_curve_slower_than_the_machine_now_is_timed_again(model, tmp_path, monkeypatch):
@@ -127,7 +131,6 @@ def test_a_kept_curve_slower_than_the_machine_now_is_timed_again(model, tmp_path
     assert cost.SPOT_WIDTHS == (1, 4)
     calls = []
     monkeypatch.setattr(cost, "measure_cost", lambda m, rt: calls.append(m) or fresh)
-    monkeypatch.setattr(timing, "_UNKEPT", {})
     (tmp_path / f"{PLAIN.key(model)}-{cost.FORMAT}.json").write_text(inflated.to_json())
 
     busy(monkeypatch, True)  # busy now: a timing now would be inflated too

@@ -41,7 +41,7 @@ def test_machine_busy_reads_the_load_average(monkeypatch):
     assert not timing.machine_busy()
 
 
-def test_kept_measures_once_keeps_it_and_never_keeps_a_timing_taken_on_a_busy_machine(tmp_path, monkeypatch):
+def test_kept_measures_once_and_reads_a_timing_taken_on_a_busy_machine_only_while_busy(tmp_path, monkeypatch):
     measured = []
 
     def measure() -> int:
@@ -57,10 +57,13 @@ def test_kept_measures_once_keeps_it_and_never_keeps_a_timing_taken_on_a_busy_ma
     path.write_text('{"m": 5}')  # one it cannot read: measured again and kept
     assert value(path) == 2 and json.loads(path.read_text()) == {"n": 2}
     monkeypatch.setattr(timing, "machine_busy", lambda: True)
-    busy = tmp_path / "busy.json"
-    assert value(busy) == 3 and not busy.exists()  # inflated by other work: this process's only
-    assert value(busy, timed=False) == 4 and busy.exists()  # not a timing: kept whatever the load
+    busy, bits = tmp_path / "busy.json", tmp_path / "bits.json"
+    assert value(busy) == 3 and json.loads(busy.read_text()) == {"n": 3, timing.BUSY: True}  # inflated: marked
+    assert value(busy) == 3 and len(measured) == 3  # busy still: read back (a timing now is no cleaner)
+    assert value(bits, timed=False) == 4 and json.loads(bits.read_text()) == {"n": 4}  # not a timing: plain
     assert value(None) == 5  # nowhere to keep it
     monkeypatch.setattr(timing, "machine_busy", lambda: False)
-    assert value(path, holds=lambda n: n == 2) == 2 and len(measured) == 5  # still holds: read back
-    assert value(path, holds=lambda n: False) == 6 and json.loads(path.read_text()) == {"n": 6}  # no longer: again
+    assert value(busy) == 6 and json.loads(busy.read_text()) == {"n": 6}  # quiet now: timed again, kept plain
+    assert value(busy) == 6 and value(bits, timed=False) == 4 and len(measured) == 6
+    assert value(path, holds=lambda n: n == 2) == 2 and len(measured) == 6  # still holds: read back
+    assert value(path, holds=lambda n: False) == 7 and json.loads(path.read_text()) == {"n": 7}  # no longer: again
